@@ -1,0 +1,348 @@
+/*
+ * api.c — the public entry points: status strings, defaults, contexts, and
+ * the validation that every request passes before an engine sees it.
+ * Rule (DESIGN.md, Errors): bad input gets a clear status and changes nothing,
+ * so every check here happens before any output is touched.
+ */
+#include "internal.h"
+#include "fls_noise.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *fls_status_string(fls_status status)
+{
+    switch (status) {
+    case FLS_OK:
+        return "success";
+    case FLS_ERR_NULL:
+        return "a required pointer is NULL";
+    case FLS_ERR_ALIGN:
+        return "a pointer is not aligned to its element size";
+    case FLS_ERR_SIZE:
+        return "a size is zero, negative or too large";
+    case FLS_ERR_SHAPE:
+        return "shapes or row strides do not match";
+    case FLS_ERR_DTYPE:
+        return "unsupported dtype";
+    case FLS_ERR_TEMPERATURE:
+        return "temperature must be finite and >= 0 (and large enough that tempered logits stay finite)";
+    case FLS_ERR_NAN:
+        return "NaN or +inf in an input or a computed logit";
+    case FLS_ERR_ALL_MASKED:
+        return "a row has every logit at -inf: nothing can be sampled";
+    case FLS_ERR_PARAM:
+        return "a sampling parameter is out of range";
+    case FLS_ERR_POINTER:
+        return "host memory where device memory is expected (or the reverse)";
+    case FLS_ERR_UNSUPPORTED:
+        return "not supported by this build or engine yet";
+    case FLS_ERR_NO_DEVICE:
+        return "no usable CUDA device (or the library was built without the CUDA engine)";
+    case FLS_ERR_OUT_OF_MEMORY:
+        return "out of memory";
+    case FLS_ERR_CUDA:
+        return "a CUDA, cuBLAS or cuRAND call failed";
+    case FLS_ERR_IO:
+        return "a file could not be read or written";
+    case FLS_ERR_FORMAT:
+        return "malformed file";
+    case FLS_ERR_INTERNAL:
+        return "internal error (a bug: please report it)";
+    }
+    return "unknown status code";
+}
+
+size_t fls_dtype_size(fls_dtype dtype)
+{
+    switch (dtype) {
+    case FLS_DTYPE_F32:
+        return 4;
+    case FLS_DTYPE_F16:
+    case FLS_DTYPE_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *fls_dtype_name(fls_dtype dtype)
+{
+    switch (dtype) {
+    case FLS_DTYPE_F32:
+        return "f32";
+    case FLS_DTYPE_F16:
+        return "f16";
+    case FLS_DTYPE_BF16:
+        return "bf16";
+    }
+    return "unknown";
+}
+
+const char *fls_simd_name(fls_simd simd)
+{
+    switch (simd) {
+    case FLS_SIMD_AUTO:
+        return "auto";
+    case FLS_SIMD_PORTABLE:
+        return "portable";
+    case FLS_SIMD_AVX2:
+        return "avx2";
+    case FLS_SIMD_AVX512:
+        return "avx512";
+    }
+    return "unknown";
+}
+
+uint64_t fls_row_seed(uint64_t seed, uint64_t row)
+{
+    return fls_row_seed_derive(seed, row);
+}
+
+void fls_context_config_default(fls_context_config *config)
+{
+    if (!config)
+        return;
+    memset(config, 0, sizeof *config);
+    config->engine = FLS_ENGINE_CPU;
+    config->threads = 0;
+    config->simd = FLS_SIMD_AUTO;
+}
+
+void fls_params_default(fls_params *params)
+{
+    if (!params)
+        return;
+    memset(params, 0, sizeof *params);
+    params->method = FLS_METHOD_FUSED;
+    params->temperature_value = 1.0f;
+    params->draws = 1;
+    params->top_p = 1.0f;
+}
+
+static int online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
+}
+
+fls_status fls_context_create(fls_context_t **ctx, const fls_context_config *config)
+{
+    if (!ctx)
+        return FLS_ERR_NULL;
+    fls_context_config cfg;
+    if (config)
+        cfg = *config;
+    else
+        fls_context_config_default(&cfg);
+    if (cfg.engine != FLS_ENGINE_CPU && cfg.engine != FLS_ENGINE_CUDA)
+        return FLS_ERR_PARAM;
+    if (cfg.threads < 0 || cfg.threads > 1024 || cfg.tile_v < 0 || cfg.tile_v > ((int64_t)1 << 32))
+        return FLS_ERR_PARAM;
+    if (cfg.simd < FLS_SIMD_AUTO || cfg.simd > FLS_SIMD_AVX512)
+        return FLS_ERR_PARAM;
+    fls_simd simd = cfg.simd == FLS_SIMD_AUTO ? fls_cpu_best_simd() : cfg.simd;
+    if (!fls_cpu_simd_supported(simd))
+        return FLS_ERR_UNSUPPORTED;
+
+    fls_context_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return FLS_ERR_OUT_OF_MEMORY;
+    c->config = cfg;
+    c->engine = cfg.engine;
+    c->threads = cfg.threads ? cfg.threads : online_cores();
+    c->simd = simd;
+    if (cfg.engine == FLS_ENGINE_CUDA) {
+        fls_status st = fls_cuda_context_init(c);
+        if (st != FLS_OK) {
+            free(c);
+            return st;
+        }
+    }
+    *ctx = c;
+    return FLS_OK;
+}
+
+void fls_context_destroy(fls_context_t *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->engine == FLS_ENGINE_CUDA)
+        fls_cuda_context_fini(ctx);
+    free(ctx);
+}
+
+fls_engine fls_context_engine(const fls_context_t *ctx)
+{
+    return ctx ? ctx->engine : FLS_ENGINE_CPU;
+}
+
+int fls_context_threads(const fls_context_t *ctx)
+{
+    return ctx ? ctx->threads : 0;
+}
+
+fls_simd fls_context_simd(const fls_context_t *ctx)
+{
+    return ctx ? ctx->simd : FLS_SIMD_AUTO;
+}
+
+int fls_cuda_available(void)
+{
+    return fls_cuda_available_impl();
+}
+
+/* ---- validation ---- */
+
+static fls_status check_matrix(const fls_matrix *m)
+{
+    if (!m || !m->data)
+        return FLS_ERR_NULL;
+    size_t es = fls_dtype_size(m->dtype);
+    if (es == 0)
+        return FLS_ERR_DTYPE;
+    if (((uintptr_t)m->data) % es != 0)
+        return FLS_ERR_ALIGN;
+    if (m->rows <= 0 || m->cols <= 0)
+        return FLS_ERR_SIZE;
+    if (m->ld < m->cols)
+        return FLS_ERR_SHAPE;
+    /* the last element's byte offset must fit comfortably in int64 */
+    const int64_t lim = INT64_MAX / 16;
+    if (m->rows > lim / m->ld || (m->rows - 1) * m->ld + m->cols > lim / (int64_t)es)
+        return FLS_ERR_SIZE;
+    return FLS_OK;
+}
+
+static int ptr_aligned(const void *p, size_t a)
+{
+    return ((uintptr_t)p) % a == 0;
+}
+
+/* Validates params and outputs for a (B, V) request and resolves the rows.
+ * On success *rows_out is a malloc'ed array of B rows (caller frees). */
+static fls_status resolve_request(const fls_context_t *ctx, const fls_params *p, const fls_outputs *out,
+                                  int64_t B, int64_t V, fls_request *req, fls_row_params **rows_out)
+{
+    if (!p || !out || !out->tokens)
+        return FLS_ERR_NULL;
+    if (!ptr_aligned(out->tokens, sizeof(int64_t)) || (out->logsumexp && !ptr_aligned(out->logsumexp, 4)) ||
+        (out->logprobs && !ptr_aligned(out->logprobs, 4)))
+        return FLS_ERR_ALIGN;
+    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_UNFUSED_MULTINOMIAL)
+        return FLS_ERR_PARAM;
+    /* Reserved variants: not implemented yet, never silently ignored. */
+    if (p->top_k != 0 || p->top_p != 1.0f || p->min_p != 0.0f || p->without_replacement_k != 0) {
+        if (p->top_k < 0 || (p->top_k > V) || !(p->top_p >= 0.0f && p->top_p <= 1.0f) ||
+            !(p->min_p >= 0.0f && p->min_p <= 1.0f) || p->without_replacement_k < 0 ||
+            p->without_replacement_k > V)
+            return FLS_ERR_PARAM;
+        return FLS_ERR_UNSUPPORTED;
+    }
+    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX)
+        return FLS_ERR_SIZE;
+    if (V >= ((int64_t)1 << 33) - 1)
+        return FLS_ERR_SIZE;
+    if (B > INT64_MAX / 16 / p->draws)
+        return FLS_ERR_SIZE;
+    if (ctx->engine == FLS_ENGINE_CUDA) {
+        fls_status st = fls_cuda_check_device_pointer(out->tokens);
+        if (st == FLS_OK && out->logsumexp)
+            st = fls_cuda_check_device_pointer(out->logsumexp);
+        if (st == FLS_OK && out->logprobs)
+            st = fls_cuda_check_device_pointer(out->logprobs);
+        if (st != FLS_OK)
+            return st;
+    }
+    if (!p->temperature && !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
+        return FLS_ERR_TEMPERATURE;
+    if (p->temperature) {
+        for (int64_t b = 0; b < B; b++)
+            if (!(isfinite(p->temperature[b]) && p->temperature[b] >= 0.0f))
+                return FLS_ERR_TEMPERATURE;
+    }
+
+    fls_row_params *rows = malloc((size_t)B * sizeof *rows);
+    if (!rows)
+        return FLS_ERR_OUT_OF_MEMORY;
+    for (int64_t b = 0; b < B; b++) {
+        rows[b].temperature = p->temperature ? p->temperature[b] : p->temperature_value;
+        /* -0.0 is greedy too */
+        if (rows[b].temperature == 0.0f)
+            rows[b].temperature = 0.0f;
+        rows[b].pad_ = 0;
+        rows[b].seed = p->row_seeds ? p->row_seeds[b] : fls_row_seed(p->seed, (uint64_t)b);
+        rows[b].offset = p->row_offsets ? p->row_offsets[b] : p->offset;
+    }
+    req->rows = rows;
+    req->batch = B;
+    req->vocab = V;
+    req->draws = p->draws;
+    req->method = p->method;
+    *rows_out = rows;
+    return FLS_OK;
+}
+
+static fls_status check_inputs_memory(const fls_context_t *ctx, const fls_matrix *a, const fls_matrix *b)
+{
+    if (ctx->engine != FLS_ENGINE_CUDA)
+        return FLS_OK;
+    fls_status st = fls_cuda_check_device_pointer(a->data);
+    if (st == FLS_OK && b)
+        st = fls_cuda_check_device_pointer(b->data);
+    return st;
+}
+
+fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                            const fls_params *params, const fls_outputs *out)
+{
+    if (!ctx)
+        return FLS_ERR_NULL;
+    fls_status st = check_matrix(W);
+    if (st == FLS_OK)
+        st = check_matrix(H);
+    if (st != FLS_OK)
+        return st;
+    if (W->cols != H->cols)
+        return FLS_ERR_SHAPE;
+    if ((st = check_inputs_memory(ctx, W, H)) != FLS_OK)
+        return st;
+    fls_request req;
+    fls_row_params *rows = NULL;
+    st = resolve_request(ctx, params, out, H->rows, W->rows, &req, &rows);
+    if (st != FLS_OK)
+        return st;
+    if (ctx->engine == FLS_ENGINE_CUDA)
+        st = fls_cuda_sample_fused(ctx, W, H, &req, out);
+    else
+        st = fls_cpu_sample_fused(ctx, W, H, &req, out);
+    free(rows);
+    return st;
+}
+
+fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_params *params,
+                             const fls_outputs *out)
+{
+    if (!ctx)
+        return FLS_ERR_NULL;
+    fls_status st = check_matrix(L);
+    if (st != FLS_OK)
+        return st;
+    if (params && params->method != FLS_METHOD_FUSED && params->method != FLS_METHOD_UNFUSED_GUMBEL &&
+        params->method != FLS_METHOD_UNFUSED_MULTINOMIAL)
+        return FLS_ERR_PARAM;
+    if ((st = check_inputs_memory(ctx, L, NULL)) != FLS_OK)
+        return st;
+    fls_request req;
+    fls_row_params *rows = NULL;
+    st = resolve_request(ctx, params, out, L->rows, L->cols, &req, &rows);
+    if (st != FLS_OK)
+        return st;
+    if (ctx->engine == FLS_ENGINE_CUDA)
+        st = fls_cuda_sample_logits(ctx, L, &req, out);
+    else
+        st = fls_cpu_sample_logits(ctx, L, &req, out);
+    free(rows);
+    return st;
+}

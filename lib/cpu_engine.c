@@ -1,0 +1,630 @@
+/*
+ * cpu_engine.c — the CPU tile-streaming sampler (the reference engine and the
+ * embedded default), its from-logits twin and the unfused baselines.
+ *
+ * Fused path: W (V, D) is streamed in tiles of tile_v rows. For a tile, the
+ * tile_v x B logits are computed into a small thread-local buffer (L1/L2),
+ * divided by each row's temperature, the contract's noise is added, and one
+ * (key, index) per row and draw survives. Threads take tiles from a shared
+ * counter; per-thread winners merge at the end by (larger key, then lower
+ * index), so the token never depends on tiling, thread count or order.
+ * B x V is never allocated on this path.
+ *
+ * Napkin math (D = 4096, V = 151936, bf16 W): 1.24 GB of W read once; B = 1
+ * does 0.62 GFMA, far under what 2 AVX2 cores do in the ~60-90 ms the read
+ * takes, so B <= 4 is bound by memory bandwidth; B = 16 does 10 GFMA and is
+ * bound by the FMA units (~120 ms on 2 cores).
+ */
+#include "internal.h"
+#include "cpu_kernels.h"
+#include "fls_noise.h"
+#include "temperature.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(FLS_X86_SIMD)
+#include <cpuid.h>
+#endif
+
+/* ---- SIMD dispatch ---- */
+
+#if defined(FLS_X86_SIMD)
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+int fls_cpu_simd_supported(fls_simd simd)
+{
+    switch (simd) {
+    case FLS_SIMD_AUTO:
+    case FLS_SIMD_PORTABLE:
+        return 1;
+    case FLS_SIMD_AVX2:
+    case FLS_SIMD_AVX512: {
+#if defined(FLS_X86_SIMD)
+        unsigned a, b, c, d;
+        if (!__get_cpuid(1, &a, &b, &c, &d))
+            return 0;
+        int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+        if (!osxsave || !fma || !f16c)
+            return 0;
+        uint64_t xcr0 = xgetbv0();
+        if ((xcr0 & 0x6) != 0x6)
+            return 0;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+            return 0;
+        int avx2 = (b >> 5) & 1;
+        if (simd == FLS_SIMD_AVX2)
+            return avx2;
+        int avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
+        return avx2 && avx512f && avx512bw && avx512vl && (xcr0 & 0xe6) == 0xe6;
+#else
+        return 0;
+#endif
+    }
+    }
+    return 0;
+}
+
+fls_simd fls_cpu_best_simd(void)
+{
+    if (fls_cpu_simd_supported(FLS_SIMD_AVX512))
+        return FLS_SIMD_AVX512;
+    if (fls_cpu_simd_supported(FLS_SIMD_AVX2))
+        return FLS_SIMD_AVX2;
+    return FLS_SIMD_PORTABLE;
+}
+
+static void select_kernels(fls_simd simd, fls_cpu_kernels *k)
+{
+    fls_cpu_kernels_portable(k);
+#if defined(FLS_X86_SIMD)
+    if (simd == FLS_SIMD_AVX2)
+        fls_cpu_kernels_avx2(k);
+    else if (simd == FLS_SIMD_AVX512)
+        fls_cpu_kernels_avx512(k);
+#else
+    (void)simd;
+#endif
+}
+
+/* ---- a tiny parallel-for ---- */
+
+typedef void (*worker_fn)(void *arg, int thread);
+
+typedef struct worker_launch {
+    worker_fn fn;
+    void *arg;
+    int thread;
+} worker_launch;
+
+static void *worker_main(void *p)
+{
+    worker_launch *w = p;
+    w->fn(w->arg, w->thread);
+    return NULL;
+}
+
+/* Runs fn(arg, t) for t in [0, n) on n threads (the caller is thread 0). */
+static fls_status run_threads(int n, worker_fn fn, void *arg)
+{
+    if (n <= 1) {
+        fn(arg, 0);
+        return FLS_OK;
+    }
+    pthread_t *tid = calloc((size_t)n, sizeof *tid);
+    worker_launch *wl = calloc((size_t)n, sizeof *wl);
+    if (!tid || !wl) {
+        free(tid);
+        free(wl);
+        return FLS_ERR_OUT_OF_MEMORY;
+    }
+    int started = 1;
+    for (int t = 1; t < n; t++) {
+        wl[t] = (worker_launch){fn, arg, t};
+        if (pthread_create(&tid[t], NULL, worker_main, &wl[t]) != 0)
+            break; /* run the rest on the threads we have */
+        started++;
+    }
+    /* Threads that could not start: their share is done by thread 0 below,
+     * since workers take tiles from a shared counter until none is left. */
+    fn(arg, 0);
+    for (int t = 1; t < started; t++)
+        pthread_join(tid[t], NULL);
+    free(tid);
+    free(wl);
+    return FLS_OK;
+}
+
+/* ---- the tile engine ---- */
+
+typedef struct winner {
+    float key;    /* tempered logit + noise (or the logit itself when greedy) */
+    float scaled; /* tempered logit of the winner, for its log-probability */
+    int64_t idx;  /* -1 = nothing finite seen yet */
+} winner;
+
+typedef struct lse_acc {
+    double m; /* running max of tempered logits (-inf = none) */
+    double s; /* sum of exp(x - m) */
+} lse_acc;
+
+typedef struct thread_state {
+    winner *best; /* B x draws */
+    lse_acc *lse; /* B */
+    float *ltile; /* B x tile_v logits */
+    float *wbuf;  /* tile_v x Dp converted W rows (fused, B > 3) */
+    float *g;     /* tile_v noise */
+    int bad_nan;
+    int bad_temp;
+} thread_state;
+
+enum { SRC_FUSED, SRC_LOGITS };
+
+typedef struct tile_job {
+    fls_cpu_kernels k;
+    const fls_request *req;
+    int src;
+    const fls_matrix *W;
+    const float *Hf; /* B x Dp f32, zero padded */
+    int64_t D, Dp;
+    const fls_matrix *L;
+    float *store;    /* non-NULL: only materialize logits into this (B, V) buffer */
+    int64_t tile_v, ntiles, dchunks, dchunk;
+    int want_lse;
+    atomic_llong next;
+    thread_state *ts;
+} tile_job;
+
+static int beats(float key, int64_t idx, const winner *w)
+{
+    return w->idx < 0 || key > w->key || (key == w->key && idx < w->idx);
+}
+
+static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
+{
+    const int64_t B = j->req->batch;
+    if (j->src == SRC_FUSED) {
+        const fls_matrix *W = j->W;
+        const size_t es = fls_dtype_size(W->dtype);
+        const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
+        if (B <= 3) {
+            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv);
+        } else {
+            for (int64_t i = 0; i < nv; i++)
+                fls_convert_row(w0 + (size_t)(i * W->ld) * es, W->dtype, j->D, s->wbuf + i * j->Dp, j->Dp);
+            j->k.dot_f32(s->wbuf, nv, j->Hf, B, j->Dp, s->ltile, nv);
+        }
+    } else {
+        const fls_matrix *L = j->L;
+        const size_t es = fls_dtype_size(L->dtype);
+        for (int64_t b = 0; b < B; b++)
+            fls_convert_row((const char *)L->data + (size_t)(b * L->ld + v0) * es, L->dtype, nv,
+                            s->ltile + b * nv, nv);
+    }
+}
+
+/* Samples one row of one tile: x holds the nv logits of row b, v0 the
+ * global index of x[0]. Draws [d0, d1) of the row. */
+static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_t v0, int64_t nv, int64_t d0,
+                       int64_t d1, int lse)
+{
+    const fls_row_params *rp = &j->req->rows[b];
+    const float T = rp->temperature;
+    for (int64_t i = 0; i < nv; i++) {
+        float l = x[i];
+        if (l != l || l == INFINITY)
+            s->bad_nan = 1;
+        float t = fls_temper(l, T);
+        if (!isfinite(t) && isfinite(l))
+            s->bad_temp = 1;
+        x[i] = t;
+    }
+    if (lse) {
+        float m = -INFINITY;
+        for (int64_t i = 0; i < nv; i++)
+            m = x[i] > m ? x[i] : m;
+        if (m > -INFINITY) {
+            lse_acc *a = &s->lse[b];
+            double sum = 0.0;
+            for (int64_t i = 0; i < nv; i++)
+                sum += exp((double)x[i] - (double)m);
+            if (m > a->m) {
+                a->s = a->s * exp(a->m - (double)m) + sum;
+                a->m = m;
+            } else {
+                a->s += sum * exp((double)m - a->m);
+            }
+        }
+    }
+    winner *best = s->best + b * j->req->draws;
+    if (T == 0.0f) { /* greedy: every draw is the argmax */
+        int64_t bi = -1;
+        float bk = -INFINITY;
+        for (int64_t i = 0; i < nv; i++)
+            if (x[i] > bk) {
+                bk = x[i];
+                bi = i;
+            }
+        if (bi >= 0)
+            for (int64_t d = d0; d < d1; d++)
+                if (beats(bk, v0 + bi, &best[d]))
+                    best[d] = (winner){bk, bk, v0 + bi};
+        return;
+    }
+    for (int64_t d = d0; d < d1; d++) {
+        j->k.gumbel(rp->seed, rp->offset, (uint32_t)d, (uint64_t)v0, nv, s->g);
+        int64_t bi = -1;
+        float bk = -INFINITY;
+        for (int64_t i = 0; i < nv; i++) {
+            float key = fls_gumbel_key(x[i], s->g[i]);
+            if (key > bk) { /* strict: the lowest index wins ties inside the tile */
+                bk = key;
+                bi = i;
+            }
+        }
+        if (bi >= 0 && beats(bk, v0 + bi, &best[d]))
+            best[d] = (winner){bk, x[bi], v0 + bi};
+    }
+}
+
+static void tile_worker(void *arg, int thread)
+{
+    tile_job *j = arg;
+    thread_state *s = &j->ts[thread];
+    const int64_t B = j->req->batch, V = j->req->vocab, draws = j->req->draws;
+    const long long items = (long long)(j->ntiles * j->dchunks);
+    for (;;) {
+        long long it = atomic_fetch_add(&j->next, 1);
+        if (it >= items)
+            break;
+        int64_t tile = it / j->dchunks, dc = it % j->dchunks;
+        int64_t v0 = tile * j->tile_v;
+        int64_t nv = V - v0 < j->tile_v ? V - v0 : j->tile_v;
+        produce_tile(j, s, v0, nv);
+        if (j->store) {
+            for (int64_t b = 0; b < B; b++)
+                memcpy(j->store + b * V + v0, s->ltile + b * nv, (size_t)nv * sizeof(float));
+            continue;
+        }
+        int64_t d0 = dc * j->dchunk, d1 = d0 + j->dchunk < draws ? d0 + j->dchunk : draws;
+        for (int64_t b = 0; b < B; b++)
+            sample_row(j, s, b, s->ltile + b * nv, v0, nv, d0, d1, j->want_lse && dc == 0);
+    }
+}
+
+static void free_states(thread_state *ts, int n)
+{
+    if (!ts)
+        return;
+    for (int t = 0; t < n; t++) {
+        free(ts[t].best);
+        free(ts[t].lse);
+        free(ts[t].ltile);
+        free(ts[t].wbuf);
+        free(ts[t].g);
+    }
+    free(ts);
+}
+
+static int64_t choose_tile(const fls_context_t *ctx, int src, int64_t Dp, int64_t V)
+{
+    int64_t t = ctx->config.tile_v;
+    if (t <= 0) {
+        /* fused: a tile of converted W rows of ~128 KiB stays in L2;
+         * from-logits: 2048 logits per row */
+        t = src == SRC_FUSED ? (128 * 1024) / (Dp * 4) : 2048;
+        if (t < 8)
+            t = 8;
+        if (t > 1024)
+            t = 1024;
+    }
+    t += t & 1; /* even: a tile never splits a Philox block */
+    return t > V + (V & 1) ? V + (V & 1) : t;
+}
+
+/* Runs the tile engine. With store != NULL it only materializes logits. */
+static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_outputs *out)
+{
+    const int64_t B = j->req->batch, V = j->req->vocab, draws = j->req->draws;
+    j->ntiles = (V + j->tile_v - 1) / j->tile_v;
+    int threads = ctx->threads;
+    j->dchunks = 1;
+    j->dchunk = draws;
+    if (!j->store && j->src == SRC_LOGITS && j->ntiles < 2 * threads && draws > 1) {
+        /* few tiles, many draws: split draws too so every thread has work */
+        int64_t want = (2 * threads + j->ntiles - 1) / j->ntiles;
+        j->dchunks = want < draws ? want : draws;
+        j->dchunk = (draws + j->dchunks - 1) / j->dchunks;
+        j->dchunks = (draws + j->dchunk - 1) / j->dchunk;
+    }
+    if (threads > j->ntiles * j->dchunks)
+        threads = (int)(j->ntiles * j->dchunks);
+    atomic_init(&j->next, 0);
+
+    thread_state *ts = calloc((size_t)threads, sizeof *ts);
+    if (!ts)
+        return FLS_ERR_OUT_OF_MEMORY;
+    int need_wbuf = j->src == SRC_FUSED && B > 3;
+    for (int t = 0; t < threads; t++) {
+        thread_state *s = &ts[t];
+        s->ltile = malloc((size_t)(B * j->tile_v) * sizeof(float));
+        s->g = malloc((size_t)j->tile_v * sizeof(float));
+        s->wbuf = need_wbuf ? malloc((size_t)(j->tile_v * j->Dp) * sizeof(float)) : NULL;
+        if (!j->store) {
+            s->best = malloc((size_t)(B * draws) * sizeof(winner));
+            s->lse = malloc((size_t)B * sizeof(lse_acc));
+        }
+        if (!s->ltile || !s->g || (need_wbuf && !s->wbuf) || (!j->store && (!s->best || !s->lse))) {
+            free_states(ts, threads);
+            return FLS_ERR_OUT_OF_MEMORY;
+        }
+        if (!j->store) {
+            for (int64_t i = 0; i < B * draws; i++)
+                s->best[i] = (winner){-INFINITY, -INFINITY, -1};
+            for (int64_t b = 0; b < B; b++)
+                s->lse[b] = (lse_acc){-INFINITY, 0.0};
+        }
+    }
+    j->ts = ts;
+    fls_status st = run_threads(threads, tile_worker, j);
+    if (st != FLS_OK || j->store) {
+        free_states(ts, threads);
+        return st;
+    }
+
+    /* merge, check, and only then write the outputs */
+    for (int t = 0; t < threads && st == FLS_OK; t++) {
+        if (ts[t].bad_nan)
+            st = FLS_ERR_NAN;
+        else if (ts[t].bad_temp)
+            st = FLS_ERR_TEMPERATURE;
+    }
+    for (int t = 1; t < threads && st == FLS_OK; t++) {
+        for (int64_t i = 0; i < B * draws; i++) {
+            const winner *w = &ts[t].best[i];
+            if (w->idx >= 0 && beats(w->key, w->idx, &ts[0].best[i]))
+                ts[0].best[i] = *w;
+        }
+        for (int64_t b = 0; b < B; b++) {
+            lse_acc *a = &ts[0].lse[b];
+            const lse_acc *o = &ts[t].lse[b];
+            if (o->m == -INFINITY)
+                continue;
+            if (o->m > a->m) {
+                a->s = a->s * exp(a->m - o->m) + o->s;
+                a->m = o->m;
+            } else {
+                a->s += o->s * exp(o->m - a->m);
+            }
+        }
+    }
+    for (int64_t i = 0; i < B * draws && st == FLS_OK; i++)
+        if (ts[0].best[i].idx < 0)
+            st = FLS_ERR_ALL_MASKED;
+    if (st == FLS_OK) {
+        for (int64_t b = 0; b < B; b++) {
+            const float T = j->req->rows[b].temperature;
+            const lse_acc *a = &ts[0].lse[b];
+            double lse = T == 0.0f ? a->m : a->m + log(a->s);
+            if (out->logsumexp)
+                out->logsumexp[b] = (float)lse;
+            for (int64_t d = 0; d < draws; d++) {
+                const winner *w = &ts[0].best[b * draws + d];
+                out->tokens[b * draws + d] = w->idx;
+                if (out->logprobs)
+                    out->logprobs[b * draws + d] = T == 0.0f ? 0.0f : (float)((double)w->scaled - lse);
+            }
+        }
+    }
+    free_states(ts, threads);
+    return st;
+}
+
+/* H (B, D) in any dtype -> f32 (B, Dp), zero padded to a multiple of 16. */
+static float *convert_hidden(const fls_matrix *H, int64_t Dp)
+{
+    float *hf = malloc((size_t)(H->rows * Dp) * sizeof(float));
+    if (!hf)
+        return NULL;
+    const size_t es = fls_dtype_size(H->dtype);
+    for (int64_t b = 0; b < H->rows; b++)
+        fls_convert_row((const char *)H->data + (size_t)(b * H->ld) * es, H->dtype, H->cols, hf + b * Dp, Dp);
+    return hf;
+}
+
+static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                              const fls_outputs *out);
+
+fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                const fls_request *req, const fls_outputs *out)
+{
+    const int64_t D = W->cols, Dp = (D + FLS_LANES - 1) / FLS_LANES * FLS_LANES;
+    const int64_t B = req->batch, V = req->vocab;
+    float *hf = convert_hidden(H, Dp);
+    if (!hf)
+        return FLS_ERR_OUT_OF_MEMORY;
+    tile_job j;
+    memset(&j, 0, sizeof j);
+    select_kernels(ctx->simd, &j.k);
+    j.req = req;
+    j.src = SRC_FUSED;
+    j.W = W;
+    j.Hf = hf;
+    j.D = D;
+    j.Dp = Dp;
+    j.tile_v = choose_tile(ctx, SRC_FUSED, Dp, V);
+    j.want_lse = out->logsumexp || out->logprobs;
+
+    fls_status st;
+    if (req->method == FLS_METHOD_FUSED) {
+        st = run_tiles(ctx, &j, out);
+    } else {
+        /* unfused baselines: materialize B x V fp32 logits first */
+        float *logits = malloc((size_t)(B * V) * sizeof(float));
+        if (!logits) {
+            free(hf);
+            return FLS_ERR_OUT_OF_MEMORY;
+        }
+        j.store = logits;
+        st = run_tiles(ctx, &j, out);
+        fls_matrix L = {logits, FLS_DTYPE_F32, B, V, V};
+        if (st == FLS_OK)
+            st = fls_cpu_sample_logits(ctx, &L, req, out);
+        free(logits);
+    }
+    free(hf);
+    return st;
+}
+
+fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                                 const fls_outputs *out)
+{
+    if (req->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
+        return multinomial(ctx, L, req, out);
+    tile_job j;
+    memset(&j, 0, sizeof j);
+    select_kernels(ctx->simd, &j.k);
+    j.req = req;
+    j.src = SRC_LOGITS;
+    j.L = L;
+    j.tile_v = choose_tile(ctx, SRC_LOGITS, 0, req->vocab);
+    j.want_lse = out->logsumexp || out->logprobs;
+    return run_tiles(ctx, &j, out);
+}
+
+/* ---- the unfused multinomial baseline: softmax, then inverse CDF ---- */
+
+typedef struct mn_job {
+    const fls_matrix *L;
+    const fls_request *req;
+    const fls_outputs *out;
+    atomic_llong next;
+    atomic_int status;
+    int64_t *tokens; /* staging, B x draws */
+    float *lse;      /* staging, B */
+    float *lp;       /* staging, B x draws */
+} mn_job;
+
+static void multinomial_worker(void *arg, int thread)
+{
+    (void)thread;
+    mn_job *j = arg;
+    const int64_t V = j->req->vocab, draws = j->req->draws;
+    const size_t es = fls_dtype_size(j->L->dtype);
+    double *p = malloc((size_t)V * sizeof(double));
+    float *x = malloc((size_t)V * sizeof(float));
+    if (!p || !x) {
+        atomic_store(&j->status, FLS_ERR_OUT_OF_MEMORY);
+        free(p);
+        free(x);
+        return;
+    }
+    for (;;) {
+        long long b = atomic_fetch_add(&j->next, 1);
+        if (b >= j->req->batch)
+            break;
+        const fls_row_params *rp = &j->req->rows[b];
+        fls_convert_row((const char *)j->L->data + (size_t)(b * j->L->ld) * es, j->L->dtype, V, x, V);
+        double m = -INFINITY;
+        int64_t amax = -1;
+        for (int64_t v = 0; v < V; v++) {
+            if (x[v] != x[v] || x[v] == INFINITY) {
+                atomic_store(&j->status, FLS_ERR_NAN);
+                goto done;
+            }
+            float t = fls_temper(x[v], rp->temperature);
+            if (!isfinite(t) && isfinite(x[v])) {
+                atomic_store(&j->status, FLS_ERR_TEMPERATURE);
+                goto done;
+            }
+            x[v] = t;
+            if (t > m) {
+                m = t;
+                amax = v;
+            }
+        }
+        if (amax < 0) {
+            atomic_store(&j->status, FLS_ERR_ALL_MASKED);
+            goto done;
+        }
+        if (rp->temperature == 0.0f) {
+            j->lse[b] = (float)m;
+            for (int64_t d = 0; d < draws; d++) {
+                j->tokens[b * draws + d] = amax;
+                j->lp[b * draws + d] = 0.0f;
+            }
+            continue;
+        }
+        double s = 0.0;
+        for (int64_t v = 0; v < V; v++)
+            s += (p[v] = exp((double)x[v] - m));
+        double lse = m + log(s);
+        j->lse[b] = (float)lse;
+        for (int64_t d = 0; d < draws; d++) {
+            double u = fls_uniform_from_bits(fls_noise_bits(rp->seed, rp->offset, (uint32_t)d,
+                                                            FLS_MULTINOMIAL_TOKEN)) * s;
+            double c = 0.0;
+            int64_t tok = -1;
+            for (int64_t v = 0; v < V; v++) {
+                if (p[v] == 0.0)
+                    continue;
+                c += p[v];
+                tok = v;
+                if (u < c)
+                    break;
+            }
+            /* rounding can leave u >= c at the end: tok is then the last
+             * token with positive probability, never a masked one */
+            j->tokens[b * draws + d] = tok;
+            j->lp[b * draws + d] = (float)((double)x[tok] - lse);
+        }
+    }
+done:
+    free(p);
+    free(x);
+}
+
+static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                              const fls_outputs *out)
+{
+    const int64_t B = req->batch, draws = req->draws;
+    mn_job j;
+    memset(&j, 0, sizeof j);
+    j.L = L;
+    j.req = req;
+    j.out = out;
+    atomic_init(&j.next, 0);
+    atomic_init(&j.status, FLS_OK);
+    j.tokens = malloc((size_t)(B * draws) * sizeof(int64_t));
+    j.lse = malloc((size_t)B * sizeof(float));
+    j.lp = malloc((size_t)(B * draws) * sizeof(float));
+    fls_status st = FLS_OK;
+    if (!j.tokens || !j.lse || !j.lp)
+        st = FLS_ERR_OUT_OF_MEMORY;
+    if (st == FLS_OK) {
+        int threads = ctx->threads < B ? ctx->threads : (int)B;
+        st = run_threads(threads, multinomial_worker, &j);
+        if (st == FLS_OK)
+            st = (fls_status)atomic_load(&j.status);
+    }
+    if (st == FLS_OK) {
+        memcpy(out->tokens, j.tokens, (size_t)(B * draws) * sizeof(int64_t));
+        if (out->logsumexp)
+            memcpy(out->logsumexp, j.lse, (size_t)B * sizeof(float));
+        if (out->logprobs)
+            memcpy(out->logprobs, j.lp, (size_t)(B * draws) * sizeof(float));
+    }
+    free(j.tokens);
+    free(j.lse);
+    free(j.lp);
+    return st;
+}

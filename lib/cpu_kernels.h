@@ -1,0 +1,56 @@
+/*
+ * cpu_kernels.h — the CPU engine's per-SIMD-path kernels.
+ *
+ * One accumulation order for every path, so logits (and therefore tokens)
+ * are bit-identical whichever path runs: a dot product over D uses 16 lanes,
+ * lane j accumulating the terms d = j (mod 16) with fma, in increasing d;
+ * terms past D count as fma(0, 0, acc) = acc. The lanes are then reduced by
+ * the fixed tree s[j] = a[j] + a[j+8] (j < 8), t[j] = s[j] + s[j+4] (j < 4),
+ * u[j] = t[j] + t[j+2] (j < 2), result u[0] + u[1]. AVX2 holds the 16 lanes
+ * in two 8-lane registers, AVX-512 in one, portable C in an array.
+ * AVX-512 BF16's vdpbf16ps is deliberately not used: it does not round like
+ * an fma per term, so it would break that identity.
+ */
+#ifndef FLS_CPU_KERNELS_H
+#define FLS_CPU_KERNELS_H
+
+#include "flashsample.h"
+
+#include <stdint.h>
+
+#define FLS_LANES 16
+
+typedef struct fls_cpu_kernels {
+    /* out[b * ldo + i] = dot(W row i, H row b) for i < nv, b < B.
+     * W rows are in their dtype (row stride ldw elements, D columns);
+     * H rows are f32, zero padded to Dp = round_up(D, 16), stride Dp. */
+    void (*dot_direct)(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
+                       int64_t B, int64_t Dp, float *out, int64_t ldo);
+    /* The same for f32 W rows already zero padded to Dp (stride Dp). */
+    void (*dot_f32)(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
+                    int64_t ldo);
+    /* g[i] = fls_gumbel(seed, offset, draw, v0 + i) for i < n. */
+    void (*gumbel)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
+} fls_cpu_kernels;
+
+/* n elements of dtype -> f32 (exact), then zeros up to n_pad. */
+void fls_convert_row(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad);
+
+void fls_cpu_kernels_portable(fls_cpu_kernels *k);
+void fls_cpu_kernels_avx2(fls_cpu_kernels *k);
+void fls_cpu_kernels_avx512(fls_cpu_kernels *k);
+
+/* The canonical lane reduction (see above), shared by every path. */
+static inline float fls_reduce16(const float a[FLS_LANES])
+{
+    float s[8], t[4], u[2];
+    for (int j = 0; j < 8; j++)
+        s[j] = a[j] + a[j + 8];
+    for (int j = 0; j < 4; j++)
+        t[j] = s[j] + s[j + 4];
+    for (int j = 0; j < 2; j++)
+        u[j] = t[j] + t[j + 2];
+    return u[0] + u[1];
+}
+
+#endif

@@ -1,0 +1,206 @@
+/*
+ * flashsample.h — exact Gumbel-max sampling fused into the LM-head matmul.
+ *
+ * The whole flow:
+ *
+ *     fls_context_config cfg;
+ *     fls_context_config_default(&cfg);          // CPU engine, all cores
+ *     fls_context_t *ctx;
+ *     if (fls_context_create(&ctx, &cfg) != FLS_OK) ...;
+ *
+ *     fls_matrix W = {w, FLS_DTYPE_BF16, V, D, D};   // (V, D), row stride D
+ *     fls_matrix H = {h, FLS_DTYPE_F32, B, D, D};    // (B, D)
+ *     fls_params p;
+ *     fls_params_default(&p);                    // T = 1, seed 0, 1 draw
+ *     p.temperature_value = 0.7f;
+ *     p.seed = 1234;                             // or p.row_seeds = seeds (B)
+ *     int64_t tokens[B];
+ *     fls_outputs out = {tokens, NULL, NULL};
+ *     fls_status st = fls_sample_fused(ctx, &W, &H, &p, &out);
+ *     if (st != FLS_OK) fprintf(stderr, "%s\n", fls_status_string(st));
+ *     fls_context_destroy(ctx);
+ *
+ * Row b samples token v with probability softmax(l_b / T_b)_v, where
+ * l_b = W h_b is accumulated in fp32, by Gumbel-max: argmax_v l_bv/T_b + G_bv.
+ * The noise G is fixed by docs/NOISE.md: a pure function of (row seed, row
+ * offset, draw index, token index), so every engine, tiling, thread count and
+ * batch position gives the same token. Logits never reach memory on the fused
+ * path. Every function returns an fls_status; on error no output is written.
+ */
+#ifndef FLASHSAMPLE_H
+#define FLASHSAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FLS_BUILDING_LIBRARY) && defined(__GNUC__)
+#define FLS_API __attribute__((visibility("default")))
+#else
+#define FLS_API
+#endif
+
+#define FLS_VERSION_MAJOR 0
+#define FLS_VERSION_MINOR 1
+#define FLS_VERSION_PATCH 0
+
+/* Status codes: 0 is success, negative values are errors. */
+typedef enum fls_status {
+    FLS_OK = 0,
+    FLS_ERR_NULL = -1,          /* a required pointer is NULL */
+    FLS_ERR_ALIGN = -2,         /* a pointer is misaligned for its dtype */
+    FLS_ERR_SIZE = -3,          /* a size is zero, negative or overflows */
+    FLS_ERR_SHAPE = -4,         /* shapes or strides do not match */
+    FLS_ERR_DTYPE = -5,         /* unsupported dtype */
+    FLS_ERR_TEMPERATURE = -6,   /* temperature negative, NaN or infinite */
+    FLS_ERR_NAN = -7,           /* NaN in an input or in a computed logit */
+    FLS_ERR_ALL_MASKED = -8,    /* a row whose every logit is -inf */
+    FLS_ERR_PARAM = -9,         /* a parameter out of range (top-k > V, p outside [0,1], ...) */
+    FLS_ERR_POINTER = -10,      /* host pointer where device memory is expected, or the reverse */
+    FLS_ERR_UNSUPPORTED = -11,  /* valid request this build or engine does not implement yet */
+    FLS_ERR_NO_DEVICE = -12,    /* the CUDA engine was asked for and no usable GPU is present */
+    FLS_ERR_OUT_OF_MEMORY = -13,
+    FLS_ERR_CUDA = -14,         /* a CUDA, cuBLAS or cuRAND call failed */
+    FLS_ERR_IO = -15,           /* a file could not be read or written */
+    FLS_ERR_FORMAT = -16,       /* a malformed file */
+    FLS_ERR_INTERNAL = -17
+} fls_status;
+
+/* A static, human-readable string for every status (also unknown ones). */
+FLS_API const char *fls_status_string(fls_status status);
+
+typedef enum fls_dtype {
+    FLS_DTYPE_F32 = 0,
+    FLS_DTYPE_F16 = 1,
+    FLS_DTYPE_BF16 = 2
+} fls_dtype;
+
+/* Bytes of one element of dtype, 0 for an unknown dtype. */
+FLS_API size_t fls_dtype_size(fls_dtype dtype);
+FLS_API const char *fls_dtype_name(fls_dtype dtype);
+
+typedef enum fls_engine {
+    FLS_ENGINE_CPU = 0,  /* always built; the reference and embedded default */
+    FLS_ENGINE_CUDA = 1  /* built when nvcc was found; pointers are device memory */
+} fls_engine;
+
+/* CPU SIMD path. AUTO picks the best the processor has; forcing a path the
+ * processor lacks is FLS_ERR_UNSUPPORTED at context creation. All paths give
+ * bit-identical logits and tokens (they share one accumulation order). */
+typedef enum fls_simd {
+    FLS_SIMD_AUTO = 0,
+    FLS_SIMD_PORTABLE = 1,
+    FLS_SIMD_AVX2 = 2,   /* AVX2 + FMA + F16C */
+    FLS_SIMD_AVX512 = 3  /* AVX-512F/BW/VL (+ BF16 where present) */
+} fls_simd;
+
+/* Which algorithm computes the tokens. FUSED is the product; the others are
+ * the unfused baselines of the paper's comparisons, in every engine. */
+typedef enum fls_method {
+    FLS_METHOD_FUSED = 0,               /* tile-streaming Gumbel-max, logits stay on chip */
+    FLS_METHOD_UNFUSED_GUMBEL = 1,      /* materialize B x V logits, then Gumbel argmax (same tokens as FUSED) */
+    FLS_METHOD_UNFUSED_MULTINOMIAL = 2  /* materialize logits, softmax, inverse-CDF multinomial */
+} fls_method;
+
+typedef struct fls_context fls_context_t; /* opaque */
+
+typedef struct fls_context_config {
+    fls_engine engine;       /* default FLS_ENGINE_CPU */
+    int threads;             /* CPU threads; 0 = one per online core */
+    fls_simd simd;           /* CPU SIMD path; default AUTO */
+    int64_t tile_v;          /* vocabulary rows per tile; 0 = engine's choice. Never changes tokens. */
+    int device;              /* CUDA device ordinal */
+    void *stream;            /* cudaStream_t for the CUDA engine; NULL = default stream */
+    size_t workspace_bytes;  /* 0 = the engine sizes its workspace itself */
+} fls_context_config;
+
+FLS_API void fls_context_config_default(fls_context_config *config);
+FLS_API fls_status fls_context_create(fls_context_t **ctx, const fls_context_config *config);
+FLS_API void fls_context_destroy(fls_context_t *ctx); /* NULL is fine */
+/* Engine, threads and SIMD path actually in use (after AUTO is resolved). */
+FLS_API fls_engine fls_context_engine(const fls_context_t *ctx);
+FLS_API int fls_context_threads(const fls_context_t *ctx);
+FLS_API fls_simd fls_context_simd(const fls_context_t *ctx);
+FLS_API const char *fls_simd_name(fls_simd simd);
+/* Whether this build has the CUDA engine and a usable GPU is present. */
+FLS_API int fls_cuda_available(void);
+
+/* A row-major matrix view: element (i, j) is at data + (i * ld + j) * size(dtype).
+ * ld >= cols. data must be aligned to the dtype's size. */
+typedef struct fls_matrix {
+    const void *data;
+    fls_dtype dtype;
+    int64_t rows;
+    int64_t cols;
+    int64_t ld;
+} fls_matrix;
+
+/* Sampling parameters. Fill with fls_params_default, then set what you need.
+ * Reserved fields must stay at their defaults until implemented: a
+ * non-default value returns FLS_ERR_UNSUPPORTED, never a silent default. */
+typedef struct fls_params {
+    fls_method method;            /* default FLS_METHOD_FUSED */
+    /* Temperature per row: temperature[b] if the array is given (B entries),
+     * else temperature_value for every row. T = 0 is greedy (exact argmax,
+     * lowest index on ties). T < 0, NaN or inf is FLS_ERR_TEMPERATURE. */
+    const float *temperature;
+    float temperature_value;      /* default 1 */
+    /* Seeds: row_seeds[b] if given (B entries), else fls_row_seed(seed, b). */
+    const uint64_t *row_seeds;
+    uint64_t seed;                /* default 0 */
+    /* Offsets (the decode step): row_offsets[b] if given, else offset. */
+    const uint64_t *row_offsets;
+    uint64_t offset;              /* default 0 */
+    /* Independent draws per row, sharing one pass over W: draw index 0..draws-1. */
+    int64_t draws;                /* default 1; 1 <= draws < 2^32 */
+    /* Reserved for later variants (see DESIGN.md); defaults mean "off". */
+    int64_t top_k;                /* 0 = off */
+    float top_p;                  /* 1 = off */
+    float min_p;                  /* 0 = off */
+    int64_t without_replacement_k;/* 0 = off */
+} fls_params;
+
+FLS_API void fls_params_default(fls_params *params);
+
+/* The row seed used when params.row_seeds is NULL (docs/NOISE.md). */
+FLS_API uint64_t fls_row_seed(uint64_t seed, uint64_t row);
+
+/* Outputs. tokens is required: int64 (B, draws), row-major. The others are
+ * optional (NULL = not computed), computed in the same pass:
+ *   logsumexp (B): log sum_v exp(l_bv / T_b) of the tempered logits
+ *                  (for T = 0: max_v l_bv, the limit of T log-sum-exp);
+ *   logprobs (B, draws): log-probability of each sampled token under the
+ *                  rule, l_b,tok / T_b - logsumexp_b (0 for T = 0).
+ * For the CUDA engine these are device pointers. */
+typedef struct fls_outputs {
+    int64_t *tokens;
+    float *logsumexp;
+    float *logprobs;
+} fls_outputs;
+
+/* Fused LM-head + sampling. W is (V, D), H is (B, D): W.cols == H.cols == D.
+ * V < 2^33. Any dtype for W and H (they need not match); fp32 accumulation.
+ * A NaN logit is FLS_ERR_NAN (nothing written). */
+FLS_API fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                    const fls_params *params, const fls_outputs *out);
+
+/* Sampling from materialized logits L (B, V), with the same noise: gives the
+ * fused path's token whenever the logits are the same floats. -inf masks a
+ * token; NaN is FLS_ERR_NAN; a row of all -inf is FLS_ERR_ALL_MASKED. */
+FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_params *params,
+                                     const fls_outputs *out);
+
+/* bf16/f16 <-> f32 helpers (round to nearest even; NaN stays NaN). */
+FLS_API float fls_bf16_to_f32(uint16_t x);
+FLS_API uint16_t fls_f32_to_bf16(float x);
+FLS_API float fls_f16_to_f32(uint16_t x);
+FLS_API uint16_t fls_f32_to_f16(float x);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHSAMPLE_H */

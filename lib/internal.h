@@ -1,0 +1,74 @@
+/*
+ * internal.h — what the front end (lib/api.c) and the engines share.
+ * Not installed. The front end validates every argument and resolves the
+ * per-row parameters; engines receive only valid, resolved requests.
+ */
+#ifndef FLS_INTERNAL_H
+#define FLS_INTERNAL_H
+
+#include "flashsample.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parameters of one row, resolved by the front end (host memory). */
+typedef struct fls_row_params {
+    float temperature; /* >= 0, finite; 0 = greedy */
+    uint32_t pad_;
+    uint64_t seed;     /* the row seed (given or derived by fls_row_seed) */
+    uint64_t offset;   /* the row offset */
+} fls_row_params;
+
+/* A validated request. rows has B entries (host memory). */
+typedef struct fls_request {
+    const fls_row_params *rows;
+    int64_t batch;     /* B */
+    int64_t vocab;     /* V */
+    int64_t draws;     /* >= 1 */
+    fls_method method;
+} fls_request;
+
+struct fls_cuda_state; /* defined by the CUDA engine */
+
+struct fls_context {
+    fls_context_config config;
+    fls_engine engine;
+    int threads;            /* resolved */
+    fls_simd simd;          /* resolved */
+    struct fls_cuda_state *cuda; /* NULL for the CPU engine */
+};
+
+/* ---- CPU engine (lib/cpu_engine.c) ---- */
+fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                const fls_request *req, const fls_outputs *out);
+fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                                 const fls_outputs *out);
+/* Best SIMD path this processor supports. */
+fls_simd fls_cpu_best_simd(void);
+int fls_cpu_simd_supported(fls_simd simd);
+
+/* ---- CUDA engine (kernels/, *.cu; lib/cuda_stub.c when built without CUDA) ----
+ * W, H, L and the outputs are device pointers; req->rows is host memory. */
+fls_status fls_cuda_context_init(fls_context_t *ctx);
+void fls_cuda_context_fini(fls_context_t *ctx);
+fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                 const fls_request *req, const fls_outputs *out);
+fls_status fls_cuda_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                                  const fls_outputs *out);
+int fls_cuda_available_impl(void);
+/* FLS_OK if p is device (or managed) memory, FLS_ERR_POINTER if it is host memory. */
+fls_status fls_cuda_check_device_pointer(const void *p);
+/* Small device-memory helpers for the command line and the tests
+ * (FLS_ERR_UNSUPPORTED without CUDA). to_device: 1 = host->device, 0 = device->host. */
+fls_status fls_cuda_malloc(void **p, size_t bytes);
+void fls_cuda_free(void *p);
+fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLS_INTERNAL_H */
