@@ -196,19 +196,19 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
         const fls_matrix *W = j->W;
         const size_t es = fls_dtype_size(W->dtype);
         const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
-        if (B <= 3) {
+        if (B <= 16) {
             j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv);
         } else {
             for (int64_t i = 0; i < nv; i++)
-                fls_convert_row(w0 + (size_t)(i * W->ld) * es, W->dtype, j->D, s->wbuf + i * j->Dp, j->Dp);
+                j->k.convert(w0 + (size_t)(i * W->ld) * es, W->dtype, j->D, s->wbuf + i * j->Dp, j->Dp);
             j->k.dot_f32(s->wbuf, nv, j->Hf, B, j->Dp, s->ltile, nv);
         }
     } else {
         const fls_matrix *L = j->L;
         const size_t es = fls_dtype_size(L->dtype);
         for (int64_t b = 0; b < B; b++)
-            fls_convert_row((const char *)L->data + (size_t)(b * L->ld + v0) * es, L->dtype, nv,
-                            s->ltile + b * nv, nv);
+            j->k.convert((const char *)L->data + (size_t)(b * L->ld + v0) * es, L->dtype, nv, s->ltile + b * nv,
+                         nv);
     }
 }
 
@@ -353,7 +353,7 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
     thread_state *ts = calloc((size_t)threads, sizeof *ts);
     if (!ts)
         return FLS_ERR_OUT_OF_MEMORY;
-    int need_wbuf = j->src == SRC_FUSED && B > 3;
+    int need_wbuf = j->src == SRC_FUSED && B > 16;
     for (int t = 0; t < threads; t++) {
         thread_state *s = &ts[t];
         s->ltile = malloc((size_t)(B * j->tile_v) * sizeof(float));

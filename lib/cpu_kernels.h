@@ -29,6 +29,8 @@ typedef struct fls_cpu_kernels {
     /* The same for f32 W rows already zero padded to Dp (stride Dp). */
     void (*dot_f32)(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                     int64_t ldo);
+    /* n elements of dtype -> f32 (exact), then zeros up to n_pad. */
+    void (*convert)(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad);
     /* g[i] = fls_gumbel(seed, offset, draw, v0 + i) for i < n. */
     void (*gumbel)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
 } fls_cpu_kernels;
