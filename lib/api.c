@@ -230,6 +230,10 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *p,
     if (!ptr_aligned(out->tokens, sizeof(int64_t)) || (out->logsumexp && !ptr_aligned(out->logsumexp, 4)) ||
         (out->logprobs && !ptr_aligned(out->logprobs, 4)))
         return FLS_ERR_ALIGN;
+    if ((p->temperature && !ptr_aligned(p->temperature, sizeof(float))) ||
+        (p->row_seeds && !ptr_aligned(p->row_seeds, sizeof(uint64_t))) ||
+        (p->row_offsets && !ptr_aligned(p->row_offsets, sizeof(uint64_t))))
+        return FLS_ERR_ALIGN;
     if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_UNFUSED_MULTINOMIAL)
         return FLS_ERR_PARAM;
     /* Reserved variants: not implemented yet, never silently ignored. */

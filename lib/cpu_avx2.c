@@ -95,62 +95,108 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
     }
 }
 
-/* 2 W rows x 3 H rows per block: 12 accumulators + 4 W registers. */
+/* Register-blocked kernel for B >= 3: 2 W rows x 3 H rows, 12 accumulators
+ * and 4 W registers; each W chunk is loaded (and converted) once per 3 H rows.
+ * H is walked in blocks of HB rows so the block stays in L2 while the tile's
+ * W rows pass over it. One instance per dtype, so the load is not a branch. */
+#define HB 12
+#define DEFINE_DOT23(NAME, DT)                                                                                \
+    static void NAME(const void *w, int64_t ldw, int64_t nv, int64_t D, const float *h, int64_t B,              \
+                     int64_t Dp, float *out, int64_t ldo)                                                       \
+    {                                                                                                           \
+        const size_t es = fls_dtype_size(DT);                                                                   \
+        const int64_t Dfull = D / FLS_LANES * FLS_LANES;                                                        \
+        const int has_tail = Dfull < Dp;                                                                        \
+        for (int64_t b0 = 0; b0 < B; b0 += HB) {                                                                \
+            const int64_t b1 = b0 + HB < B ? b0 + HB : B;                                                       \
+            int64_t i = 0;                                                                                      \
+            for (; i + 2 <= nv; i += 2) {                                                                       \
+                const char *w0 = (const char *)w + (size_t)(i * ldw) * es, *w1 = w0 + (size_t)ldw * es;         \
+                float t0[FLS_LANES], t1[FLS_LANES];                                                             \
+                if (has_tail) {                                                                                 \
+                    fls_convert_row(w0 + (size_t)Dfull * es, DT, D - Dfull, t0, FLS_LANES);                     \
+                    fls_convert_row(w1 + (size_t)Dfull * es, DT, D - Dfull, t1, FLS_LANES);                     \
+                }                                                                                               \
+                int64_t b = b0;                                                                                 \
+                for (; b + 3 <= b1; b += 3) {                                                                   \
+                    const float *h0 = h + b * Dp, *h1 = h0 + Dp, *h2 = h1 + Dp;                                 \
+                    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;    \
+                    __m256 c00 = a00, c01 = a00, c02 = a00, c10 = a00, c11 = a00, c12 = a00;                    \
+                    for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                               \
+                        __m256 x0, y0, x1, y1;                                                                  \
+                        if (d < Dfull) {                                                                        \
+                            x0 = load8(w0 + (size_t)d * es, DT);                                                \
+                            y0 = load8(w0 + (size_t)(d + 8) * es, DT);                                          \
+                            x1 = load8(w1 + (size_t)d * es, DT);                                                \
+                            y1 = load8(w1 + (size_t)(d + 8) * es, DT);                                          \
+                        } else {                                                                                \
+                            x0 = _mm256_loadu_ps(t0);                                                           \
+                            y0 = _mm256_loadu_ps(t0 + 8);                                                       \
+                            x1 = _mm256_loadu_ps(t1);                                                           \
+                            y1 = _mm256_loadu_ps(t1 + 8);                                                       \
+                        }                                                                                       \
+                        __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);                  \
+                        a00 = _mm256_fmadd_ps(x0, hv, a00);                                                     \
+                        c00 = _mm256_fmadd_ps(y0, hw, c00);                                                     \
+                        a10 = _mm256_fmadd_ps(x1, hv, a10);                                                     \
+                        c10 = _mm256_fmadd_ps(y1, hw, c10);                                                     \
+                        hv = _mm256_loadu_ps(h1 + d);                                                           \
+                        hw = _mm256_loadu_ps(h1 + d + 8);                                                       \
+                        a01 = _mm256_fmadd_ps(x0, hv, a01);                                                     \
+                        c01 = _mm256_fmadd_ps(y0, hw, c01);                                                     \
+                        a11 = _mm256_fmadd_ps(x1, hv, a11);                                                     \
+                        c11 = _mm256_fmadd_ps(y1, hw, c11);                                                     \
+                        hv = _mm256_loadu_ps(h2 + d);                                                           \
+                        hw = _mm256_loadu_ps(h2 + d + 8);                                                       \
+                        a02 = _mm256_fmadd_ps(x0, hv, a02);                                                     \
+                        c02 = _mm256_fmadd_ps(y0, hw, c02);                                                     \
+                        a12 = _mm256_fmadd_ps(x1, hv, a12);                                                     \
+                        c12 = _mm256_fmadd_ps(y1, hw, c12);                                                     \
+                    }                                                                                           \
+                    out[(b + 0) * ldo + i] = reduce(a00, c00);                                                  \
+                    out[(b + 1) * ldo + i] = reduce(a01, c01);                                                  \
+                    out[(b + 2) * ldo + i] = reduce(a02, c02);                                                  \
+                    out[(b + 0) * ldo + i + 1] = reduce(a10, c10);                                              \
+                    out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                              \
+                    out[(b + 2) * ldo + i + 1] = reduce(a12, c12);                                              \
+                }                                                                                               \
+                if (b < b1)                                                                                     \
+                    dot_direct_avx2(w0, DT, ldw, 2, D, h + b * Dp, b1 - b, Dp, out + b * ldo + i, ldo);         \
+            }                                                                                                   \
+            if (i < nv)                                                                                         \
+                dot_direct_avx2((const char *)w + (size_t)(i * ldw) * es, DT, ldw, nv - i, D, h + b0 * Dp,      \
+                                b1 - b0, Dp, out + b0 * ldo + i, ldo);                                          \
+        }                                                                                                       \
+    }
+
+DEFINE_DOT23(dot23_f32, FLS_DTYPE_F32)
+DEFINE_DOT23(dot23_f16, FLS_DTYPE_F16)
+DEFINE_DOT23(dot23_bf16, FLS_DTYPE_BF16)
+
+static void dot_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h, int64_t B,
+                     int64_t Dp, float *out, int64_t ldo)
+{
+    if (B < 3) {
+        dot_direct_avx2(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
+        return;
+    }
+    switch (wd) {
+    case FLS_DTYPE_F32:
+        dot23_f32(w, ldw, nv, D, h, B, Dp, out, ldo);
+        break;
+    case FLS_DTYPE_F16:
+        dot23_f16(w, ldw, nv, D, h, B, Dp, out, ldo);
+        break;
+    case FLS_DTYPE_BF16:
+        dot23_bf16(w, ldw, nv, D, h, B, Dp, out, ldo);
+        break;
+    }
+}
+
 static void dot_f32_avx2(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                          int64_t ldo)
 {
-    int64_t i = 0;
-    for (; i + 2 <= nv; i += 2) {
-        const float *w0 = w + i * Dp, *w1 = w0 + Dp;
-        int64_t b = 0;
-        for (; b + 3 <= B; b += 3) {
-            const float *h0 = h + b * Dp, *h1 = h0 + Dp, *h2 = h1 + Dp;
-            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
-            __m256 c00 = a00, c01 = a00, c02 = a00, c10 = a00, c11 = a00, c12 = a00;
-            for (int64_t d = 0; d < Dp; d += FLS_LANES) {
-                __m256 x0 = _mm256_loadu_ps(w0 + d), y0 = _mm256_loadu_ps(w0 + d + 8);
-                __m256 x1 = _mm256_loadu_ps(w1 + d), y1 = _mm256_loadu_ps(w1 + d + 8);
-                __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);
-                a00 = _mm256_fmadd_ps(x0, hv, a00);
-                c00 = _mm256_fmadd_ps(y0, hw, c00);
-                a10 = _mm256_fmadd_ps(x1, hv, a10);
-                c10 = _mm256_fmadd_ps(y1, hw, c10);
-                hv = _mm256_loadu_ps(h1 + d);
-                hw = _mm256_loadu_ps(h1 + d + 8);
-                a01 = _mm256_fmadd_ps(x0, hv, a01);
-                c01 = _mm256_fmadd_ps(y0, hw, c01);
-                a11 = _mm256_fmadd_ps(x1, hv, a11);
-                c11 = _mm256_fmadd_ps(y1, hw, c11);
-                hv = _mm256_loadu_ps(h2 + d);
-                hw = _mm256_loadu_ps(h2 + d + 8);
-                a02 = _mm256_fmadd_ps(x0, hv, a02);
-                c02 = _mm256_fmadd_ps(y0, hw, c02);
-                a12 = _mm256_fmadd_ps(x1, hv, a12);
-                c12 = _mm256_fmadd_ps(y1, hw, c12);
-            }
-            out[(b + 0) * ldo + i] = reduce(a00, c00);
-            out[(b + 1) * ldo + i] = reduce(a01, c01);
-            out[(b + 2) * ldo + i] = reduce(a02, c02);
-            out[(b + 0) * ldo + i + 1] = reduce(a10, c10);
-            out[(b + 1) * ldo + i + 1] = reduce(a11, c11);
-            out[(b + 2) * ldo + i + 1] = reduce(a12, c12);
-        }
-        for (; b < B; b++) {
-            const float *hb = h + b * Dp;
-            __m256 a0 = _mm256_setzero_ps(), c0 = a0, a1 = a0, c1 = a0;
-            for (int64_t d = 0; d < Dp; d += FLS_LANES) {
-                __m256 hv = _mm256_loadu_ps(hb + d), hw = _mm256_loadu_ps(hb + d + 8);
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + d), hv, a0);
-                c0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + d + 8), hw, c0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + d), hv, a1);
-                c1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + d + 8), hw, c1);
-            }
-            out[b * ldo + i] = reduce(a0, c0);
-            out[b * ldo + i + 1] = reduce(a1, c1);
-        }
-    }
-    if (i < nv)
-        dot_direct_avx2(w + i * Dp, FLS_DTYPE_F32, Dp, nv - i, Dp, h, B, Dp, out + i, ldo);
+    dot_avx2(w, FLS_DTYPE_F32, Dp, nv, Dp, h, B, Dp, out, ldo);
 }
 
 /* ---- the noise, 8 Philox blocks (16 tokens) at a time ---- */
@@ -290,7 +336,7 @@ static void convert_avx2(const void *src, fls_dtype dt, int64_t n, float *dst, i
 void fls_cpu_kernels_avx2(fls_cpu_kernels *k)
 {
     k->convert = convert_avx2;
-    k->dot_direct = dot_direct_avx2;
+    k->dot_direct = dot_avx2;
     k->dot_f32 = dot_f32_avx2;
     k->gumbel = gumbel_avx2;
 }

@@ -161,7 +161,7 @@ typedef struct thread_state {
     winner *best; /* B x draws */
     lse_acc *lse; /* B */
     float *ltile; /* B x tile_v logits */
-    float *wbuf;  /* tile_v x Dp converted W rows (fused, B > 3) */
+    float *wbuf;  /* tile_v x Dp converted W rows (when convert_w) */
     float *g;     /* tile_v noise */
     int bad_nan;
     int bad_temp;
@@ -180,6 +180,7 @@ typedef struct tile_job {
     float *store;    /* non-NULL: only materialize logits into this (B, V) buffer */
     int64_t tile_v, ntiles, dchunks, dchunk;
     int want_lse;
+    int convert_w; /* convert each W tile to f32 first (kept for the portable path) */
     atomic_llong next;
     thread_state *ts;
 } tile_job;
@@ -196,7 +197,7 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
         const fls_matrix *W = j->W;
         const size_t es = fls_dtype_size(W->dtype);
         const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
-        if (B <= 16) {
+        if (!j->convert_w) {
             j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv);
         } else {
             for (int64_t i = 0; i < nv; i++)
@@ -353,7 +354,7 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
     thread_state *ts = calloc((size_t)threads, sizeof *ts);
     if (!ts)
         return FLS_ERR_OUT_OF_MEMORY;
-    int need_wbuf = j->src == SRC_FUSED && B > 16;
+    int need_wbuf = j->src == SRC_FUSED && j->convert_w;
     for (int t = 0; t < threads; t++) {
         thread_state *s = &ts[t];
         s->ltile = malloc((size_t)(B * j->tile_v) * sizeof(float));
@@ -462,6 +463,9 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     j.D = D;
     j.Dp = Dp;
     j.tile_v = choose_tile(ctx, SRC_FUSED, Dp, V);
+    /* AVX2 converts W in registers (dot_direct); the other paths convert a
+     * tile once, then run their blocked f32 kernel */
+    j.convert_w = ctx->simd != FLS_SIMD_AVX2 && B > 2;
     j.want_lse = out->logsumexp || out->logprobs;
 
     fls_status st;

@@ -182,7 +182,7 @@ typedef struct fls_outputs {
 } fls_outputs;
 
 /* Fused LM-head + sampling. W is (V, D), H is (B, D): W.cols == H.cols == D.
- * V < 2^33. Any dtype for W and H (they need not match); fp32 accumulation.
+ * V < 2^33 - 1. Any dtype for W and H (they need not match); fp32 accumulation.
  * A NaN logit is FLS_ERR_NAN (nothing written). */
 FLS_API fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                     const fls_params *params, const fls_outputs *out);

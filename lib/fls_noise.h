@@ -5,7 +5,8 @@
  *     (row seed s, row offset o, draw index d, global token index v)
  * and of nothing else (not tile size, grid, threads, batch position, device or
  * shard count). docs/NOISE.md is the normative description; this file is the
- * implementation, frozen by tests/kat_philox.txt and tests/test_noise.c.
+ * implementation, frozen by tests/kat_philox.txt, tests/unit/test_noise.c and
+ * tests/unit/test_transform.c.
  *
  * Counter layout (Philox4x32-10, Salmon et al. SC'11; the same function as
  * cuRAND's curand_Philox4x32_10(c, k)):
@@ -13,7 +14,7 @@
  *     counter c = (v >> 1, d, lo32(o), hi32(o))
  *     out     r = Philox4x32_10(c, k)  -> 4 words r0..r3
  *     bits(v) = v even: (r1 << 32) | r0,   v odd: (r3 << 32) | r2
- * So one Philox block serves two neighbouring tokens; v < 2^33, d < 2^32.
+ * So one Philox block serves two neighbouring tokens; v < 2^33 - 1, d < 2^32.
  *
  * Uniform -> exponential -> Gumbel, all in IEEE arithmetic that is the same on
  * every engine (no contraction, explicit fma, our own logf):
@@ -26,8 +27,8 @@
  * [-3.808, 45.06]; never +-inf, never NaN. U's smallest value is
  * 2^-65, so the Gumbel tail is represented down to probability 2^-65.
  * Steps are computed in float after forming U or 1-U exactly in double and
- * rounding once to float; fls_logf_ has a maximum error of about 1 ulp on
- * [2^-66, 64] (tests/test_noise.c measures it against long double).
+ * rounding once to float; fls_logf_ is within 0.82 ulp on [2^-66, 64], E within
+ * 2 ulp and G within 1.8 ulp of long double (tests/unit/test_transform.c).
  */
 #ifndef FLS_NOISE_H
 #define FLS_NOISE_H
@@ -225,12 +226,15 @@ FLS_HD float fls_gumbel(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t 
 }
 
 /* The uniform in (0,1) that the unfused multinomial baseline uses for
- * (seed, offset, draw): bits of the reserved token index 2^33 - 1, as double. */
+ * (seed, offset, draw): bits of the reserved token index 2^33 - 1, as double.
+ * In (0, 1): the 1024 largest k, whose (k + 1/2) 2^-64 would round to 1,
+ * give 1 - 2^-53. */
 #define FLS_MULTINOMIAL_TOKEN ((((uint64_t)1) << 33) - 1)
 FLS_HD double fls_uniform_from_bits(uint64_t k)
 {
     uint32_t hi = (uint32_t)(k >> 32), lo = (uint32_t)k;
-    return (double)hi * 0x1p-32 + ((double)lo + 0.5) * 0x1p-64;
+    double u = (double)hi * 0x1p-32 + ((double)lo + 0.5) * 0x1p-64;
+    return u < 1.0 ? u : 0x1.fffffffffffffp-1;
 }
 
 /* Row seed of row b when only one seed is given: splitmix64's finalizer of

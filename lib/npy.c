@@ -285,11 +285,14 @@ static fls_status parse_dict(const char *hdr, size_t n, fls_npy_array *arr, cons
         return fail(err, FLS_ERR_FORMAT, "%s: unexpected text after the header dict", name);
     if (!have_descr || !have_fortran || !have_shape)
         return fail(err, FLS_ERR_FORMAT, "%s: header lacks %s", name,
-                    !have_descr ? "'descr'" : !have_fortran ? "'fortran_order'" : "'shape'");
+                    !have_descr     ? "'descr'"
+                    : !have_fortran ? "'fortran_order'"
+                                    : "'shape'");
     if (fortran)
-        return fail(err, FLS_ERR_FORMAT,
-                    "%s: fortran_order is True; only C-order arrays are supported (use numpy.ascontiguousarray)",
-                    name);
+        return fail(
+            err, FLS_ERR_FORMAT,
+            "%s: fortran_order is True; only C-order arrays are supported (use numpy.ascontiguousarray)",
+            name);
     return FLS_OK;
 }
 
@@ -325,7 +328,8 @@ static fls_status finish_header(fls_npy_array *arr, uint64_t data_bytes, const c
     for (int k = 0; k < arr->ndim; k++) {
         uint64_t d = (uint64_t)arr->shape[k];
         if (d != 0 && count > (uint64_t)INT64_MAX / d)
-            return fail(err, FLS_ERR_FORMAT, "%s: shape overflows (product of dimensions exceeds int64)", name);
+            return fail(err, FLS_ERR_FORMAT, "%s: shape overflows (product of dimensions exceeds int64)",
+                        name);
         count *= d;
     }
     arr->itemsize = fls_npy_dtype_size(arr->dtype);
@@ -344,7 +348,7 @@ static fls_status finish_header(fls_npy_array *arr, uint64_t data_bytes, const c
 static fls_status parse_all(const unsigned char *b, size_t avail, uint64_t file_size, fls_npy_array *arr,
                             size_t *data_offset, const char *name, char *err)
 {
-    size_t hs, hl;
+    size_t hs = 0, hl = 0;
     fls_status st;
     memset(arr, 0, sizeof *arr);
     if ((st = parse_prefix(b, avail, &hs, &hl, name, err)) != FLS_OK)
@@ -417,7 +421,7 @@ fls_status fls_npy_read(const char *path, fls_npy_array *arr, char err[FLS_NPY_E
 
     unsigned char prefix[12];
     size_t avail = read_full(fp, prefix, sizeof prefix);
-    size_t hs, hl;
+    size_t hs = 0, hl = 0;
     fls_status st = parse_prefix(prefix, avail, &hs, &hl, path, err);
     if (st != FLS_OK) {
         fclose(fp);
@@ -453,7 +457,8 @@ fls_status fls_npy_read(const char *path, fls_npy_array *arr, char err[FLS_NPY_E
             fclose(fp);
             return fail(err, FLS_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes of data)", path, bytes);
         }
-        if (fseek(fp, (long)data_offset, SEEK_SET) != 0 || read_full(fp, arr->data, arr->bytes) != arr->bytes) {
+        if (fseek(fp, (long)data_offset, SEEK_SET) != 0 ||
+            read_full(fp, arr->data, arr->bytes) != arr->bytes) {
             fls_npy_free(arr);
             fclose(fp);
             return fail(err, FLS_ERR_IO, "%s: read error in the data (file changed while reading?)", path);
@@ -497,7 +502,8 @@ fls_status fls_npy_read_matrix(const char *path, const fls_dtype *want_p, fls_np
     m->ndim = a.ndim;
     m->dtype = want;
 
-    int keep = (want == FLS_DTYPE_F32 && a.dtype == FLS_NPY_F4) || (want == FLS_DTYPE_F16 && a.dtype == FLS_NPY_F2);
+    int keep =
+        (want == FLS_DTYPE_F32 && a.dtype == FLS_NPY_F4) || (want == FLS_DTYPE_F16 && a.dtype == FLS_NPY_F2);
     if (keep) {
         m->data = a.data; /* take ownership */
         return FLS_OK;
@@ -631,13 +637,14 @@ fls_status fls_npy_file_commit(fls_npy_file *f, char err[FLS_NPY_ERR_LEN])
     return FLS_OK;
 }
 
-fls_status fls_npy_write_stream(FILE *fp, fls_npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
-                                char err[FLS_NPY_ERR_LEN])
+fls_status fls_npy_write_stream(FILE *fp, fls_npy_dtype dtype, int ndim, const int64_t *shape,
+                                const void *data, char err[FLS_NPY_ERR_LEN])
 {
     if (!fp || (ndim > 0 && !shape))
         return fail(err, FLS_ERR_NULL, "fls_npy_write: NULL argument");
     if (ndim < 0 || ndim > FLS_NPY_MAX_DIMS)
-        return fail(err, FLS_ERR_SHAPE, "fls_npy_write: %d dimensions (0..%d supported)", ndim, FLS_NPY_MAX_DIMS);
+        return fail(err, FLS_ERR_SHAPE, "fls_npy_write: %d dimensions (0..%d supported)", ndim,
+                    FLS_NPY_MAX_DIMS);
     size_t itemsize = fls_npy_dtype_size(dtype);
     if (!itemsize)
         return fail(err, FLS_ERR_DTYPE, "fls_npy_write: unknown dtype %d", (int)dtype);
@@ -682,8 +689,8 @@ fls_status fls_npy_write_stream(FILE *fp, fls_npy_dtype dtype, int ndim, const i
     return FLS_OK;
 }
 
-fls_status fls_npy_write(const char *path, fls_npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
-                         char err[FLS_NPY_ERR_LEN])
+fls_status fls_npy_write(const char *path, fls_npy_dtype dtype, int ndim, const int64_t *shape,
+                         const void *data, char err[FLS_NPY_ERR_LEN])
 {
     fls_npy_file f;
     fls_status st = fls_npy_file_begin(&f, path, err);

@@ -52,9 +52,9 @@ typedef struct fls_npy_array {
     fls_npy_dtype dtype;
     int ndim;
     int64_t shape[FLS_NPY_MAX_DIMS];
-    int64_t count;    /* product of shape (1 for a 0-d array) */
-    size_t itemsize;  /* bytes per element */
-    size_t bytes;     /* count * itemsize */
+    int64_t count;   /* product of shape (1 for a 0-d array) */
+    size_t itemsize; /* bytes per element */
+    size_t bytes;    /* count * itemsize */
     void *data;
 } fls_npy_array;
 

@@ -1,0 +1,287 @@
+/* cli_util.c — option parsing, messages, progress and atomic outputs (cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *cli_prog = "flashsample";
+
+void cli_error(const char *fmt, ...)
+{
+    cli_progress_done();
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: error: ", cli_prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int progress_state = -1; /* -1 unknown, 0 off, 1 on */
+static int progress_open;
+
+int cli_progress_enabled(void)
+{
+    if (progress_state < 0)
+        progress_state = isatty(STDERR_FILENO) ? 1 : 0;
+    return progress_state;
+}
+
+void cli_progress(const char *fmt, ...)
+{
+    if (!cli_progress_enabled())
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\r\033[K", stderr); /* carriage return, clear to end of line */
+    vfprintf(stderr, fmt, ap);
+    fflush(stderr);
+    va_end(ap);
+    progress_open = 1;
+}
+
+void cli_progress_done(void)
+{
+    if (progress_open) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+        progress_open = 0;
+    }
+}
+
+int cli_parse(int argc, char **argv, const cli_option *opts, int *help)
+{
+    *help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            *help = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            cli_error("unexpected argument '%s' (options start with --; see %s --help)", a, cli_prog);
+            return CLI_USAGE;
+        }
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        const cli_option *o = NULL;
+        for (const cli_option *k = opts; k->name; k++)
+            if (strlen(k->name) == nlen && strncmp(k->name, a, nlen) == 0) {
+                o = k;
+                break;
+            }
+        if (!o) {
+            cli_error("unknown option '%.*s' (see %s --help)", (int)nlen, a, cli_prog);
+            return CLI_USAGE;
+        }
+        if (o->flag) {
+            if (eq) {
+                cli_error("option %s takes no value", o->name);
+                return CLI_USAGE;
+            }
+            *o->flag = 1;
+            continue;
+        }
+        const char *v;
+        if (eq) {
+            v = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                cli_error("option %s needs a value", o->name);
+                return CLI_USAGE;
+            }
+            v = argv[++i];
+        }
+        if (*o->value) {
+            cli_error("option %s given twice", o->name);
+            return CLI_USAGE;
+        }
+        if (!*v) {
+            cli_error("option %s has an empty value", o->name);
+            return CLI_USAGE;
+        }
+        *o->value = v;
+    }
+    return CLI_OK;
+}
+
+int cli_parse_u64(const char *opt, const char *s, uint64_t *out)
+{
+    /* strtoull accepts "-1" (wrapping to 2^64-1) and leading spaces: refuse both. */
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') {
+        cli_error("%s: expected a non-negative integer, got '%s'", opt, s ? s : "");
+        return -1;
+    }
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno == ERANGE) {
+        cli_error("%s: '%s' does not fit in 64 bits", opt, s);
+        return -1;
+    }
+    if (*end || end == s) {
+        cli_error("%s: expected a non-negative integer, got '%s'", opt, s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *s == ' ' || *end || end == s) {
+        cli_error("%s: expected an integer, got '%s'", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        cli_error("%s: %s is out of range [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+int cli_parse_float(const char *opt, const char *s, float *out)
+{
+    /* strtof rounds the decimal once, straight to float (no double rounding). */
+    errno = 0;
+    char *end;
+    float v = strtof(s, &end);
+    if (!*s || *s == ' ' || *end || end == s) {
+        cli_error("%s: expected a number, got '%s'", opt, s);
+        return -1;
+    }
+    if (!isfinite(v)) {
+        cli_error("%s: %s is not a finite float", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_device(const char *s, fls_engine *out)
+{
+    if (!s || strcmp(s, "cpu") == 0) {
+        *out = FLS_ENGINE_CPU;
+        return 0;
+    }
+    if (strcmp(s, "cuda") == 0) {
+        *out = FLS_ENGINE_CUDA;
+        return 0;
+    }
+    cli_error("--device: expected cpu or cuda, got '%s'", s);
+    return -1;
+}
+
+/* ---- atomic outputs, removed if a signal ends the run ---- */
+
+#define CLI_MAX_OUT 8
+static char *volatile out_tmp[CLI_MAX_OUT];
+static int handlers_installed;
+
+static void on_signal(int sig)
+{
+    for (int k = 0; k < CLI_MAX_OUT; k++)
+        if (out_tmp[k])
+            unlink(out_tmp[k]); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_handlers(void)
+{
+    if (handlers_installed)
+        return;
+    handlers_installed = 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+static void unregister(const char *tmp)
+{
+    for (int k = 0; k < CLI_MAX_OUT; k++)
+        if (out_tmp[k] == tmp)
+            out_tmp[k] = NULL;
+}
+
+int cli_out_begin(fls_npy_file *f, const char *path)
+{
+    char err[FLS_NPY_ERR_LEN];
+    install_handlers();
+    if (fls_npy_file_begin(f, path, err) != FLS_OK) {
+        cli_error("%s", err);
+        return -1;
+    }
+    for (int k = 0; k < CLI_MAX_OUT; k++)
+        if (!out_tmp[k]) {
+            out_tmp[k] = f->tmp_path;
+            break;
+        }
+    return 0;
+}
+
+int cli_out_commit(fls_npy_file *f)
+{
+    char err[FLS_NPY_ERR_LEN];
+    unregister(f->tmp_path);
+    if (fls_npy_file_commit(f, err) != FLS_OK) {
+        cli_error("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_out_abort(fls_npy_file *f)
+{
+    if (f->tmp_path)
+        unregister(f->tmp_path);
+    fls_npy_file_abort(f);
+}
+
+int cli_out_write_npy(fls_npy_file *f, fls_npy_dtype dtype, int ndim, const int64_t *shape, const void *data)
+{
+    char err[FLS_NPY_ERR_LEN];
+    if (fls_npy_write_stream(f->fp, dtype, ndim, shape, data, err) != FLS_OK) {
+        cli_error("%s: %s", f->path, err);
+        return -1;
+    }
+    return 0;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_utc_date(char out[32])
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    else
+        snprintf(out, 32, "unknown");
+}
+
+int cli_online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+}

@@ -1,0 +1,531 @@
+/*
+ * flashsample bench — CPU benchmark of the fused sampler against the unfused
+ * baselines and the memory floor, all measured in the same run.
+ *
+ * Shapes: D=4096, V=151936 (Qwen-class LM head) and D=2048, V=32000; W in
+ * bf16 and f32; B in {1, 4, 16}; H in f32; T = 0.7; one draw.
+ * Engines: fused (FLS_METHOD_FUSED), unfused_multinomial and unfused_gumbel
+ * (the library's baselines that materialize the B x V logits), and floor:
+ * one streaming read of W's bytes by the same number of threads.
+ *
+ * Napkin math: W is V*D*size bytes (1.24 GB bf16 / 2.49 GB f32 for the large
+ * shape; 131 / 262 MB for the small one), far above any CPU cache, so every
+ * run streams W from DRAM once; the floor is those bytes at the read
+ * bandwidth measured here. fused/floor is how close sampling gets to "free".
+ * B*V*D fma per call (10 G at B=16, large shape) decides where the CPU turns
+ * compute bound.
+ *
+ * Caches: when W is small (the small shape), consecutive runs cycle through
+ * several copies of W so that the working set is at least 512 MiB and twice
+ * the last-level cache; no run finds its W in cache (the copies hold the same
+ * values, so every engine sees identical inputs).
+ *
+ * Timing: CLOCK_MONOTONIC around one call, one warm-up call per
+ * configuration, then the median of R calls (min reported too).
+ */
+#include "bench_cuda.h"
+#include "cli.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BENCH_DEFAULT_REPS 11
+#define BENCH_QUICK_REPS   5
+#define BENCH_MAX_B        16
+
+static void bench_help(void)
+{
+    printf("usage: flashsample bench [options]\n"
+           "\n"
+           "Times the fused sampler (fls_sample_fused) against the unfused baselines (logits\n"
+           "materialized, then softmax + multinomial or Gumbel argmax) and against the floor: one\n"
+           "streaming read of W's bytes with the same number of threads, in the same run.\n"
+           "Shapes D=4096 V=151936 and D=2048 V=32000, W in bf16 and f32, B in 1, 4, 16, T=0.7.\n"
+           "Inputs are random; W is larger than the caches. Each time is the median of R runs\n"
+           "after a warm-up run.\n"
+           "\n"
+           "  --device cpu|cuda   default cpu (cuda runs the GPU benchmark, if built)\n"
+           "  --csv out.csv       write the results in long format (one row per engine and shape)\n"
+           "  --quick             only the small shape, %d runs each (well under a minute)\n"
+           "  --reps R            timed runs per configuration (default %d, %d with --quick)\n"
+           "  --threads K         threads, 0 = all cores (default)\n"
+           "\n"
+           "CSV columns: device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n"
+           "(gbps = W bytes / median time).\n",
+           BENCH_QUICK_REPS, BENCH_DEFAULT_REPS, BENCH_QUICK_REPS);
+}
+
+/* ---- a tiny fork-join helper for the floor and for filling the inputs ---- */
+
+typedef void (*par_fn)(void *arg, int t, int n);
+typedef struct par_job {
+    par_fn fn;
+    void *arg;
+    int t, n;
+} par_job;
+
+static void *par_main(void *p)
+{
+    par_job *j = p;
+    j->fn(j->arg, j->t, j->n);
+    return NULL;
+}
+
+/* Runs fn(arg, t, n) for t = 0..n-1, thread 0 on the caller. */
+static int par_run(int n, par_fn fn, void *arg)
+{
+    pthread_t tid[1024];
+    par_job jobs[1024];
+    int started = 0;
+    for (int t = 0; t < n; t++)
+        jobs[t] = (par_job){fn, arg, t, n};
+    for (int t = 1; t < n; t++) {
+        if (pthread_create(&tid[t], NULL, par_main, &jobs[t]) != 0)
+            break;
+        started = t;
+    }
+    fn(arg, 0, n);
+    for (int t = 1; t <= started; t++)
+        pthread_join(tid[t], NULL);
+    if (started != n - 1) { /* could not start them all: run the rest here */
+        for (int t = started + 1; t < n; t++)
+            fn(arg, t, n);
+    }
+    return 0;
+}
+
+static void split(size_t total, size_t align, int t, int n, size_t *lo, size_t *hi)
+{
+    size_t units = total / align, per = units / (size_t)n, rem = units % (size_t)n;
+    size_t a = (size_t)t * per + ((size_t)t < rem ? (size_t)t : rem);
+    size_t b = a + per + ((size_t)t < rem ? 1 : 0);
+    *lo = a * align;
+    *hi = t == n - 1 ? total : b * align;
+}
+
+/* ---- the floor: every byte of W read once, summed as 64-bit words ---- */
+
+typedef struct floor_job {
+    const unsigned char *data;
+    size_t bytes;
+    uint64_t sums[1024];
+} floor_job;
+
+static volatile uint64_t floor_sink;
+
+static void floor_worker(void *arg, int t, int n)
+{
+    floor_job *j = arg;
+    size_t lo, hi;
+    split(j->bytes, 64, t, n, &lo, &hi);
+    const uint64_t *p = (const uint64_t *)(j->data + lo);
+    size_t words = (hi - lo) / 8;
+    /* 8 independent lanes of wrapping integer adds: associative, so the
+     * compiler vectorizes it freely, and the sum feeds a volatile sink, so
+     * no load can be dropped. */
+    uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 8 <= words; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += p[i + (size_t)k];
+    for (; i < words; i++)
+        acc[0] += p[i];
+    for (size_t b = lo + words * 8; b < hi; b++)
+        acc[1] += j->data[b];
+    j->sums[t] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+}
+
+static void floor_run(floor_job *j, int threads)
+{
+    par_run(threads, floor_worker, j);
+    uint64_t s = 0;
+    for (int t = 0; t < threads; t++)
+        s += j->sums[t];
+    floor_sink ^= s;
+}
+
+/* ---- random inputs ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-scale, scale). */
+static float rand_sym(uint64_t *s, float scale)
+{
+    return ((float)(splitmix64(s) >> 40) * 0x1p-23f - 1.0f) * scale;
+}
+
+typedef struct fill_job {
+    void *data;
+    fls_dtype dtype;
+    size_t count;
+    float scale;
+    uint64_t seed;
+} fill_job;
+
+static void fill_worker(void *arg, int t, int n)
+{
+    fill_job *j = arg;
+    size_t lo, hi;
+    split(j->count, 4096, t, n, &lo, &hi);
+    uint64_t s = j->seed ^ ((uint64_t)t * 0xd1b54a32d192ed03ull);
+    if (j->dtype == FLS_DTYPE_F32) {
+        float *d = j->data;
+        for (size_t i = lo; i < hi; i++)
+            d[i] = rand_sym(&s, j->scale);
+    } else {
+        uint16_t *d = j->data;
+        for (size_t i = lo; i < hi; i++)
+            d[i] = fls_f32_to_bf16(rand_sym(&s, j->scale));
+    }
+}
+
+/* ---- cache size ---- */
+
+/* Largest last-level cache size that the system reports (sysfs and sysconf
+ * can disagree in a VM; take the larger), 0 if unknown. */
+static size_t llc_bytes(void)
+{
+    size_t best = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (v > 0)
+        best = (size_t)v;
+#endif
+    for (int idx = 0; idx < 8; idx++) {
+        char path[96], buf[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
+        FILE *fp = fopen(path, "r");
+        if (!fp)
+            continue;
+        if (fgets(buf, sizeof buf, fp)) {
+            char *end;
+            unsigned long long n = strtoull(buf, &end, 10);
+            if (*end == 'K')
+                n <<= 10;
+            else if (*end == 'M')
+                n <<= 20;
+            if (n > best)
+                best = (size_t)n;
+        }
+        fclose(fp);
+    }
+    return best;
+}
+
+/* ---- measurement ---- */
+
+enum { ENG_FLOOR, ENG_FUSED, ENG_UNF_MULT, ENG_UNF_GUMBEL, ENG_COUNT };
+static const char *const eng_name[ENG_COUNT] = {"floor", "fused", "unfused_multinomial", "unfused_gumbel"};
+
+typedef struct result {
+    int64_t D, V, B;
+    fls_dtype dtype;
+    double median_ms[ENG_COUNT]; /* NAN = not supported */
+    double min_ms[ENG_COUNT];
+} result;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct bench_ctx {
+    fls_context_t *ctx;
+    int threads;
+    int reps;
+    int step, steps;
+    double *times;
+    int64_t *tokens;
+    const unsigned char *wbase; /* ncopies copies of W, stride bytes apart */
+    size_t stride;
+    int ncopies;
+} bench_ctx;
+
+/* Times one engine on one configuration. Returns FLS_OK, or the status of a
+ * failed call (FLS_ERR_UNSUPPORTED is reported as n/a by the caller). */
+static fls_status time_engine(bench_ctx *bc, int eng, const fls_matrix *W0, const fls_matrix *H,
+                              floor_job *fj, result *r)
+{
+    fls_matrix Wk = *W0;
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature_value = 0.7f;
+    p.seed = 20260301;
+    p.method = eng == ENG_FUSED      ? FLS_METHOD_FUSED
+               : eng == ENG_UNF_MULT ? FLS_METHOD_UNFUSED_MULTINOMIAL
+                                     : FLS_METHOD_UNFUSED_GUMBEL;
+    fls_outputs out = {bc->tokens, NULL, NULL};
+    for (int k = -1; k < bc->reps; k++) { /* k = -1: warm-up */
+        cli_progress("[%d/%d] D=%lld V=%lld %s B=%lld %-19s run %d/%d", bc->step, bc->steps, (long long)r->D,
+                     (long long)r->V, fls_dtype_name(r->dtype), (long long)r->B, eng_name[eng], k + 1,
+                     bc->reps);
+        const unsigned char *w = bc->wbase + (size_t)((k + 1) % bc->ncopies) * bc->stride;
+        Wk.data = w;
+        fj->data = w;
+        double t0 = cli_now();
+        if (eng == ENG_FLOOR) {
+            floor_run(fj, bc->threads);
+        } else {
+            fls_status st = fls_sample_fused(bc->ctx, &Wk, H, &p, &out);
+            if (st != FLS_OK)
+                return st;
+        }
+        double dt = cli_now() - t0;
+        if (k >= 0)
+            bc->times[k] = dt * 1e3;
+    }
+    qsort(bc->times, (size_t)bc->reps, sizeof *bc->times, cmp_double);
+    int R = bc->reps;
+    r->median_ms[eng] = R % 2 ? bc->times[R / 2] : 0.5 * (bc->times[R / 2 - 1] + bc->times[R / 2]);
+    r->min_ms[eng] = bc->times[0];
+    return FLS_OK;
+}
+
+static void cpu_model(char *out, size_t cap)
+{
+    snprintf(out, cap, "unknown");
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (!fp)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, fp)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ')
+                    c++;
+                snprintf(out, cap, "%s", c);
+                for (char *q = out; *q; q++)
+                    if (*q == ',' || *q == '"' || *q == '\n')
+                        *q = *q == '\n' ? '\0' : ' ';
+            }
+            break;
+        }
+    }
+    fclose(fp);
+}
+
+static void print_ratio(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        printf(" %10s", "n/a");
+    else
+        printf(" %10.2f", a / b);
+}
+
+static void print_ms(double v)
+{
+    if (isnan(v))
+        printf(" %10s", "n/a");
+    else
+        printf(" %10.2f", v);
+}
+
+int cli_bench(int argc, char **argv)
+{
+    const char *device = NULL, *csv = NULL, *reps_s = NULL, *threads_s = NULL;
+    int quick = 0, help;
+    const cli_option opts[] = {{"--device", &device, NULL},     {"--csv", &csv, NULL},
+                               {"--quick", NULL, &quick},       {"--reps", &reps_s, NULL},
+                               {"--threads", &threads_s, NULL}, {NULL, NULL, NULL}};
+    fls_engine engine;
+    /* The device decides who parses the rest: the CUDA bench takes the same
+     * argv and may accept options this one does not know. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            device = argv[i + 1];
+        else if (strncmp(argv[i], "--device=", 9) == 0)
+            device = argv[i] + 9;
+    }
+    if (cli_parse_device(device, &engine) != 0)
+        return CLI_USAGE;
+    if (engine == FLS_ENGINE_CUDA)
+        return fls_tool_bench_cuda(argc, argv);
+    device = NULL;
+    if (cli_parse(argc, argv, opts, &help) != CLI_OK)
+        return CLI_USAGE;
+    if (help) {
+        bench_help();
+        return CLI_OK;
+    }
+    int64_t reps = quick ? BENCH_QUICK_REPS : BENCH_DEFAULT_REPS, threads = 0;
+    if ((reps_s && cli_parse_i64("--reps", reps_s, 1, 100000, &reps) != 0) ||
+        (threads_s && cli_parse_i64("--threads", threads_s, 0, 1024, &threads) != 0))
+        return CLI_USAGE;
+
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.threads = (int)threads;
+    fls_context_t *ctx = NULL;
+    fls_status st = fls_context_create(&ctx, &cfg);
+    if (st != FLS_OK) {
+        cli_error("cannot create the CPU engine: %s", fls_status_string(st));
+        return CLI_FAIL;
+    }
+    fls_npy_file fcsv;
+    memset(&fcsv, 0, sizeof fcsv);
+    if (csv && cli_out_begin(&fcsv, csv) != 0) {
+        fls_context_destroy(ctx);
+        return CLI_FAIL;
+    }
+
+    static const int64_t shapes[2][2] = {{4096, 151936}, {2048, 32000}}; /* {D, V} */
+    static const fls_dtype dtypes[2] = {FLS_DTYPE_BF16, FLS_DTYPE_F32};
+    static const int64_t batches[3] = {1, 4, 16};
+    const int s0 = quick ? 1 : 0;
+    const int nres = (2 - s0) * 2 * 3;
+    result *res = calloc((size_t)nres, sizeof *res);
+    double *times = malloc((size_t)reps * sizeof *times);
+    int64_t *tokens = malloc(BENCH_MAX_B * sizeof *tokens);
+    float *h = NULL;
+    void *w = NULL;
+    int rc = CLI_FAIL, nr = 0;
+    char date[32], cpu[128];
+    cli_utc_date(date);
+    cpu_model(cpu, sizeof cpu);
+    bench_ctx bc = {ctx, fls_context_threads(ctx), (int)reps, 0, nres * ENG_COUNT, times, tokens, NULL, 0, 1};
+    const size_t llc = llc_bytes();
+    const size_t min_set = llc * 2 > ((size_t)512 << 20) ? llc * 2 : ((size_t)512 << 20);
+    const char *simd = fls_simd_name(fls_context_simd(ctx));
+    if (!res || !times || !tokens) {
+        cli_error("out of memory");
+        goto done;
+    }
+
+    printf("flashsample bench: cpu, %d threads, simd %s, %lld timed runs per configuration (median), %s\n",
+           bc.threads, simd, (long long)reps, date);
+    printf("cpu: %s; last-level cache %.0f MiB; W working set >= %.0f MiB\n", cpu, (double)llc / 1048576.0,
+           (double)min_set / 1048576.0);
+    fflush(stdout);
+
+    for (int si = s0; si < 2; si++) {
+        const int64_t D = shapes[si][0], V = shapes[si][1];
+        if (posix_memalign((void **)&h, 64, (size_t)(BENCH_MAX_B * D) * sizeof(float)) != 0) {
+            cli_error("out of memory for H");
+            goto done;
+        }
+        uint64_t hs = 7;
+        for (int64_t i = 0; i < BENCH_MAX_B * D; i++)
+            h[i] = rand_sym(&hs, 1.0f);
+        for (int di = 0; di < 2; di++) {
+            const fls_dtype dt = dtypes[di];
+            const size_t bytes = (size_t)(V * D) * fls_dtype_size(dt);
+            const size_t stride = (bytes + 4095) / 4096 * 4096;
+            int ncopies = (int)((min_set + bytes - 1) / bytes);
+            ncopies = ncopies < 1 ? 1 : ncopies > 16 ? 16 : ncopies;
+            cli_progress("generating W (%lld x %lld, %s, %.2f GB, %d cop%s)", (long long)V, (long long)D,
+                         fls_dtype_name(dt), (double)bytes / 1e9, ncopies, ncopies == 1 ? "y" : "ies");
+            if (posix_memalign(&w, 64, stride * (size_t)ncopies) != 0) {
+                w = NULL;
+                cli_error("out of memory for W (%.2f GB)", (double)(stride * (size_t)ncopies) / 1e9);
+                goto done;
+            }
+            /* Logit standard deviation ~ 4/3 (W uniform in +-4/sqrt(D), H in +-1):
+             * a realistic spread, neither flat nor one-hot. */
+            fill_job fjob = {w, dt, (size_t)(V * D), 4.0f / sqrtf((float)D), 1000u + (uint64_t)(si * 2 + di)};
+            par_run(bc.threads, fill_worker, &fjob);
+            for (int c = 1; c < ncopies; c++)
+                memcpy((unsigned char *)w + (size_t)c * stride, w, bytes);
+            bc.wbase = w;
+            bc.stride = stride;
+            bc.ncopies = ncopies;
+            floor_job *flj = malloc(sizeof *flj);
+            if (!flj) {
+                cli_error("out of memory");
+                goto done;
+            }
+            flj->data = w;
+            flj->bytes = bytes;
+            fls_matrix W = {w, dt, V, D, D};
+            for (int bi = 0; bi < 3; bi++) {
+                result *r = &res[nr++];
+                r->D = D;
+                r->V = V;
+                r->B = batches[bi];
+                r->dtype = dt;
+                fls_matrix H = {h, FLS_DTYPE_F32, batches[bi], D, D};
+                for (int e = 0; e < ENG_COUNT; e++) {
+                    bc.step++;
+                    st = time_engine(&bc, e, &W, &H, flj, r);
+                    if (st == FLS_ERR_UNSUPPORTED) {
+                        r->median_ms[e] = r->min_ms[e] = NAN;
+                    } else if (st != FLS_OK) {
+                        cli_error("%s failed on D=%lld V=%lld %s B=%lld: %s", eng_name[e], (long long)D,
+                                  (long long)V, fls_dtype_name(dt), (long long)r->B, fls_status_string(st));
+                        free(flj);
+                        goto done;
+                    }
+                }
+            }
+            free(flj);
+            free(w);
+            w = NULL;
+        }
+        free(h);
+        h = NULL;
+    }
+    cli_progress_done();
+
+    printf("\ntimes in ms (median); ratios < 1 mean fused is faster; GB/s = W bytes / fused time\n");
+    printf("%6s %7s %5s %3s %10s %10s %10s %10s %10s %10s %10s %10s\n", "D", "V", "W", "B", "floor", "fused",
+           "unf_mult", "unf_gumbel", "fus/floor", "fus/mult", "fus/gumbel", "fused GB/s");
+    for (int i = 0; i < nr; i++) {
+        const result *r = &res[i];
+        printf("%6lld %7lld %5s %3lld", (long long)r->D, (long long)r->V, fls_dtype_name(r->dtype),
+               (long long)r->B);
+        for (int e = 0; e < ENG_COUNT; e++)
+            print_ms(r->median_ms[e]);
+        print_ratio(r->median_ms[ENG_FUSED], r->median_ms[ENG_FLOOR]);
+        print_ratio(r->median_ms[ENG_FUSED], r->median_ms[ENG_UNF_MULT]);
+        print_ratio(r->median_ms[ENG_FUSED], r->median_ms[ENG_UNF_GUMBEL]);
+        double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
+        if (isnan(r->median_ms[ENG_FUSED]))
+            printf(" %10s\n", "n/a");
+        else
+            printf(" %10.2f\n", wb / (r->median_ms[ENG_FUSED] * 1e-3) / 1e9);
+    }
+
+    if (csv) {
+        FILE *fp = fcsv.fp;
+        fprintf(fp, "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n");
+        for (int i = 0; i < nr; i++) {
+            const result *r = &res[i];
+            double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
+            for (int e = 0; e < ENG_COUNT; e++) {
+                if (isnan(r->median_ms[e]))
+                    continue;
+                fprintf(fp, "cpu,%s,%s,%lld,%lld,%lld,%.6f,%.6f,%.4f,%lld,%d,%s,%s,%s\n", eng_name[e],
+                        fls_dtype_name(r->dtype), (long long)r->B, (long long)r->V, (long long)r->D,
+                        r->median_ms[e], r->min_ms[e], wb / (r->median_ms[e] * 1e-3) / 1e9, (long long)reps,
+                        bc.threads, simd, date, cpu);
+            }
+        }
+        if (cli_out_commit(&fcsv) != 0)
+            goto done;
+        printf("wrote %s\n", csv);
+    }
+    rc = CLI_OK;
+
+done:
+    cli_progress_done();
+    cli_out_abort(&fcsv);
+    free(w);
+    free(h);
+    free(res);
+    free(times);
+    free(tokens);
+    fls_context_destroy(ctx);
+    return rc;
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh OUTDIR [--quick]
+#
+# One command for the GPU machine (nvcc 13, meson + ninja, python3; no GSL,
+# no Criterion there): builds the library, the CLI and the GPU test driver for
+# sm_90, runs the GPU checks (tests/gpu/gpu_tests.c, then compute-sanitizer
+# memcheck and racecheck on a quick subset) and the GPU benchmark, and writes
+# everything into OUTDIR:
+#   env.txt         GPU, driver, nvcc, gcc
+#   build.log       configure + compile
+#   gpu_tests.log   the gpu suite (token identity, agreement rate, goodness of fit, audit)
+#   sanitizer.log   compute-sanitizer memcheck / racecheck
+#   bench.log       the benchmark table
+#   bench_gpu.csv   the benchmark CSV (long format)
+#   summary.txt     the summary, also printed last
+# GSL (for stats/ and the audit): taken from the system if present, else from
+# .deb files in .gpudeps/ (libgsl27, libgslcblas0, libgsl-dev), unpacked into
+# the build folder — never into /. Exit status: 0 when every step passed.
+set -uo pipefail
+if [ $# -lt 1 ]; then
+    echo "usage: tools/gpu-check.sh OUTDIR [--quick]" >&2
+    exit 2
+fi
+OUT=$(mkdir -p "$1" && cd "$1" && pwd)
+QUICK=""
+[ "${2:-}" = "--quick" ] && QUICK="--quick"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${FLS_GPU_BUILD:-$ROOT/build-gpucheck}
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+export PATH="$(dirname "$NVCC"):$PATH"
+cd "$ROOT"
+status_build=FAIL status_tests=FAIL status_san=SKIP status_bench=FAIL
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+    "$NVCC" --version | tail -2
+    gcc --version | head -1
+    meson --version 2>&1 | sed 's/^/meson /'
+    nproc
+} >"$OUT/env.txt" 2>&1
+
+# ---- GSL ----
+GSL_NOTE="system"
+if [ -n "${FLS_FORCE_GSL_DEB:-}" ] || ! pkg-config --exists gsl 2>/dev/null; then
+    GSL_NOTE="none (audit skipped)"
+    if ls .gpudeps/*.deb >/dev/null 2>&1; then
+        DEPS="$BUILD-deps"
+        rm -rf "$DEPS" && mkdir -p "$DEPS"
+        for f in .gpudeps/*.deb; do dpkg -x "$f" "$DEPS"; done
+        PC=$(dirname "$(find "$DEPS" -name gsl.pc | head -1)")
+        if [ -n "$PC" ] && [ -d "$PC" ]; then
+            # Debian's gsl.pc spells /usr out everywhere: point every path into $DEPS
+            sed -i -e "s|=/usr|=$DEPS/usr|g" -e "s|-I/usr/|-I$DEPS/usr/|g" -e "s|-L/usr/|-L$DEPS/usr/|g" "$PC/gsl.pc"
+            LIBDIR=$(dirname "$(find "$DEPS" -name 'libgsl.so' | head -1)")
+            # the -dev package's libgsl.so links to the runtime's soname, present beside it
+            export PKG_CONFIG_PATH="$PC${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+            export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"
+            GSL_NOTE="carried .deb ($LIBDIR)"
+        fi
+    fi
+fi
+echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
+
+# ---- build: Meson (library, stats, CLI), then the GPU driver against the static libraries ----
+(
+    set -x
+    rm -rf "$BUILD"
+    JOBS=$(nproc)
+    if [ -z "${FLS_FORCE_DIRECT:-}" ] && meson setup "$BUILD" --buildtype=release -Dtests=false -Dcuda=enabled &&
+        ninja -C "$BUILD" -j "$JOBS"; then
+        GPU_CFLAGS="-DFLS_HAVE_AUDIT -Istats"
+        GPU_LIBS="$BUILD/stats/libfls_stats.a $(pkg-config --libs gsl)"
+        if [ ! -f "$BUILD/stats/libfls_stats.a" ]; then GPU_CFLAGS=""; GPU_LIBS=""; fi
+        gcc -O2 -std=c11 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Ilib -Ikernels $GPU_CFLAGS \
+            tests/gpu/gpu_tests.c -o "$BUILD/gpu_tests" \
+            $GPU_LIBS "$BUILD/lib/libflashsample.a" \
+            -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcurand -lcudart -lstdc++ -lm -lpthread
+    else
+        # Fallback without Meson's dependencies (no pkg-config or no GSL there):
+        # compile the library, the CUDA objects and the drivers directly; no audit.
+        echo "meson build failed: direct build without stats/"
+        rm -rf "$BUILD" && mkdir -p "$BUILD/lib" "$BUILD/tools" "$BUILD/obj"
+        CF="-O2 -std=c11 -fPIC -ffp-contract=off -fno-math-errno -D_POSIX_C_SOURCE=200809L -DFLS_BUILDING_LIBRARY -DFLS_X86_SIMD=1 -Ilib -Ivariants -I."
+        NV="-std=c++17 -O3 -fmad=false -gencode arch=compute_90,code=sm_90 -Xcompiler -fPIC,-ffp-contract=off -DFLS_BUILDING_LIBRARY -Ilib -Ikernels -Itools"
+        srcs=$(sed -n "/^lib_sources = files(/,/)/p" lib/meson.build | grep -o "'[A-Za-z0-9_]*\.c'" | tr -d "'" | grep -v cuda_stub)
+        [ -n "$srcs" ] || srcs="api.c cpu_engine.c cpu_portable.c half.c npy.c"
+        ok=1
+        for f in $srcs; do gcc $CF -c "lib/$f" -o "$BUILD/obj/${f%.c}.o" || ok=0; done
+        gcc $CF -mavx2 -mfma -mf16c -DFLS_HAVE_AVX2_TU -c lib/cpu_avx2.c -o "$BUILD/obj/cpu_avx2.o" || ok=0
+        gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c -DFLS_HAVE_AVX512_TU -c lib/cpu_avx512.c \
+            -o "$BUILD/obj/cpu_avx512.o" || ok=0
+        for f in engine fused_mma sample; do
+            "$NVCC" $NV -c "kernels/$f.cu" -o "$BUILD/obj/$f.o" &
+        done
+        "$NVCC" $NV -c tools/bench_cuda.cu -o "$BUILD/bench_cuda.o" &
+        wait
+        ls "$BUILD/obj/engine.o" "$BUILD/obj/fused_mma.o" "$BUILD/obj/sample.o" "$BUILD/bench_cuda.o" || ok=0
+        ar rcs "$BUILD/lib/libflashsample.a" "$BUILD"/obj/*.o || ok=0
+        CUDALIBS="-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcurand -lcudart -lstdc++ -lm -lpthread"
+        gcc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Ilib -Ikernels tests/gpu/gpu_tests.c -o "$BUILD/gpu_tests" \
+            "$BUILD/lib/libflashsample.a" $CUDALIBS || ok=0
+        printf '#include "bench_cuda.h"\nint main(int c, char **v) { return fls_tool_bench_cuda(c - 1, v + 1); }\n' \
+            >"$BUILD/bench_main.c"
+        gcc -O2 -Itools "$BUILD/bench_main.c" "$BUILD/bench_cuda.o" "$BUILD/lib/libflashsample.a" $CUDALIBS \
+            -o "$BUILD/tools/flashsample" || ok=0
+        [ $ok = 1 ]
+    fi
+) >"$OUT/build.log" 2>&1 && status_build=PASS
+
+if [ "$status_build" = PASS ]; then
+    # ---- the gpu suite ----
+    "$BUILD/gpu_tests" $QUICK >"$OUT/gpu_tests.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then status_tests=PASS; elif [ $rc -eq 77 ]; then status_tests=SKIP; fi
+    # ---- the benchmark ----
+    if "$BUILD/tools/flashsample" bench --device cuda $QUICK --csv "$OUT/bench_gpu.csv" >"$OUT/bench.log" 2>&1; then
+        status_bench=PASS
+    fi
+    # ---- compute-sanitizer on a quick subset (kernels run 10-100x slower under it),
+    #      within FLS_GPU_DEADLINE seconds of the start (default 520) ----
+    DEADLINE=${FLS_GPU_DEADLINE:-520}
+    if [ "$status_tests" != SKIP ] && command -v compute-sanitizer >/dev/null 2>&1; then
+        status_san=PASS
+        for run in "memcheck --leak-check full:logits_path" "memcheck:exact_tokens" "racecheck:exact_tokens" \
+            "synccheck:logits_path"; do
+            tool=${run%%:*}
+            only=${run##*:}
+            left=$((DEADLINE - SECONDS))
+            if [ $left -lt 30 ]; then
+                echo "=== skipped (deadline): $tool $only" >>"$OUT/sanitizer.log"
+                status_san=PARTIAL
+                continue
+            fi
+            echo "=== compute-sanitizer --tool $tool : $only (limit $left s)" >>"$OUT/sanitizer.log"
+            timeout $left compute-sanitizer --error-exitcode 9 --tool $tool "$BUILD/gpu_tests" --quick --only "$only" \
+                >>"$OUT/sanitizer.log" 2>&1
+            rc=$?
+            echo "=== exit $rc" >>"$OUT/sanitizer.log"
+            if [ $rc -eq 124 ]; then status_san=PARTIAL; elif [ $rc -ne 0 ]; then status_san=FAIL; fi
+        done
+    fi
+fi
+
+{
+    echo "==== flashsample gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
+    head -3 "$OUT/env.txt"
+    echo "build:      $status_build   (GSL: $GSL_NOTE)"
+    echo "gpu suite:  $status_tests   ($(grep -c '^\[  OK  \]' "$OUT/gpu_tests.log" 2>/dev/null) ok, $(grep -c '^\[ FAIL \]' "$OUT/gpu_tests.log" 2>/dev/null) failed)"
+    echo "sanitizer:  $status_san"
+    echo "benchmark:  $status_bench"
+    grep -h "AGREEMENT\|FAIL:" "$OUT/gpu_tests.log" 2>/dev/null | head -20
+    [ "$status_build" = FAIL ] && tail -30 "$OUT/build.log"
+    echo
+    grep -v "^$" "$OUT/bench.log" 2>/dev/null | tail -60
+} | tee "$OUT/summary.txt"
+[ "$status_build$status_tests$status_bench" = PASSPASSPASS ] && [ "$status_san" != FAIL ]

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Quick start 2: set everything up and run every test suite.
+#  1. release build with warnings as errors: suites unit, cli, stats, gpu
+#     (gpu tests skip, saying so, where no GPU is present);
+#  2. AddressSanitizer + UndefinedBehaviorSanitizer build: the unit suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup-deps.sh
+start=$(date +%s)
+
+[ -f build-ci/build.ninja ] || meson setup build-ci --buildtype=release --werror
+ninja -C build-ci
+meson test -C build-ci --print-errorlogs --num-processes 2 --suite unit --suite cli --suite gpu
+meson test -C build-ci --print-errorlogs --num-processes 1 --suite stats
+
+# Sanitizers: CPU-only build (ASan and the CUDA runtime do not mix), unit suite.
+[ -f build-asan/build.ninja ] || meson setup build-asan --buildtype=debug -Dcuda=disabled \
+    -Db_sanitize=address,undefined -Db_lundef=false --werror
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit
+
+echo "all suites passed in $(( $(date +%s) - start )) s"
