@@ -109,7 +109,12 @@ echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
     fi
 ) >"$OUT/build.log" 2>&1 && status_build=PASS
 
+status_simd=SKIP
 if [ "$status_build" = PASS ]; then
+    # ---- the CPU SIMD paths of this host (often AVX-512, which dev machines lack) ----
+    if [ -x "$BUILD/tools/simd_check" ]; then
+        if "$BUILD/tools/simd_check" >"$OUT/simd_check.log" 2>&1; then status_simd=PASS; else status_simd=FAIL; fi
+    fi
     # ---- the gpu suite ----
     "$BUILD/gpu_tests" $QUICK >"$OUT/gpu_tests.log" 2>&1
     rc=$?
@@ -149,10 +154,11 @@ fi
     echo "build:      $status_build   (GSL: $GSL_NOTE)"
     echo "gpu suite:  $status_tests   ($(grep -c '^\[  OK  \]' "$OUT/gpu_tests.log" 2>/dev/null) ok, $(grep -c '^\[ FAIL \]' "$OUT/gpu_tests.log" 2>/dev/null) failed)"
     echo "sanitizer:  $status_san"
+    echo "cpu simd:   $status_simd   ($(grep -h 'simd-check: ' "$OUT/simd_check.log" 2>/dev/null | tr '\n' ';'))"
     echo "benchmark:  $status_bench"
     grep -h "AGREEMENT\|FAIL:" "$OUT/gpu_tests.log" 2>/dev/null | head -20
     [ "$status_build" = FAIL ] && tail -30 "$OUT/build.log"
     echo
     grep -v "^$" "$OUT/bench.log" 2>/dev/null | tail -60
 } | tee "$OUT/summary.txt"
-[ "$status_build$status_tests$status_bench" = PASSPASSPASS ] && [ "$status_san" != FAIL ]
+[ "$status_build$status_tests$status_bench" = PASSPASSPASS ] && [ "$status_san" != FAIL ] && [ "$status_simd" != FAIL ]

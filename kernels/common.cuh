@@ -1,0 +1,246 @@
+/*
+ * common.cuh — device pieces shared by every CUDA kernel of the engine:
+ * the noise (cuRAND's Philox + the contract's transform), the ordered
+ * (key, index) packing, and the warp sampler that turns a segment of
+ * logits into one partial winner per draw plus a log-sum-exp partial.
+ *
+ * Partial winners: every kernel writes, per (row b, draw j, segment e), the
+ * packed pair (order-preserving key bits << 32 | 0xffffffff - token) and the
+ * winner's tempered logit; a finalize kernel takes the maximum over e. The
+ * max of packed pairs is the max key with ties to the LOWEST token index,
+ * exactly the CPU engine's rule, independent of how V was partitioned.
+ * Temporary memory is O(B x draws x segments), never O(B x V).
+ */
+#ifndef FLS_COMMON_CUH
+#define FLS_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <curand_philox4x32_x.h>
+#include <stdint.h>
+
+#include "fls_noise.h"
+#include "internal.h"
+
+#define FLS_FULL_MASK 0xffffffffu
+/* Tokens per warp segment in the from-logits sampler: fls_segment_len(B),
+ * a power of two dividing FLS_SEG (even: Philox pairs; chunks are multiples of FLS_SEG). */
+#define FLS_SEG 1024
+int fls_segment_len(int64_t B);
+
+/* The device view of one request's workspace. */
+struct fls_ws {
+    unsigned long long *best; /* [(b * nd + j) * nent + e] packed winners */
+    float *xw;                /* same index: the winner's tempered logit */
+    float *m, *s;             /* [b * nent + e] log-sum-exp partials (max, sum exp(x - max)) */
+    unsigned *finite;         /* [B]: == epoch when the row has a logit > -inf */
+    unsigned *nanflag;        /* [1]: == epoch when some logit is NaN */
+    unsigned *status;         /* [2]: (epoch, code) written by the finalize kernel */
+    unsigned epoch;
+    int nent;           /* segments per (b, j) */
+    int nd;             /* draws in this pass */
+    uint32_t draw_base; /* global draw index of j = 0 */
+    int want_lse;
+};
+
+/* Float -> uint32 whose unsigned order is the float order (-inf < ... < +inf). */
+__device__ __forceinline__ uint32_t fls_ord(float k)
+{
+    uint32_t u = __float_as_uint(k);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ unsigned long long fls_pack(float key, uint32_t token)
+{
+    return ((unsigned long long)fls_ord(key) << 32) | (unsigned long long)(0xffffffffu - token);
+}
+
+/* Philox4x32-10 block of the pair (token & ~1, token | 1) through cuRAND's
+ * device API, with the counter/key layout of fls_noise_counter. */
+__device__ __forceinline__ uint4 fls_philox_pair(uint64_t seed, uint64_t offset, uint32_t draw,
+                                                 uint64_t token)
+{
+    uint4 c = make_uint4((uint32_t)(token >> 1), draw, (uint32_t)offset, (uint32_t)(offset >> 32));
+    uint2 k = make_uint2((uint32_t)seed, (uint32_t)(seed >> 32));
+    return curand_Philox4x32_10(c, k);
+}
+
+/*
+ * fls_gumbel_from_bits (fls_noise.h), restated for the device with the same
+ * bits and fewer slow instructions:
+ *  - U (or 1-U) = (2q + 1) 2^-65 with q < 2^63: the header adds two exact
+ *    doubles and rounds once to 53 bits; here one u64 -> f64 conversion
+ *    rounds the odd integer 2q + 1 once to 53 bits and the power-of-two scale
+ *    is exact, so the double (and the float after it) is the same;
+ *  - both halves of the exponential share one fls_logf_ call (select of the
+ *    argument) instead of diverging into two.
+ * The GPU tests compare it bit for bit with the host's fls_gumbel.
+ */
+__device__ __forceinline__ float fls_gumbel_dev(uint64_t k)
+{
+    const bool upper = (k >> 63) != 0;
+    const uint64_t q = upper ? ~k : k;
+    const float q_f = __double2float_rn(__dmul_rn(__ull2double_rn(2 * q + 1), 0x1p-65));
+    const float u = __fsub_rn(1.0f, q_f);
+    const float lg = fls_logf_(upper ? u : q_f);
+    const float t = __fdiv_rn(q_f, __fsub_rn(1.0f, u)); /* used only when upper and u < 1 */
+    const float e = upper ? (u == 1.0f ? q_f : -__fmul_rn(lg, t)) : -lg;
+    return -fls_logf_(e);
+}
+
+__device__ __forceinline__ unsigned long long fls_warp_max_u64(unsigned long long v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long w = __shfl_xor_sync(FLS_FULL_MASK, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+__device__ __forceinline__ float fls_warp_maxf(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(FLS_FULL_MASK, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float fls_warp_sumf(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(FLS_FULL_MASK, v, o));
+    return v;
+}
+
+/* Tempered logit: IEEE division (never a reciprocal multiply), T = 0 greedy. */
+__device__ __forceinline__ float fls_temper(float l, float T)
+{
+    return T == 0.0f ? l : __fdiv_rn(l, T);
+}
+
+/*
+ * One warp samples one segment: n logits S[0..n) (stride 1, generic memory:
+ * shared or global) of row b, global token index v0 + i, v0 even. Writes the
+ * segment's partial winners (entry e) for the pass's draws, its log-sum-exp
+ * partial when asked, and the row's finite / NaN marks. Warp-uniform control
+ * flow; n may be 0 (an empty entry is still written).
+ * Lane p handles the token pairs (v0 + 2p', v0 + 2p' + 1), p' = p mod 32, so
+ * one Philox block serves both tokens of a pair, as in the CPU engine.
+ */
+__device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t v0, int b, int e,
+                                                 const fls_row_params &rp, const fls_ws &ws, int lane)
+{
+    const float T = rp.temperature;
+    const int np = (n + 1) >> 1;
+    float mx = -INFINITY;
+    bool nan = false;
+    for (int p = lane; p < np; p += 32) {
+        int i = 2 * p;
+        float l0 = S[i];
+        nan |= isnan(l0);
+        mx = fmaxf(mx, fls_temper(l0, T));
+        if (i + 1 < n) {
+            float l1 = S[i + 1];
+            nan |= isnan(l1);
+            mx = fmaxf(mx, fls_temper(l1, T));
+        }
+    }
+    nan = __any_sync(FLS_FULL_MASK, nan);
+    mx = fls_warp_maxf(mx);
+    if (lane == 0) {
+        if (nan)
+            *ws.nanflag = ws.epoch;
+        if (mx > -INFINITY)
+            ws.finite[b] = ws.epoch;
+    }
+    if (ws.want_lse) {
+        /* sum of exp(x - max) with the accurate expf (no fast math) */
+        float s = 0.0f;
+        if (mx > -INFINITY) {
+            for (int p = lane; p < np; p += 32) {
+                int i = 2 * p;
+                s = __fadd_rn(s, expf(__fsub_rn(fls_temper(S[i], T), mx)));
+                if (i + 1 < n)
+                    s = __fadd_rn(s, expf(__fsub_rn(fls_temper(S[i + 1], T), mx)));
+            }
+        }
+        s = fls_warp_sumf(s);
+        if (lane == 0) {
+            ws.m[(int64_t)b * ws.nent + e] = mx;
+            ws.s[(int64_t)b * ws.nent + e] = s;
+        }
+    }
+    for (int j = 0; j < ws.nd; j++) {
+        const uint32_t d = ws.draw_base + (uint32_t)j;
+        unsigned long long best = 0;
+        float bx = -INFINITY;
+        if (!nan) {
+            for (int p = lane; p < np; p += 32) {
+                int i = 2 * p;
+                uint64_t v = v0 + (uint64_t)i;
+                float x0 = fls_temper(S[i], T);
+                float x1 = (i + 1 < n) ? fls_temper(S[i + 1], T) : -INFINITY;
+                float k0 = x0, k1 = x1;
+                if (T != 0.0f) {
+                    uint4 r = fls_philox_pair(rp.seed, rp.offset, d, v);
+                    k0 = __fadd_rn(x0, fls_gumbel_dev(((uint64_t)r.y << 32) | r.x));
+                    if (i + 1 < n)
+                        k1 = __fadd_rn(x1, fls_gumbel_dev(((uint64_t)r.w << 32) | r.z));
+                }
+                unsigned long long p0 = fls_pack(k0, (uint32_t)v);
+                if (p0 > best) {
+                    best = p0;
+                    bx = x0;
+                }
+                if (i + 1 < n) {
+                    unsigned long long p1 = fls_pack(k1, (uint32_t)(v + 1));
+                    if (p1 > best) {
+                        best = p1;
+                        bx = x1;
+                    }
+                }
+            }
+        }
+        unsigned long long w = fls_warp_max_u64(best);
+        unsigned ball = __ballot_sync(FLS_FULL_MASK, best == w);
+        float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
+        if (lane == 0) {
+            int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
+            ws.best[idx] = w;
+            ws.xw[idx] = wx;
+        }
+    }
+}
+
+/* ---- launchers (host, defined in the .cu files) ---- */
+
+/* Sampling over a logits block L (B rows, vn columns, row stride ldl) whose
+ * column 0 is global token v_off (a multiple of FLS_SEG); entries e_off + segment,
+ * segments of fls_segment_len(B) tokens. */
+cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, uint64_t v_off, int e_off,
+                                const fls_row_params *rows, const fls_ws &ws, int sm_count, cudaStream_t st);
+/* Final reduction over the nent entries; writes tokens / logsumexp / logprobs
+ * (row stride draws_total) unless a NaN or an all-masked row was seen. */
+cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,
+                                int64_t *tokens, float *lse, float *logprobs, cudaStream_t st);
+/* L[b * ldl + v] = sum_k W[v0 + v, k] H[b, k] (fp32 fma) for v < vn: any dtypes, any strides. */
+cudaError_t fls_launch_simt_logits(const void *W, fls_dtype wd, int64_t ldw, const void *H, fls_dtype hd,
+                                   int64_t ldh, int B, int64_t D, int64_t v0, int64_t vn, float *L,
+                                   int64_t ldl, cudaStream_t st);
+/* Multinomial baseline: P = exp(x - max) per row, then inverse-CDF sampling. */
+cudaError_t fls_launch_softmax(const float *L, int64_t ldl, int B, int64_t V, const fls_row_params *rows,
+                               float *P, float *rowmax, float *rowsum, const fls_ws &ws, cudaStream_t st);
+cudaError_t fls_launch_multinomial(const float *L, int64_t ldl, const float *P, int B, int64_t V,
+                                   const fls_row_params *rows, const float *rowmax, const float *rowsum,
+                                   const fls_ws &ws, int64_t draws_total, int64_t *tokens, float *lse,
+                                   float *logprobs, cudaStream_t st);
+/* The fused tensor-core kernel (W, H 16-bit of one dtype, 16-byte aligned rows,
+ * D % 8 == 0). Entries: ceil(V / 128) tiles x nseg segments. */
+int fls_mma_nseg(int B);
+cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt, int B,
+                                 int64_t V, int64_t D, int tile_b, const fls_row_params *rows,
+                                 const fls_ws &ws, int sm_count, cudaStream_t st);
+#define FLS_MMA_TV 128
+
+#endif /* FLS_COMMON_CUH */

@@ -1,0 +1,611 @@
+/*
+ * engine.cu — the CUDA engine's host side: context, workspace, dispatch of
+ * the three methods, cuBLAS, and the device-memory helpers of internal.h.
+ *
+ * A call uploads the resolved rows, runs the main kernel(s) and a finalize
+ * kernel, then reads back one status word (NaN seen, all-masked row): the C
+ * API returns a status, so each call synchronises its stream once. Error
+ * marks are "epoch" words (== the call's counter), so nothing is cleared
+ * between calls, and the finalize kernel writes no output when one is set.
+ */
+#include "common.cuh"
+#include "fls_cuda.h"
+
+#include <cublas_v2.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fls_cuda_state {
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    char *ws; /* growable workspace */
+    size_t ws_bytes;
+    unsigned *flags;    /* [0..1] status, [2] NaN mark, [3..] finite marks per row */
+    int64_t flags_rows; /* capacity of the finite marks */
+    unsigned epoch;
+    char name[256];
+};
+
+static fls_status fls_from_cuda(cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return FLS_OK;
+    (void)cudaGetLastError(); /* a non-sticky error must not fail the next call */
+    if (e == cudaErrorMemoryAllocation)
+        return FLS_ERR_OUT_OF_MEMORY;
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorNoKernelImageForDevice)
+        return FLS_ERR_NO_DEVICE;
+    return FLS_ERR_CUDA;
+}
+
+static fls_status fls_from_blas(cublasStatus_t s)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return FLS_OK;
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return FLS_ERR_OUT_OF_MEMORY;
+    return FLS_ERR_CUDA;
+}
+
+extern "C" int fls_cuda_available_impl(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    for (int d = 0; d < n; d++) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess && major >= 9)
+            return 1;
+    }
+    return 0;
+}
+
+extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+        (void)cudaGetLastError();
+        return FLS_ERR_NO_DEVICE;
+    }
+    const int dev = ctx->config.device;
+    if (dev < 0 || dev >= n)
+        return FLS_ERR_NO_DEVICE;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return fls_from_cuda(cudaGetLastError());
+    if (prop.major < 9) /* the kernels are built for sm_90 only */
+        return FLS_ERR_NO_DEVICE;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    fls_cuda_state *s = (fls_cuda_state *)calloc(1, sizeof *s);
+    if (!s)
+        return FLS_ERR_OUT_OF_MEMORY;
+    s->device = dev;
+    s->sm_count = prop.multiProcessorCount;
+    s->stream = (cudaStream_t)ctx->config.stream;
+    memcpy(s->name, prop.name, sizeof s->name - 1);
+    s->name[sizeof s->name - 1] = 0;
+    fls_status st = fls_from_blas(cublasCreate(&s->blas));
+    if (st == FLS_OK)
+        st = fls_from_blas(cublasSetStream(s->blas, s->stream));
+    if (st != FLS_OK) {
+        if (s->blas)
+            cublasDestroy(s->blas);
+        free(s);
+        return st;
+    }
+    ctx->cuda = s;
+    return FLS_OK;
+}
+
+extern "C" void fls_cuda_context_fini(fls_context_t *ctx)
+{
+    if (!ctx || !ctx->cuda)
+        return;
+    fls_cuda_state *s = ctx->cuda;
+    cudaSetDevice(s->device);
+    if (s->stream)
+        cudaStreamSynchronize(s->stream);
+    else
+        cudaDeviceSynchronize();
+    cudaFree(s->ws);
+    cudaFree(s->flags);
+    cublasDestroy(s->blas);
+    free(s);
+    ctx->cuda = NULL;
+}
+
+extern "C" fls_status fls_cuda_check_device_pointer(const void *p)
+{
+    cudaPointerAttributes at;
+    cudaError_t e = cudaPointerGetAttributes(&at, p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) ? FLS_ERR_NO_DEVICE
+                                                                            : FLS_ERR_POINTER;
+    }
+    return (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) ? FLS_OK : FLS_ERR_POINTER;
+}
+
+extern "C" fls_status fls_cuda_malloc(void **p, size_t bytes)
+{
+    if (!p)
+        return FLS_ERR_NULL;
+    *p = NULL;
+    if (bytes == 0)
+        return FLS_ERR_SIZE;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+        (void)cudaGetLastError();
+        return FLS_ERR_NO_DEVICE;
+    }
+    return fls_from_cuda(cudaMalloc(p, bytes));
+}
+
+extern "C" void fls_cuda_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+extern "C" fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_device)
+{
+    if (!dst || !src)
+        return FLS_ERR_NULL;
+    if (bytes == 0)
+        return FLS_OK;
+    return fls_from_cuda(
+        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+}
+
+extern "C" void fls_cuda_opts_default(fls_cuda_opts *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+static bool fls_mma_eligible(const fls_matrix *W, const fls_matrix *H)
+{
+    if (W->dtype != H->dtype || (W->dtype != FLS_DTYPE_BF16 && W->dtype != FLS_DTYPE_F16))
+        return false;
+    if (((uintptr_t)W->data) % 16 || ((uintptr_t)H->data) % 16 || W->ld % 8 || H->ld % 8 || W->cols % 8)
+        return false;
+    if (W->cols > (1 << 30) || W->rows >= ((int64_t)1 << 31) - FLS_MMA_TV || H->rows > (1 << 30))
+        return false;
+    return true;
+}
+
+/* Dispatcher (docs/GPU.md, measured 2026-11-29 on an H200): the cuBLAS-chunked
+ * path is faster than the tensor-core kernel at every benchmarked shape and B
+ * (the mma.sync kernel's epilogue does not overlap its loads yet), so AUTO
+ * picks it whenever cuBLAS takes the dtypes; the tensor-core kernel stays
+ * selectable (FLS_CUDA_PATH_MMA) and is tested for identical tokens. */
+extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
+{
+    (void)B;
+    (void)V;
+    (void)D;
+    (void)wd;
+    (void)hd;
+    return FLS_CUDA_PATH_CHUNKED;
+}
+
+static int fls_auto_tile_b(int64_t B)
+{
+    return B <= 8 ? 8 : (B <= 16 ? 16 : (B <= 32 ? 32 : 64));
+}
+
+static size_t fls_align256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+static fls_status fls_ensure_ws(fls_cuda_state *s, size_t bytes)
+{
+    if (bytes <= s->ws_bytes)
+        return FLS_OK;
+    cudaError_t e = s->stream ? cudaStreamSynchronize(s->stream) : cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    cudaFree(s->ws);
+    s->ws = NULL;
+    s->ws_bytes = 0;
+    e = cudaMalloc((void **)&s->ws, bytes);
+    if (e != cudaSuccess) {
+        s->ws = NULL;
+        return fls_from_cuda(e);
+    }
+    s->ws_bytes = bytes;
+    return FLS_OK;
+}
+
+static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
+{
+    if (B <= s->flags_rows && s->epoch != 0xffffffffu)
+        return FLS_OK;
+    cudaError_t e = s->stream ? cudaStreamSynchronize(s->stream) : cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    cudaFree(s->flags);
+    s->flags = NULL;
+    s->flags_rows = 0;
+    int64_t cap = B < 1024 ? 1024 : B;
+    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 3) * sizeof(unsigned));
+    if (e == cudaSuccess)
+        e = cudaMemset(s->flags, 0, (size_t)(cap + 3) * sizeof(unsigned));
+    if (e != cudaSuccess) {
+        cudaFree(s->flags);
+        s->flags = NULL;
+        return fls_from_cuda(e);
+    }
+    s->flags_rows = cap;
+    s->epoch = 0; /* marks are 0 now; epochs start at 1 */
+    return FLS_OK;
+}
+
+/* logits C[b * ldc + i] = W[v0 + i] . H[b] for i < vn, fp32 accumulation. */
+static fls_status fls_gemm_logits(fls_cuda_state *s, const fls_matrix *W, const fls_matrix *H, int64_t v0,
+                                  int64_t vn, float *C, int64_t ldc, int force_simt)
+{
+    const int64_t B = H->rows, D = W->cols;
+    const bool blas_ok = !force_simt && W->dtype == H->dtype && vn < INT32_MAX && D < INT32_MAX &&
+                         W->ld < INT32_MAX && H->ld < INT32_MAX && ldc < INT32_MAX && B < INT32_MAX;
+    if (!blas_ok)
+        return fls_from_cuda(fls_launch_simt_logits(W->data, W->dtype, W->ld, H->data, H->dtype, H->ld,
+                                                    (int)B, D, v0, vn, C, ldc, s->stream));
+    cudaDataType t =
+        W->dtype == FLS_DTYPE_BF16 ? CUDA_R_16BF : (W->dtype == FLS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F);
+    /* fp32 inputs: no TF32 (it would round the inputs and change the logits). */
+    cublasComputeType_t ct = W->dtype == FLS_DTYPE_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    const float one = 1.0f, zero = 0.0f;
+    const char *a = (const char *)W->data + (size_t)v0 * (size_t)W->ld * fls_dtype_size(W->dtype);
+    /* column-major view: C^T (vn x B, ld ldc) = op_T(W chunk as D x vn) * H^T (D x B) */
+    return fls_from_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)vn, (int)B, (int)D, &one, a, t,
+                                      (int)W->ld, H->data, t, (int)H->ld, &zero, C, CUDA_R_32F, (int)ldc, ct,
+                                      CUBLAS_GEMM_DEFAULT));
+}
+
+/* Bump allocator over the workspace (first a sizing pass with base NULL). */
+struct fls_carve {
+    char *base;
+    size_t off;
+    template <class T> T *take(size_t n)
+    {
+        T *p = base ? (T *)(base + off) : NULL;
+        off += fls_align256(n * sizeof(T));
+        return p;
+    }
+};
+
+enum fls_kind { K_MMA, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
+
+extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                   const fls_matrix *L, const fls_request *req, const fls_outputs *out,
+                                   const fls_cuda_opts *opts_in)
+{
+    if (!ctx || !ctx->cuda || !req || !out || !out->tokens)
+        return FLS_ERR_NULL;
+    fls_cuda_opts opts;
+    if (opts_in)
+        opts = *opts_in;
+    else
+        fls_cuda_opts_default(&opts);
+    fls_cuda_state *s = ctx->cuda;
+    const int64_t B = req->batch, V = req->vocab, draws = req->draws;
+    if (V >= (int64_t)0xffffffffLL || B > (1 << 30))
+        return FLS_ERR_UNSUPPORTED; /* 32-bit token field of the packed winner */
+    if (L && L->dtype != FLS_DTYPE_F32)
+        return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
+    cudaError_t ce = cudaSetDevice(s->device);
+    if (ce != cudaSuccess)
+        return fls_from_cuda(ce);
+
+    fls_kind kind;
+    int tile_b = 0;
+    int64_t chunk_v = 0;
+    if (L) {
+        kind = req->method == FLS_METHOD_UNFUSED_MULTINOMIAL ? K_MULTINOMIAL : K_LOGITS_GUMBEL;
+    } else if (req->method == FLS_METHOD_UNFUSED_MULTINOMIAL) {
+        kind = K_MULTINOMIAL;
+    } else if (req->method == FLS_METHOD_UNFUSED_GUMBEL) {
+        kind = K_UNFUSED_GUMBEL;
+    } else {
+        fls_cuda_path p = opts.path != FLS_CUDA_PATH_AUTO
+                              ? opts.path
+                              : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
+        kind = (p == FLS_CUDA_PATH_MMA && fls_mma_eligible(W, H)) ? K_MMA : K_CHUNKED;
+        if (kind == K_MMA) {
+            tile_b = opts.tile_b ? opts.tile_b : fls_auto_tile_b(B);
+            if (tile_b != 8 && tile_b != 16 && tile_b != 32 && tile_b != 64)
+                return FLS_ERR_PARAM;
+        } else {
+            chunk_v = opts.chunk_v;
+            if (chunk_v <= 0) {
+                chunk_v = ((int64_t)8 << 20) / B; /* a 32 MB fp32 chunk: stays in the 50 MB L2 */
+                if (chunk_v < 32768)
+                    chunk_v = 32768;
+            }
+            chunk_v = (chunk_v + FLS_SEG - 1) / FLS_SEG * FLS_SEG;
+            if (chunk_v > (V + FLS_SEG - 1) / FLS_SEG * FLS_SEG)
+                chunk_v = (V + FLS_SEG - 1) / FLS_SEG * FLS_SEG;
+        }
+    }
+
+    int64_t nent;
+    if (kind == K_MMA)
+        nent = ((V + FLS_MMA_TV - 1) / FLS_MMA_TV) * fls_mma_nseg((int)B);
+    else
+        nent = (V + fls_segment_len(B) - 1) / fls_segment_len(B);
+    if (nent > INT32_MAX)
+        return FLS_ERR_UNSUPPORTED;
+    const int want_lse = out->logsumexp != NULL || out->logprobs != NULL;
+    /* draws per pass: partial winners of one pass stay under 256 MB */
+    int64_t nd = ((int64_t)256 << 20) / (12 * B * nent);
+    if (nd < 1)
+        nd = 1;
+    if (kind == K_MULTINOMIAL && nd > 64)
+        nd = 64;
+    if (nd > draws)
+        nd = draws;
+
+    /* workspace layout */
+    fls_row_params *rows_d = NULL;
+    unsigned long long *best = NULL;
+    float *xw = NULL, *pm = NULL, *ps = NULL, *buf = NULL, *P = NULL, *rmax = NULL, *rsum = NULL;
+    int64_t ldbuf = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        fls_carve c = {pass ? s->ws : NULL, 0};
+        rows_d = c.take<fls_row_params>((size_t)B);
+        if (kind != K_MULTINOMIAL) {
+            best = c.take<unsigned long long>((size_t)(B * nd * nent));
+            xw = c.take<float>((size_t)(B * nd * nent));
+            if (want_lse) {
+                pm = c.take<float>((size_t)(B * nent));
+                ps = c.take<float>((size_t)(B * nent));
+            }
+        }
+        if (kind == K_CHUNKED) {
+            ldbuf = chunk_v;
+            buf = c.take<float>((size_t)(B * chunk_v));
+        } else if (kind == K_UNFUSED_GUMBEL || (kind == K_MULTINOMIAL && !L)) {
+            ldbuf = V;
+            buf = c.take<float>((size_t)(B * V));
+        }
+        if (kind == K_MULTINOMIAL) {
+            P = c.take<float>((size_t)(B * V));
+            rmax = c.take<float>((size_t)B);
+            rsum = c.take<float>((size_t)B);
+        }
+        if (pass == 0) {
+            fls_status st = fls_ensure_ws(s, c.off);
+            if (st != FLS_OK)
+                return st;
+        }
+    }
+    fls_status st = fls_ensure_flags(s, B);
+    if (st != FLS_OK)
+        return st;
+    const unsigned epoch = ++s->epoch;
+
+    cudaStream_t str = s->stream;
+    if (!opts.rows_cached) {
+        ce = cudaMemcpyAsync(rows_d, req->rows, (size_t)B * sizeof(fls_row_params), cudaMemcpyHostToDevice,
+                             str);
+        if (ce != cudaSuccess)
+            return fls_from_cuda(ce);
+    }
+    fls_ws ws;
+    ws.best = best;
+    ws.xw = xw;
+    ws.m = pm;
+    ws.s = ps;
+    ws.status = s->flags;
+    ws.nanflag = s->flags + 2;
+    ws.finite = s->flags + 3;
+    ws.epoch = epoch;
+    ws.nent = (int)nent;
+    ws.want_lse = want_lse;
+
+    /* logits that every draw pass reuses */
+    const float *Lp = NULL;
+    int64_t ldl = 0;
+    if (L) {
+        Lp = (const float *)L->data;
+        ldl = L->ld;
+    } else if (kind == K_UNFUSED_GUMBEL || kind == K_MULTINOMIAL) {
+        st = fls_gemm_logits(s, W, H, 0, V, buf, ldbuf, opts.force_simt);
+        if (st != FLS_OK)
+            return st;
+        Lp = buf;
+        ldl = ldbuf;
+    }
+    if (kind == K_MULTINOMIAL) {
+        ws.draw_base = 0;
+        ws.nd = 0;
+        ce = fls_launch_softmax(Lp, ldl, (int)B, V, rows_d, P, rmax, rsum, ws, str);
+        if (ce != cudaSuccess)
+            return fls_from_cuda(ce);
+    }
+    for (int64_t db = 0; db < draws; db += nd) {
+        ws.draw_base = (uint32_t)db;
+        ws.nd = (int)(draws - db < nd ? draws - db : nd);
+        if (kind == K_MULTINOMIAL) {
+            ce = fls_launch_multinomial(Lp, ldl, P, (int)B, V, rows_d, rmax, rsum, ws, draws, out->tokens,
+                                        out->logsumexp, out->logprobs, str);
+            if (ce != cudaSuccess)
+                return fls_from_cuda(ce);
+            continue;
+        }
+        if (kind == K_MMA) {
+            ce = fls_launch_fused_mma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
+                                      rows_d, ws, s->sm_count, str);
+        } else if (kind == K_CHUNKED) {
+            ce = cudaSuccess;
+            for (int64_t c0 = 0; c0 < V && ce == cudaSuccess; c0 += chunk_v) {
+                int64_t vn = V - c0 < chunk_v ? V - c0 : chunk_v;
+                st = fls_gemm_logits(s, W, H, c0, vn, buf, ldbuf, opts.force_simt);
+                if (st != FLS_OK)
+                    return st;
+                ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / fls_segment_len(B)),
+                                         rows_d, ws, s->sm_count, str);
+            }
+        } else {
+            ce = fls_launch_segments(Lp, ldl, (int)B, V, 0, 0, rows_d, ws, s->sm_count, str);
+        }
+        if (ce != cudaSuccess)
+            return fls_from_cuda(ce);
+        ce = fls_launch_finalize(rows_d, (int)B, draws, ws, out->tokens, out->logsumexp, out->logprobs, str);
+        if (ce != cudaSuccess)
+            return fls_from_cuda(ce);
+    }
+    if (opts.no_sync)
+        return FLS_OK;
+    unsigned status[2] = {0, 0};
+    ce = cudaMemcpyAsync(status, s->flags, sizeof status, cudaMemcpyDeviceToHost, str);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(str);
+    if (ce != cudaSuccess)
+        return fls_from_cuda(ce);
+    if (status[0] != epoch)
+        return FLS_ERR_INTERNAL;
+    return status[1] == 1 ? FLS_ERR_NAN : (status[1] == 2 ? FLS_ERR_ALL_MASKED : FLS_OK);
+}
+
+extern "C" fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                            const fls_request *req, const fls_outputs *out)
+{
+    return fls_cuda_run(ctx, W, H, NULL, req, out, NULL);
+}
+
+extern "C" fls_status fls_cuda_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                                             const fls_outputs *out)
+{
+    return fls_cuda_run(ctx, NULL, NULL, L, req, out, NULL);
+}
+
+extern "C" fls_status fls_cuda_device_info(const fls_context_t *ctx, char *name, size_t name_len,
+                                           int *sm_count)
+{
+    if (!ctx || !ctx->cuda)
+        return FLS_ERR_NO_DEVICE;
+    if (name && name_len) {
+        size_t n = strlen(ctx->cuda->name);
+        if (n > name_len - 1)
+            n = name_len - 1;
+        memcpy(name, ctx->cuda->name, n);
+        name[n] = 0;
+    }
+    if (sm_count)
+        *sm_count = ctx->cuda->sm_count;
+    return FLS_OK;
+}
+
+/* ---- known-answer helpers for the GPU tests ---- */
+
+__global__ void fls_philox_kat_kernel(const uint32_t *c, const uint32_t *k, int64_t n, uint32_t *out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    uint4 r = curand_Philox4x32_10(make_uint4(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]),
+                                   make_uint2(k[2 * i], k[2 * i + 1]));
+    out[4 * i] = r.x;
+    out[4 * i + 1] = r.y;
+    out[4 * i + 2] = r.z;
+    out[4 * i + 3] = r.w;
+}
+
+__global__ void fls_gumbel_kat_kernel(const uint64_t *seed, const uint64_t *off, const uint32_t *draw,
+                                      const uint64_t *tok, int64_t n, float *out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    uint4 r = fls_philox_pair(seed[i], off[i], draw[i], tok[i]);
+    uint64_t bits = (tok[i] & 1) ? ((uint64_t)r.w << 32) | r.z : ((uint64_t)r.y << 32) | r.x;
+    out[i] = fls_gumbel_dev(bits); /* the kernels' version, checked against the host's */
+}
+
+extern "C" fls_status fls_cuda_philox_blocks(const uint32_t *c, const uint32_t *k, int64_t n, uint32_t *out)
+{
+    if (n <= 0)
+        return FLS_ERR_SIZE;
+    uint32_t *d = NULL;
+    size_t bc = (size_t)n * 16, bk = (size_t)n * 8;
+    cudaError_t e = cudaMalloc((void **)&d, bc * 2 + bk);
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    uint32_t *dc = d, *dk = d + 4 * n, *dout = d + 6 * n;
+    e = cudaMemcpy(dc, c, bc, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dk, k, bk, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        fls_philox_kat_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dc, dk, n, dout);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out, dout, bc, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    return fls_from_cuda(e);
+}
+
+extern "C" fls_status fls_cuda_gumbel(const uint64_t *seed, const uint64_t *offset, const uint32_t *draw,
+                                      const uint64_t *token, int64_t n, float *out)
+{
+    if (n <= 0)
+        return FLS_ERR_SIZE;
+    char *d = NULL;
+    size_t b8 = (size_t)n * 8, b4 = (size_t)n * 4;
+    cudaError_t e = cudaMalloc((void **)&d, 3 * b8 + 2 * b4);
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    uint64_t *ds = (uint64_t *)d, *doff = (uint64_t *)(d + b8), *dt = (uint64_t *)(d + 2 * b8);
+    uint32_t *dd = (uint32_t *)(d + 3 * b8);
+    float *dout = (float *)(d + 3 * b8 + b4);
+    e = cudaMemcpy(ds, seed, b8, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(doff, offset, b8, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dt, token, b8, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dd, draw, b4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        fls_gumbel_kat_kernel<<<(unsigned)((n + 255) / 256), 256>>>(ds, doff, dd, dt, n, dout);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out, dout, b4, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    return fls_from_cuda(e);
+}
+
+__global__ void fls_gumbel_bits_kernel(const uint64_t *bits, int64_t n, float *out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = fls_gumbel_dev(bits[i]);
+}
+
+extern "C" fls_status fls_cuda_gumbel_bits(const uint64_t *bits, int64_t n, float *out)
+{
+    if (n <= 0)
+        return FLS_ERR_SIZE;
+    char *d = NULL;
+    cudaError_t e = cudaMalloc((void **)&d, (size_t)n * 12);
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    e = cudaMemcpy(d, bits, (size_t)n * 8, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        fls_gumbel_bits_kernel<<<(unsigned)((n + 255) / 256), 256>>>((const uint64_t *)d, n,
+                                                                     (float *)(d + n * 8));
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out, d + n * 8, (size_t)n * 4, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    return fls_from_cuda(e);
+}

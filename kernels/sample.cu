@@ -1,0 +1,406 @@
+/*
+ * sample.cu — sampling from materialized logits, the final reduction, the
+ * SIMT GEMM fallback and the multinomial baseline.
+ *
+ * Segment sampler: L is (B, V) fp32; one warp per (row, 1024-token segment).
+ * Bytes: 4 B V read once. Work: one Philox4x32-10 block per token pair and
+ * two logs per token per draw (about 120 instructions a token), so at large
+ * B x V this kernel is bound by integer/FP32 issue, not by memory.
+ */
+#include "common.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+__global__ void fls_segments_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t vn,
+                                    uint64_t v_off, int e_off, int seg,
+                                    const fls_row_params *__restrict__ rows, fls_ws ws)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t nseg = (vn + seg - 1) / seg;
+    const int64_t items = nseg * B;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t it = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); it < items; it += warps) {
+        int b = (int)(it / nseg);
+        int64_t sg = it - (int64_t)b * nseg;
+        int64_t c0 = sg * seg;
+        int n = (int)min((int64_t)seg, vn - c0);
+        fls_row_params rp = rows[b];
+        fls_warp_segment(L + (int64_t)b * ldl + c0, n, v_off + (uint64_t)c0, b, e_off + (int)sg, rp, ws,
+                         lane);
+    }
+}
+
+int fls_segment_len(int64_t B)
+{
+    /* short segments at small B, so that every SM has warps to run */
+    return B >= 16 ? FLS_SEG : (B >= 4 ? 256 : 128);
+}
+
+cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, uint64_t v_off, int e_off,
+                                const fls_row_params *rows, const fls_ws &ws, int sm_count, cudaStream_t st)
+{
+    const int seg = fls_segment_len(B);
+    int64_t items = ((vn + seg - 1) / seg) * B;
+    int64_t blocks = (items + 7) / 8;
+    int64_t cap = (int64_t)sm_count * 8; /* 8 blocks of 8 warps per SM, grid-stride beyond */
+    if (blocks > cap)
+        blocks = cap;
+    fls_segments_kernel<<<(unsigned)blocks, 256, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg, rows, ws);
+    return cudaGetLastError();
+}
+
+/* One warp per (row, draw): max over the entries, log-sum-exp from partials. */
+__global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int B, int64_t draws_total,
+                                    fls_ws ws, int64_t *tokens, float *lse_out, float *logprobs)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    /* Errors are global: every warp checks them so that nothing is written. */
+    bool bad_nan = *ws.nanflag == ws.epoch;
+    bool bad_mask = false;
+    for (int b = lane; b < B; b += 32)
+        bad_mask |= ws.finite[b] != ws.epoch;
+    bad_mask = __any_sync(FLS_FULL_MASK, bad_mask);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ws.status[0] = ws.epoch;
+        ws.status[1] = bad_nan ? 1u : (bad_mask ? 2u : 0u);
+    }
+    if (bad_nan || bad_mask || w >= (int64_t)B * ws.nd)
+        return;
+    const int b = (int)(w / ws.nd);
+    const int j = (int)(w - (int64_t)b * ws.nd);
+    const int64_t base = w * ws.nent;
+    unsigned long long best = 0;
+    float bx = -INFINITY;
+    for (int e = lane; e < ws.nent; e += 32) {
+        unsigned long long p = ws.best[base + e];
+        if (p > best) { /* equal packed values are the same token */
+            best = p;
+            bx = ws.xw[base + e];
+        }
+    }
+    unsigned long long wbest = fls_warp_max_u64(best);
+    unsigned ball = __ballot_sync(FLS_FULL_MASK, best == wbest);
+    float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
+    const float T = rows[b].temperature;
+    double lse = 0.0;
+    if (ws.want_lse) {
+        const int64_t lb = (int64_t)b * ws.nent;
+        float M = -INFINITY;
+        for (int e = lane; e < ws.nent; e += 32)
+            M = fmaxf(M, ws.m[lb + e]);
+        M = fls_warp_maxf(M);
+        double S = 0.0;
+        for (int e = lane; e < ws.nent; e += 32) {
+            float m = ws.m[lb + e];
+            if (m > -INFINITY)
+                S += (double)ws.s[lb + e] * exp((double)m - (double)M);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            S += __shfl_xor_sync(FLS_FULL_MASK, S, o);
+        lse = (T == 0.0f) ? (double)M : (double)M + log(S);
+    }
+    if (lane == 0) {
+        const int64_t d = (int64_t)ws.draw_base + j;
+        tokens[(int64_t)b * draws_total + d] = (int64_t)(0xffffffffu - (uint32_t)wbest);
+        if (logprobs)
+            logprobs[(int64_t)b * draws_total + d] = (T == 0.0f) ? 0.0f : (float)((double)wx - lse);
+        if (lse_out && d == 0)
+            lse_out[b] = (float)lse;
+    }
+}
+
+cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,
+                                int64_t *tokens, float *lse, float *logprobs, cudaStream_t st)
+{
+    int64_t warps = (int64_t)B * ws.nd;
+    fls_finalize_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(rows, B, draws_total, ws, tokens, lse,
+                                                                     logprobs);
+    return cudaGetLastError();
+}
+
+/* ---- SIMT GEMM for any dtype pair and any alignment ---- */
+
+__device__ __forceinline__ float fls_load_elem(const void *p, fls_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case FLS_DTYPE_BF16:
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case FLS_DTYPE_F16:
+        return __half2float(((const __half *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+#define SIMT_TV 64
+#define SIMT_TB 16
+#define SIMT_TK 32
+
+/* Block: 64 vocab x 16 batch outputs, 256 threads, each 4 vocab x 1 batch. */
+__global__ void fls_simt_logits_kernel(const void *W, fls_dtype wd, int64_t ldw, const void *H, fls_dtype hd,
+                                       int64_t ldh, int B, int64_t D, int64_t v0, int64_t vn, float *L,
+                                       int64_t ldl)
+{
+    __shared__ float ws_[SIMT_TK][SIMT_TV + 1];
+    __shared__ float hs_[SIMT_TB][SIMT_TK + 1];
+    const int64_t vb = (int64_t)blockIdx.x * SIMT_TV;
+    const int bb = blockIdx.y * SIMT_TB;
+    const int tx = threadIdx.x & 15; /* vocab group: rows tx + 16 r */
+    const int ty = threadIdx.x >> 4; /* batch row */
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t k0 = 0; k0 < D; k0 += SIMT_TK) {
+        for (int i = threadIdx.x; i < SIMT_TV * SIMT_TK; i += 256) {
+            int r = i / SIMT_TK, k = i % SIMT_TK;
+            int64_t v = vb + r;
+            ws_[k][r] = (v < vn && k0 + k < D) ? fls_load_elem(W, wd, (v0 + v) * ldw + k0 + k) : 0.0f;
+        }
+        for (int i = threadIdx.x; i < SIMT_TB * SIMT_TK; i += 256) {
+            int r = i / SIMT_TK, k = i % SIMT_TK;
+            hs_[r][k] =
+                (bb + r < B && k0 + k < D) ? fls_load_elem(H, hd, (int64_t)(bb + r) * ldh + k0 + k) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < SIMT_TK; k++) {
+            float h = hs_[ty][k];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[r] = __fmaf_rn(ws_[k][tx + 16 * r], h, acc[r]);
+        }
+        __syncthreads();
+    }
+    if (bb + ty < B) {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int64_t v = vb + tx + 16 * r;
+            if (v < vn)
+                L[(int64_t)(bb + ty) * ldl + v] = acc[r];
+        }
+    }
+}
+
+cudaError_t fls_launch_simt_logits(const void *W, fls_dtype wd, int64_t ldw, const void *H, fls_dtype hd,
+                                   int64_t ldh, int B, int64_t D, int64_t v0, int64_t vn, float *L,
+                                   int64_t ldl, cudaStream_t st)
+{
+    dim3 grid((unsigned)((vn + SIMT_TV - 1) / SIMT_TV), (unsigned)((B + SIMT_TB - 1) / SIMT_TB));
+    fls_simt_logits_kernel<<<grid, 256, 0, st>>>(W, wd, ldw, H, hd, ldh, B, D, v0, vn, L, ldl);
+    return cudaGetLastError();
+}
+
+/* ---- multinomial baseline: softmax into HBM, then inverse CDF ---- */
+
+#define SM_THREADS 1024
+
+__device__ __forceinline__ double fls_block_sum_d(double v, double *red)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FLS_FULL_MASK, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+        t += red[i];
+    return t;
+}
+
+__device__ __forceinline__ float fls_block_max_f(float v, float *red)
+{
+    v = fls_warp_maxf(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = -INFINITY;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+        t = fmaxf(t, red[i]);
+    return t;
+}
+
+/* One block per row: rowmax = max x, P[v] = exp(x_v - rowmax), rowsum = sum P.
+ * Greedy rows (T = 0) get the one-hot of the first maximum. */
+__global__ void fls_softmax_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t V,
+                                   const fls_row_params *__restrict__ rows, float *P, float *rowmax,
+                                   float *rowsum, fls_ws ws)
+{
+    __shared__ double redd[32];
+    __shared__ float redf[32];
+    __shared__ unsigned long long redu[32];
+    const int b = blockIdx.x;
+    const float T = rows[b].temperature;
+    const float *l = L + (int64_t)b * ldl;
+    float *p = P + (int64_t)b * V;
+    float mx = -INFINITY;
+    int nan = 0;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = l[v];
+        nan |= isnan(x);
+        mx = fmaxf(mx, fls_temper(x, T));
+    }
+    nan = __syncthreads_or(nan);
+    mx = fls_block_max_f(mx, redf);
+    if (threadIdx.x == 0) {
+        if (nan)
+            *ws.nanflag = ws.epoch;
+        if (mx > -INFINITY)
+            ws.finite[b] = ws.epoch;
+        rowmax[b] = mx;
+    }
+    if (nan || !(mx > -INFINITY))
+        return;
+    if (T == 0.0f) {
+        unsigned long long best = 0;
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+            unsigned long long pk = fls_pack(l[v], (uint32_t)v);
+            best = pk > best ? pk : best;
+        }
+        best = fls_warp_max_u64(best);
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0)
+            redu[threadIdx.x >> 5] = best;
+        __syncthreads();
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+            best = redu[i] > best ? redu[i] : best;
+        int64_t arg = (int64_t)(0xffffffffu - (uint32_t)best);
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+            p[v] = v == arg ? 1.0f : 0.0f;
+        if (threadIdx.x == 0)
+            rowsum[b] = 1.0f;
+        return;
+    }
+    double s = 0.0;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        float e = expf(__fsub_rn(fls_temper(l[v], T), mx));
+        p[v] = e;
+        s += e;
+    }
+    s = fls_block_sum_d(s, redd);
+    if (threadIdx.x == 0)
+        rowsum[b] = (float)s;
+}
+
+cudaError_t fls_launch_softmax(const float *L, int64_t ldl, int B, int64_t V, const fls_row_params *rows,
+                               float *P, float *rowmax, float *rowsum, const fls_ws &ws, cudaStream_t st)
+{
+    fls_softmax_kernel<<<B, SM_THREADS, 0, st>>>(L, ldl, B, V, rows, P, rowmax, rowsum, ws);
+    return cudaGetLastError();
+}
+
+/* Inclusive block scan in double; *chunk gets the block total (all threads). */
+__device__ __forceinline__ double fls_block_scan_d(double v, double *warp_tot, double *chunk)
+{
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        double t = __shfl_up_sync(FLS_FULL_MASK, v, o);
+        if (lane >= o)
+            v += t;
+    }
+    __syncthreads();
+    if (lane == 31)
+        warp_tot[wid] = v;
+    __syncthreads();
+    double off = 0.0;
+    for (int i = 0; i < wid; i++)
+        off += warp_tot[i];
+    v += off;
+    if (threadIdx.x == blockDim.x - 1)
+        *chunk = v;
+    __syncthreads();
+    return v;
+}
+
+#define MN_MAX_DRAWS 64
+
+/* One block per row. Pass 1 sums P with the scan itself (total = the last
+ * inclusive prefix), pass 2 picks, for each draw, the first token with
+ * P > 0 whose inclusive prefix exceeds u * total. Zero-probability tokens
+ * (masked, or underflowed) are never picked. The uniform u comes from the
+ * contract (reserved token index FLS_MULTINOMIAL_TOKEN), 64 bits, in double. */
+__global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl, const float *__restrict__ P,
+                                       int B, int64_t V, const fls_row_params *__restrict__ rows,
+                                       const float *__restrict__ rowmax, const float *__restrict__ rowsum,
+                                       fls_ws ws, int64_t draws_total, int64_t *tokens, float *lse_out,
+                                       float *logprobs)
+{
+    __shared__ double wt[32];
+    __shared__ double chunk;
+    __shared__ double target[MN_MAX_DRAWS];
+    __shared__ unsigned long long found[MN_MAX_DRAWS];
+    __shared__ unsigned long long lastpos;
+    const int b = blockIdx.x;
+    int bad_nan = *ws.nanflag == ws.epoch;
+    int bad = bad_nan;
+    for (int i = threadIdx.x; i < B; i += blockDim.x)
+        bad |= ws.finite[i] != ws.epoch;
+    bad = __syncthreads_or(bad);
+    if (b == 0 && threadIdx.x == 0) {
+        ws.status[0] = ws.epoch;
+        ws.status[1] = bad_nan ? 1u : (bad ? 2u : 0u);
+    }
+    if (bad)
+        return;
+    const float *p = P + (int64_t)b * V;
+    const fls_row_params rp = rows[b];
+    double total = 0.0;
+    for (int64_t c = 0; c < V; c += blockDim.x) {
+        int64_t v = c + threadIdx.x;
+        fls_block_scan_d(v < V ? (double)p[v] : 0.0, wt, &chunk);
+        total += chunk;
+        __syncthreads();
+    }
+    if (threadIdx.x < ws.nd) {
+        uint32_t d = ws.draw_base + threadIdx.x;
+        double u = fls_uniform_from_bits(fls_noise_bits(rp.seed, rp.offset, d, FLS_MULTINOMIAL_TOKEN));
+        target[threadIdx.x] = u * total;
+        found[threadIdx.x] = ~0ull;
+    }
+    if (threadIdx.x == 0)
+        lastpos = 0;
+    __syncthreads();
+    double run = 0.0;
+    for (int64_t c = 0; c < V; c += blockDim.x) {
+        int64_t v = c + threadIdx.x;
+        double x = v < V ? (double)p[v] : 0.0;
+        double hi = run + fls_block_scan_d(x, wt, &chunk);
+        if (x > 0.0) {
+            for (int j = 0; j < ws.nd; j++)
+                if (hi > target[j])
+                    atomicMin(&found[j], (unsigned long long)v);
+            atomicMax(&lastpos, (unsigned long long)v);
+        }
+        run += chunk;
+        __syncthreads();
+    }
+    if (threadIdx.x < ws.nd) {
+        unsigned long long f = found[threadIdx.x];
+        int64_t tok = (int64_t)(f != ~0ull ? f : lastpos); /* rounding guard: target >= last prefix */
+        int64_t d = (int64_t)ws.draw_base + threadIdx.x;
+        float T = rp.temperature;
+        double lse = (T == 0.0f) ? (double)rowmax[b] : (double)rowmax[b] + log((double)rowsum[b]);
+        tokens[(int64_t)b * draws_total + d] = tok;
+        if (logprobs)
+            logprobs[(int64_t)b * draws_total + d] =
+                (T == 0.0f) ? 0.0f : (float)((double)fls_temper(L[(int64_t)b * ldl + tok], T) - lse);
+        if (lse_out && d == 0)
+            lse_out[b] = (float)lse;
+    }
+}
+
+cudaError_t fls_launch_multinomial(const float *L, int64_t ldl, const float *P, int B, int64_t V,
+                                   const fls_row_params *rows, const float *rowmax, const float *rowsum,
+                                   const fls_ws &ws, int64_t draws_total, int64_t *tokens, float *lse,
+                                   float *logprobs, cudaStream_t st)
+{
+    if (ws.nd > MN_MAX_DRAWS)
+        return cudaErrorInvalidValue;
+    fls_multinomial_kernel<<<B, SM_THREADS, 0, st>>>(L, ldl, P, B, V, rows, rowmax, rowsum, ws, draws_total,
+                                                     tokens, lse, logprobs);
+    return cudaGetLastError();
+}

@@ -1,0 +1,917 @@
+/*
+ * gpu_tests.c — the GPU suite (meson suite 'gpu'; tools/gpu-check.sh).
+ *
+ * A plain C driver (no Criterion, no GSL needed) so that the same binary runs
+ * in CI (no GPU: it says so and exits 77, which Meson reports as SKIP) and on
+ * the GPU machine, whose image has neither library. When built with
+ * FLS_HAVE_AUDIT it also runs the stats/ goodness-of-fit audit on the CUDA
+ * engine. Every test compares the GPU engine with the CPU engine (the
+ * reference) or with exact probabilities, with guard-filled outputs.
+ *
+ *   gpu_tests [--quick] [--only NAME]
+ */
+#include "flashsample.h"
+#include "fls_noise.h"
+#include "internal.h"
+#ifndef FLS_NO_CUDA_ENGINE
+#include "fls_cuda.h"
+#endif
+#ifdef FLS_HAVE_AUDIT
+#include "fls_audit.h"
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SKIP_CODE 77
+
+#ifdef FLS_NO_CUDA_ENGINE
+int main(void)
+{
+    printf("SKIP: flashsample was built without the CUDA engine (no nvcc); the gpu suite needs it\n");
+    return SKIP_CODE;
+}
+#else
+
+static int g_fail = 0, g_pass = 0, g_quick = 0;
+static const char *g_only = NULL;
+static int g_case_fail;
+
+static void failf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("    FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    g_case_fail = 1;
+}
+
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            failf(__VA_ARGS__);                                                                              \
+            return;                                                                                          \
+        }                                                                                                    \
+    } while (0)
+
+#define CHECK_ST(expr)                                                                                       \
+    do {                                                                                                     \
+        fls_status st_ = (expr);                                                                             \
+        if (st_ != FLS_OK) {                                                                                 \
+            failf("%s -> %s (line %d)", #expr, fls_status_string(st_), __LINE__);                            \
+            return;                                                                                          \
+        }                                                                                                    \
+    } while (0)
+
+static void run_test(const char *name, void (*fn)(void))
+{
+    if (g_only && !strstr(name, g_only))
+        return;
+    clock_t t0 = clock();
+    g_case_fail = 0;
+    printf("[ RUN  ] %s\n", name);
+    fflush(stdout);
+    fn();
+    double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    printf("[ %s ] %s (%.1f s cpu)\n", g_case_fail ? "FAIL" : " OK ", name, s);
+    fflush(stdout);
+    if (g_case_fail)
+        g_fail++;
+    else
+        g_pass++;
+}
+
+/* ---- helpers ---- */
+
+static uint64_t g_rng = 0x1234567890abcdefull;
+static uint64_t rnd(void)
+{
+    g_rng += 0x9E3779B97F4A7C15ull;
+    return fls_splitmix64_(g_rng);
+}
+static double rndu(void)
+{
+    return (double)(rnd() >> 11) * 0x1p-53;
+}
+
+static fls_context_t *g_cpu, *g_gpu;
+
+typedef struct dev_buf {
+    void *p;
+    size_t bytes;
+} dev_buf;
+
+static void *to_dev(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    if (fls_cuda_malloc(&d, bytes) != FLS_OK)
+        return NULL;
+    if (fls_cuda_memcpy(d, h, bytes, 1) != FLS_OK) {
+        fls_cuda_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static uint16_t enc(float x, fls_dtype dt)
+{
+    return dt == FLS_DTYPE_BF16 ? fls_f32_to_bf16(x) : fls_f32_to_f16(x);
+}
+
+/* A (rows, ld) matrix of dtype with small integers in [-a, a] (exact in every
+ * dtype, and every fp32 sum of products is exact, whatever the order). */
+static void *make_int_matrix(int64_t rows, int64_t cols, int64_t ld, fls_dtype dt, int a)
+{
+    size_t es = fls_dtype_size(dt);
+    char *m = calloc((size_t)(rows * ld), es);
+    if (!m)
+        return NULL;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float x = (float)((int)(rnd() % (uint64_t)(2 * a + 1)) - a);
+            if (dt == FLS_DTYPE_F32)
+                ((float *)m)[i * ld + j] = x;
+            else
+                ((uint16_t *)m)[i * ld + j] = enc(x, dt);
+        }
+    return m;
+}
+
+static void *make_rand_matrix(int64_t rows, int64_t cols, int64_t ld, fls_dtype dt, float scale)
+{
+    size_t es = fls_dtype_size(dt);
+    char *m = calloc((size_t)(rows * ld), es);
+    if (!m)
+        return NULL;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float x = (float)((rndu() * 2.0 - 1.0) * scale);
+            if (dt == FLS_DTYPE_F32)
+                ((float *)m)[i * ld + j] = x;
+            else
+                ((uint16_t *)m)[i * ld + j] = enc(x, dt);
+        }
+    return m;
+}
+
+typedef struct gpu_run_cfg {
+    fls_method method;
+    fls_cuda_path path;
+    int tile_b;
+    int64_t chunk_v;
+    int force_simt;
+    const char *label;
+} gpu_run_cfg;
+
+/* Every configuration the dispatcher can choose, plus the baselines. */
+static const gpu_run_cfg k_cfgs[] = {
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 0, "auto"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 8, 0, 0, "mma tb8"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 16, 0, 0, "mma tb16"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 32, 0, 0, "mma tb32"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 64, 0, 0, "mma tb64"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 2048, 0, "chunked 2048"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1, "chunked simt"},
+    {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel"},
+};
+#define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+
+/* Resolve params into a request the way the front end does (for fls_cuda_run). */
+static fls_row_params *resolve_rows(const fls_params *p, int64_t B)
+{
+    fls_row_params *r = calloc((size_t)B, sizeof *r);
+    for (int64_t b = 0; r && b < B; b++) {
+        r[b].temperature = p->temperature ? p->temperature[b] : p->temperature_value;
+        r[b].seed = p->row_seeds ? p->row_seeds[b] : fls_row_seed(p->seed, (uint64_t)b);
+        r[b].offset = p->row_offsets ? p->row_offsets[b] : p->offset;
+    }
+    return r;
+}
+
+typedef struct case_spec {
+    int64_t V, D, B, ldw, ldh, draws;
+    fls_dtype wd, hd;
+    int greedy_rows; /* every k-th row T = 0 (0 = none) */
+} case_spec;
+
+/* GPU (every config) vs CPU on exactly computable logits: identical tokens. */
+static void exact_case(const case_spec *c, int *mismatch_out)
+{
+    *mismatch_out = 0;
+    g_rng = 77 + (uint64_t)c->V * 31 + (uint64_t)c->D * 7 + (uint64_t)c->B;
+    void *W = make_int_matrix(c->V, c->D, c->ldw, c->wd, 3);
+    void *H = make_int_matrix(c->B, c->D, c->ldh, c->hd, 2);
+    const int64_t n = c->B * c->draws;
+    float *temps = malloc(sizeof(float) * (size_t)c->B);
+    uint64_t *seeds = malloc(sizeof(uint64_t) * (size_t)c->B),
+             *offs = malloc(sizeof(uint64_t) * (size_t)c->B);
+    int64_t *tok_cpu = malloc(sizeof(int64_t) * (size_t)n), *tok_gpu = malloc(sizeof(int64_t) * (size_t)n);
+    float *lse_cpu = malloc(sizeof(float) * (size_t)c->B), *lse_gpu = malloc(sizeof(float) * (size_t)c->B);
+    float *lp_cpu = malloc(sizeof(float) * (size_t)n), *lp_gpu = malloc(sizeof(float) * (size_t)n);
+    void *dW = NULL, *dH = NULL, *dtok = NULL, *dlse = NULL, *dlp = NULL;
+    if (!W || !H || !temps || !seeds || !offs || !tok_cpu || !tok_gpu || !lse_cpu || !lse_gpu || !lp_cpu ||
+        !lp_gpu) {
+        failf("out of host memory");
+        goto done;
+    }
+    for (int64_t b = 0; b < c->B; b++) {
+        temps[b] = (c->greedy_rows && b % c->greedy_rows == 0) ? 0.0f : (float)(0.3 + 1.7 * rndu());
+        seeds[b] = rnd();
+        offs[b] = rnd() % 1000;
+    }
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature = temps;
+    p.row_seeds = seeds;
+    p.row_offsets = offs;
+    p.draws = c->draws;
+    fls_matrix Wm = {W, c->wd, c->V, c->D, c->ldw}, Hm = {H, c->hd, c->B, c->D, c->ldh};
+    fls_outputs oc = {tok_cpu, lse_cpu, lp_cpu};
+    fls_status st = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+    if (st != FLS_OK) {
+        failf("CPU engine: %s", fls_status_string(st));
+        goto done;
+    }
+    size_t es_w = fls_dtype_size(c->wd), es_h = fls_dtype_size(c->hd);
+    dW = to_dev(W, (size_t)(c->V * c->ldw) * es_w);
+    dH = to_dev(H, (size_t)(c->B * c->ldh) * es_h);
+    fls_cuda_malloc(&dtok, sizeof(int64_t) * (size_t)n);
+    fls_cuda_malloc(&dlse, sizeof(float) * (size_t)c->B);
+    fls_cuda_malloc(&dlp, sizeof(float) * (size_t)n);
+    if (!dW || !dH || !dtok || !dlse || !dlp) {
+        failf("device allocation");
+        goto done;
+    }
+    fls_matrix dWm = {dW, c->wd, c->V, c->D, c->ldw}, dHm = {dH, c->hd, c->B, c->D, c->ldh};
+    fls_row_params *rows = resolve_rows(&p, c->B);
+    for (int k = 0; k < N_CFGS; k++) {
+        fls_request req = {rows, c->B, c->V, c->draws, k_cfgs[k].method};
+        fls_outputs og = {(int64_t *)dtok, (float *)dlse, (float *)dlp};
+        fls_cuda_opts o;
+        fls_cuda_opts_default(&o);
+        o.path = k_cfgs[k].path;
+        o.tile_b = k_cfgs[k].tile_b;
+        o.chunk_v = k_cfgs[k].chunk_v;
+        o.force_simt = k_cfgs[k].force_simt;
+        for (int64_t i = 0; i < n; i++)
+            tok_gpu[i] = -7;
+        fls_cuda_memcpy(dtok, tok_gpu, sizeof(int64_t) * (size_t)n, 1);
+        st = k == 0 ? fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og)
+                    : fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+        if (st != FLS_OK) {
+            failf("V=%lld D=%lld B=%lld %s: %s", (long long)c->V, (long long)c->D, (long long)c->B,
+                  k_cfgs[k].label, fls_status_string(st));
+            break;
+        }
+        fls_cuda_memcpy(tok_gpu, dtok, sizeof(int64_t) * (size_t)n, 0);
+        fls_cuda_memcpy(lse_gpu, dlse, sizeof(float) * (size_t)c->B, 0);
+        fls_cuda_memcpy(lp_gpu, dlp, sizeof(float) * (size_t)n, 0);
+        int64_t mism = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (tok_gpu[i] != tok_cpu[i]) {
+                if (first < 0)
+                    first = i;
+                mism++;
+            }
+        double lse_err = 0, lp_err = 0;
+        for (int64_t b = 0; b < c->B; b++) {
+            double e = fabs((double)lse_gpu[b] - lse_cpu[b]) / fmax(1.0, fabs(lse_cpu[b]));
+            lse_err = fmax(lse_err, e);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            double e = fabs((double)lp_gpu[i] - lp_cpu[i]) / fmax(1.0, fabs(lp_cpu[i]));
+            lp_err = fmax(lp_err, e);
+        }
+        if (mism) {
+            *mismatch_out += (int)mism;
+            failf("V=%lld D=%lld ld=%lld/%lld B=%lld %s/%s %s: %lld of %lld tokens differ (first: %lld gpu "
+                  "%lld cpu %lld)",
+                  (long long)c->V, (long long)c->D, (long long)c->ldw, (long long)c->ldh, (long long)c->B,
+                  fls_dtype_name(c->wd), fls_dtype_name(c->hd), k_cfgs[k].label, (long long)mism,
+                  (long long)n, (long long)first, (long long)tok_gpu[first], (long long)tok_cpu[first]);
+        }
+        if (lse_err > 2e-5 || lp_err > 2e-5)
+            failf("V=%lld B=%lld %s: logsumexp rel err %.3g, logprob err %.3g", (long long)c->V,
+                  (long long)c->B, k_cfgs[k].label, lse_err, lp_err);
+    }
+    free(rows);
+done:
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dtok);
+    fls_cuda_free(dlse);
+    fls_cuda_free(dlp);
+    free(W);
+    free(H);
+    free(temps);
+    free(seeds);
+    free(offs);
+    free(tok_cpu);
+    free(tok_gpu);
+    free(lse_cpu);
+    free(lse_gpu);
+    free(lp_cpu);
+    free(lp_gpu);
+}
+
+/* ---- tests ---- */
+
+static void test_philox_curand(void)
+{
+    const int64_t n = 1 << 16;
+    uint32_t *c = malloc(16 * n), *k = malloc(8 * n), *out = malloc(16 * n);
+    CHECK(c && k && out, "host memory");
+    for (int64_t i = 0; i < 4 * n; i++)
+        c[i] = (uint32_t)rnd();
+    for (int64_t i = 0; i < 2 * n; i++)
+        k[i] = (uint32_t)rnd();
+    c[0] = c[1] = c[2] = c[3] = k[0] = k[1] = 0;
+    c[4] = c[5] = c[6] = c[7] = k[2] = k[3] = 0xffffffffu;
+    fls_status st = fls_cuda_philox_blocks(c, k, n, out);
+    int64_t bad = 0;
+    for (int64_t i = 0; st == FLS_OK && i < n; i++) {
+        fls_philox_block r = fls_philox4x32_10(c + 4 * i, k + 2 * i);
+        bad += memcmp(r.r, out + 4 * i, 16) != 0;
+    }
+    free(c);
+    free(k);
+    free(out);
+    CHECK(st == FLS_OK, "fls_cuda_philox_blocks: %s", fls_status_string(st));
+    CHECK(bad == 0, "%lld of %lld cuRAND Philox blocks differ from fls_philox4x32_10", (long long)bad,
+          (long long)n);
+}
+
+static void test_gumbel_bits(void)
+{
+    const int64_t n = 1 << 18;
+    uint64_t *s = malloc(8 * n), *o = malloc(8 * n), *t = malloc(8 * n);
+    uint32_t *d = malloc(4 * n);
+    float *g = malloc(4 * n);
+    CHECK(s && o && t && d && g, "host memory");
+    for (int64_t i = 0; i < n; i++) {
+        s[i] = rnd();
+        o[i] = i % 3 ? rnd() % 4096 : rnd();
+        d[i] = (uint32_t)(i % 5 ? rnd() % 8 : rnd());
+        t[i] = rnd() % (((uint64_t)1 << 33) - 1);
+    }
+    fls_status st = fls_cuda_gumbel(s, o, d, t, n, g);
+    int64_t bad = 0;
+    for (int64_t i = 0; st == FLS_OK && i < n; i++) {
+        float h = fls_gumbel(s[i], o[i], d[i], t[i]);
+        bad += memcmp(&h, &g[i], 4) != 0;
+    }
+    free(s);
+    free(o);
+    free(t);
+    free(d);
+    free(g);
+    CHECK(st == FLS_OK, "fls_cuda_gumbel: %s", fls_status_string(st));
+    CHECK(bad == 0, "%lld of %lld device Gumbel values differ in bits from the host's", (long long)bad,
+          (long long)n);
+}
+
+/* The device transform on edge words: both ends of each half, the u == 1
+ * branch (1 - U rounds to 1), powers of two, and random words of few bits. */
+static void test_gumbel_edge_bits(void)
+{
+    enum { N = 1 << 16 };
+    uint64_t *k = malloc(8 * N);
+    float *g = malloc(4 * N);
+    CHECK(k && g, "host memory");
+    int64_t n = 0;
+    const uint64_t fixed[] = {0,
+                              1,
+                              2,
+                              3,
+                              0x7fffffffffffffffull,
+                              0x8000000000000000ull,
+                              0x8000000000000001ull,
+                              0xfffffffffffffffeull,
+                              0xffffffffffffffffull,
+                              0xffffff0000000000ull,
+                              0xffffff8000000000ull,
+                              0xfffffffeffffffffull,
+                              0x00000000ffffffffull,
+                              0x0000000100000000ull,
+                              0xbfffffffffffffffull,
+                              0x4000000000000000ull};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        k[n++] = fixed[i];
+    for (int b = 0; b < 64; b++) {
+        k[n++] = (uint64_t)1 << b;
+        k[n++] = ~((uint64_t)1 << b);
+        k[n++] = ((uint64_t)1 << b) - 1;
+        k[n++] = ~(((uint64_t)1 << b) - 1);
+    }
+    while (n < N) {
+        uint64_t r = rnd();
+        int mode = (int)(n % 4);
+        k[n++] =
+            mode == 0 ? r : (mode == 1 ? r >> (r % 64) : (mode == 2 ? ~(r >> (r % 64)) : r & rnd() & rnd()));
+    }
+    fls_status st = fls_cuda_gumbel_bits(k, N, g);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; st == FLS_OK && i < N; i++) {
+        float h = fls_gumbel_from_bits(k[i]);
+        if (memcmp(&h, &g[i], 4) != 0) {
+            bad++;
+            if (first < 0)
+                first = i;
+        }
+    }
+    uint64_t kf = first >= 0 ? k[first] : 0;
+    free(k);
+    free(g);
+    CHECK(st == FLS_OK, "fls_cuda_gumbel_bits: %s", fls_status_string(st));
+    CHECK(bad == 0, "%lld of %d edge words differ (first k = %016llx)", (long long)bad, N,
+          (unsigned long long)kf);
+}
+
+static void test_exact_tokens_shapes(void)
+{
+    /* V not a multiple of the tile, V = 1, odd D, strided rows, B up to 1024 */
+    const case_spec cases[] = {
+        {1, 16, 1, 16, 16, 3, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+        {17, 24, 3, 24, 24, 4, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 2},
+        {17, 13, 2, 13, 13, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},   /* D % 8 != 0: fallback */
+        {1000, 40, 9, 48, 56, 2, FLS_DTYPE_F16, FLS_DTYPE_F16, 3},   /* strided, aligned */
+        {1000, 40, 9, 43, 41, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0}, /* strided, unaligned */
+        {4099, 72, 33, 72, 72, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 5},
+        {50257, 72, 5, 72, 72, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+        {50257, 64, 130, 64, 64, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 7},
+        {2000, 32, 1024, 32, 32, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 11},
+        {3001, 24, 6, 24, 24, 2, FLS_DTYPE_F32, FLS_DTYPE_F32, 0},
+        {3001, 24, 6, 24, 24, 2, FLS_DTYPE_BF16, FLS_DTYPE_F32, 0},
+        {151936, 128, 64, 128, 128, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 9},
+        {128256, 96, 17, 96, 96, 1, FLS_DTYPE_F16, FLS_DTYPE_F16, 0},
+        {201088, 40, 2, 40, 40, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+    };
+    int nc = (int)(sizeof cases / sizeof cases[0]);
+    int total_mis = 0;
+    for (int i = 0; i < nc; i++) {
+        if (g_quick && cases[i].V * cases[i].B > 2000000)
+            continue;
+        int mis = 0;
+        exact_case(&cases[i], &mis);
+        total_mis += mis;
+        printf("    V=%-7lld D=%-4lld B=%-5lld draws=%lld %s/%s: %d configs, %s\n", (long long)cases[i].V,
+               (long long)cases[i].D, (long long)cases[i].B, (long long)cases[i].draws,
+               fls_dtype_name(cases[i].wd), fls_dtype_name(cases[i].hd), N_CFGS,
+               mis ? "MISMATCH" : "identical to the CPU engine");
+    }
+    CHECK(total_mis == 0, "%d mismatching tokens on inputs without near-ties", total_mis);
+}
+
+/* Random bf16 at D = 4096, V = 151936: agreement rate with the CPU engine. */
+static void test_agreement_random(void)
+{
+    const int64_t V = 151936, D = 4096, B = g_quick ? 8 : 32, draws = g_quick ? 4 : 32;
+    g_rng = 4242;
+    /* logits ~ N(0, ~1.2): W uniform in +-3.4/sqrt(D), H uniform in +-1 */
+    void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
+    void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
+    int64_t n = B * draws;
+    int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n), *tk = malloc(8 * (size_t)n);
+    void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(B * D) * 2) : NULL,
+         *dt = NULL;
+    fls_cuda_malloc(&dt, 8 * (size_t)n);
+    if (!W || !H || !tc || !tg || !tk || !dW || !dH || !dt) {
+        failf("memory");
+        goto done;
+    }
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature_value = 0.7f;
+    p.seed = 99;
+    p.draws = draws;
+    {
+        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+        fls_outputs oc = {tc, NULL, NULL};
+        fls_status st = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        if (st != FLS_OK) {
+            failf("cpu: %s", fls_status_string(st));
+            goto done;
+        }
+        fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+        fls_row_params *rows = resolve_rows(&p, B);
+        const fls_cuda_path paths[2] = {FLS_CUDA_PATH_MMA, FLS_CUDA_PATH_CHUNKED};
+        for (int k = 0; k < 2; k++) {
+            fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED};
+            fls_outputs og = {(int64_t *)dt, NULL, NULL};
+            fls_cuda_opts o;
+            fls_cuda_opts_default(&o);
+            o.path = paths[k];
+            st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+            if (st != FLS_OK) {
+                failf("gpu: %s", fls_status_string(st));
+                break;
+            }
+            fls_cuda_memcpy(k ? tk : tg, dt, 8 * (size_t)n, 0);
+        }
+        free(rows);
+        int64_t agree = 0, agree_k = 0, agree_paths = 0;
+        for (int64_t i = 0; i < n; i++) {
+            agree += tg[i] == tc[i];
+            agree_k += tk[i] == tc[i];
+            agree_paths += tk[i] == tg[i];
+        }
+        printf("    AGREEMENT random bf16 D=%lld V=%lld T=0.7: mma vs cpu %lld/%lld (%.4f%%), "
+               "chunked(cuBLAS) vs cpu "
+               "%lld/%lld (%.4f%%), mma vs chunked %lld/%lld\n",
+               (long long)D, (long long)V, (long long)agree, (long long)n, 100.0 * agree / n,
+               (long long)agree_k, (long long)n, 100.0 * agree_k / n, (long long)agree_paths, (long long)n);
+        if (agree * 1000 < n * 999)
+            failf("agreement below 99.9%%");
+    }
+done:
+    free(W);
+    free(H);
+    free(tc);
+    free(tg);
+    free(tk);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dt);
+}
+
+/* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
+static void test_logits_path(void)
+{
+    const int64_t B = 7, V = 50257, ld = 50260, draws = 3;
+    g_rng = 555;
+    float *L = malloc(sizeof(float) * (size_t)(B * ld));
+    int64_t *tc = malloc(8 * B * draws), *tg = malloc(8 * B * draws);
+    CHECK(L && tc && tg, "memory");
+    for (int64_t i = 0; i < B * ld; i++)
+        L[i] = (float)(rndu() * 8.0 - 4.0);
+    for (int64_t v = 0; v < V; v += 3)
+        L[2 * ld + v] = -INFINITY; /* masked tokens in row 2 */
+    for (int64_t v = 0; v < V; v++)
+        if (v != 4097)
+            L[5 * ld + v] = -INFINITY; /* row 5: one finite token */
+    fls_params p;
+    fls_params_default(&p);
+    p.seed = 7;
+    p.draws = draws;
+    fls_matrix Lm = {L, FLS_DTYPE_F32, B, V, ld};
+    fls_outputs oc = {tc, NULL, NULL};
+    CHECK_ST(fls_sample_logits(g_cpu, &Lm, &p, &oc));
+    void *dL = to_dev(L, sizeof(float) * (size_t)(B * ld)), *dt = NULL;
+    fls_cuda_malloc(&dt, 8 * B * draws);
+    CHECK(dL && dt, "device memory");
+    fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
+    fls_outputs og = {(int64_t *)dt, NULL, NULL};
+    fls_status st = fls_sample_logits(g_gpu, &dLm, &p, &og);
+    if (st == FLS_OK)
+        fls_cuda_memcpy(tg, dt, 8 * B * draws, 0);
+    int mism = 0, masked_hit = 0;
+    for (int64_t i = 0; i < B * draws; i++)
+        mism += tg[i] != tc[i];
+    for (int64_t d = 0; d < draws; d++) {
+        masked_hit += tg[2 * draws + d] % 3 == 0;
+        masked_hit += tg[5 * draws + d] != 4097;
+    }
+    /* NaN: FLS_ERR_NAN and the guard stays */
+    int64_t guard[21];
+    for (int i = 0; i < 21; i++)
+        guard[i] = -5;
+    fls_cuda_memcpy(dt, guard, sizeof guard, 1);
+    float nanv = NAN, ninf = -INFINITY;
+    fls_cuda_memcpy((float *)dL + 3 * ld + 123, &nanv, 4, 1);
+    fls_status st_nan = fls_sample_logits(g_gpu, &dLm, &p, &og);
+    int64_t back[21];
+    fls_cuda_memcpy(back, dt, sizeof back, 0);
+    int untouched_nan = memcmp(back, guard, sizeof back) == 0;
+    /* all -inf row */
+    fls_cuda_memcpy((float *)dL + 3 * ld + 123, &L[3 * ld + 123], 4, 1);
+    for (int64_t v = 0; v < V; v++)
+        L[4 * ld + v] = -INFINITY;
+    fls_cuda_memcpy((float *)dL + 4 * ld, L + 4 * ld, 4 * V, 1);
+    (void)ninf;
+    fls_status st_mask = fls_sample_logits(g_gpu, &dLm, &p, &og);
+    fls_cuda_memcpy(back, dt, sizeof back, 0);
+    int untouched_mask = memcmp(back, guard, sizeof back) == 0;
+    /* multinomial on the GPU from logits: must run and never pick a masked token */
+    fls_params pm = p;
+    pm.method = FLS_METHOD_UNFUSED_MULTINOMIAL;
+    fls_status st_mn = fls_sample_logits(g_gpu, &dLm, &pm, &og); /* row 4 is all masked: error */
+    fls_cuda_free(dL);
+    fls_cuda_free(dt);
+    free(L);
+    free(tc);
+    free(tg);
+    CHECK(st == FLS_OK, "gpu from logits: %s", fls_status_string(st));
+    CHECK(mism == 0, "%d tokens differ between the CPU and GPU from-logits samplers", mism);
+    CHECK(masked_hit == 0, "a masked token was sampled");
+    CHECK(st_nan == FLS_ERR_NAN, "NaN logit gave %s", fls_status_string(st_nan));
+    CHECK(untouched_nan, "outputs written despite FLS_ERR_NAN");
+    CHECK(st_mask == FLS_ERR_ALL_MASKED, "all -inf row gave %s", fls_status_string(st_mask));
+    CHECK(untouched_mask, "outputs written despite FLS_ERR_ALL_MASKED");
+    CHECK(st_mn == FLS_ERR_ALL_MASKED, "multinomial, all -inf row gave %s", fls_status_string(st_mn));
+}
+
+static void test_errors(void)
+{
+    int64_t host_tok[4];
+    uint16_t host_w[64] = {0}, host_h[16] = {0};
+    fls_matrix W = {host_w, FLS_DTYPE_BF16, 4, 16, 16}, H = {host_h, FLS_DTYPE_BF16, 1, 16, 16};
+    fls_params p;
+    fls_params_default(&p);
+    fls_outputs o = {host_tok, NULL, NULL};
+    fls_status st = fls_sample_fused(g_gpu, &W, &H, &p, &o);
+    CHECK(st == FLS_ERR_POINTER, "host pointers gave %s, want FLS_ERR_POINTER", fls_status_string(st));
+    void *big = NULL;
+    st = fls_cuda_malloc(&big, (size_t)1 << 50);
+    CHECK(st == FLS_ERR_OUT_OF_MEMORY && big == NULL, "1 PiB allocation gave %s", fls_status_string(st));
+    /* device W, host tokens */
+    void *dW = to_dev(host_w, sizeof host_w), *dH = to_dev(host_h, sizeof host_h);
+    CHECK(dW && dH, "device memory");
+    fls_matrix dWm = {dW, FLS_DTYPE_BF16, 4, 16, 16}, dHm = {dH, FLS_DTYPE_BF16, 1, 16, 16};
+    st = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &o);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    CHECK(st == FLS_ERR_POINTER, "host output pointer gave %s", fls_status_string(st));
+    /* contexts: create and destroy repeatedly (leaks show under compute-sanitizer --leak-check) */
+    for (int i = 0; i < 3; i++) {
+        fls_context_config cfg;
+        fls_context_config_default(&cfg);
+        cfg.engine = FLS_ENGINE_CUDA;
+        fls_context_t *c = NULL;
+        CHECK_ST(fls_context_create(&c, &cfg));
+        fls_context_destroy(c);
+    }
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.engine = FLS_ENGINE_CUDA;
+    cfg.device = 4096;
+    fls_context_t *c = NULL;
+    st = fls_context_create(&c, &cfg);
+    CHECK(st == FLS_ERR_NO_DEVICE && c == NULL, "device 4096 gave %s", fls_status_string(st));
+}
+
+/* ---- goodness of fit without GSL: Pearson chi-square, p from Q(k/2, x/2) ---- */
+
+static double gammq(double a, double x)
+{
+    if (x <= 0)
+        return 1.0;
+    double gln = lgamma(a);
+    if (x < a + 1.0) {
+        double ap = a, sum = 1.0 / a, del = sum;
+        for (int n = 0; n < 100000; n++) {
+            ap += 1;
+            del *= x / ap;
+            sum += del;
+            if (fabs(del) < fabs(sum) * 1e-15)
+                break;
+        }
+        return 1.0 - sum * exp(-x + a * log(x) - gln);
+    }
+    double b = x + 1.0 - a, c = 1.0 / 1e-300, d = 1.0 / b, h = d;
+    for (int i = 1; i < 100000; i++) {
+        double an = -i * (i - a);
+        b += 2.0;
+        d = an * d + b;
+        if (fabs(d) < 1e-300)
+            d = 1e-300;
+        c = b + an / c;
+        if (fabs(c) < 1e-300)
+            c = 1e-300;
+        d = 1.0 / d;
+        double del = d * c;
+        h *= del;
+        if (fabs(del - 1.0) < 1e-15)
+            break;
+    }
+    return exp(-x + a * log(x) - gln) * h;
+}
+
+/* chi-square p-value of counts against probabilities; bins formed in token
+ * order until each has >= 100 expected; the remainder is merged into the last
+ * bin (never dropped). */
+static double chisq_p(const int64_t *count, const double *prob, int64_t V, int64_t N, int *dof_out)
+{
+    double *bo = malloc(sizeof(double) * (size_t)V), *be = malloc(sizeof(double) * (size_t)V);
+    int bins = 0;
+    double e = 0, o = 0;
+    for (int64_t v = 0; v < V; v++) {
+        e += prob[v] * (double)N;
+        o += (double)count[v];
+        if (e >= 100.0) {
+            bo[bins] = o;
+            be[bins] = e;
+            bins++;
+            e = o = 0;
+        }
+    }
+    if (bins == 0) {
+        bo[0] = o;
+        be[0] = e;
+        bins = 1;
+    } else {
+        bo[bins - 1] += o;
+        be[bins - 1] += e;
+    }
+    double chi2 = 0;
+    for (int i = 0; i < bins; i++)
+        chi2 += (bo[i] - be[i]) * (bo[i] - be[i]) / be[i];
+    free(bo);
+    free(be);
+    *dof_out = bins - 1;
+    return bins > 1 ? gammq(0.5 * (bins - 1), 0.5 * chi2) : 1.0;
+}
+
+static void gof_case(const char *name, const float *logits, int64_t V, float T, int64_t N, fls_method method,
+                     fls_cuda_path path, int fused)
+{
+    /* exact probabilities in double */
+    double *prob = calloc((size_t)V, sizeof(double));
+    int64_t *count = calloc((size_t)V, sizeof(int64_t));
+    int64_t *tok = malloc(8 * (size_t)N);
+    void *dt = NULL, *dL = NULL, *dW = NULL, *dH = NULL;
+    double mx = -INFINITY, z = 0;
+    for (int64_t v = 0; v < V; v++)
+        mx = fmax(mx, (double)logits[v] / T);
+    for (int64_t v = 0; v < V; v++)
+        z += exp((double)logits[v] / T - mx);
+    for (int64_t v = 0; v < V; v++)
+        prob[v] = exp((double)logits[v] / T - mx) / z;
+    fls_cuda_malloc(&dt, 8 * (size_t)N);
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature_value = T;
+    p.seed = 20261129;
+    p.draws = N;
+    p.method = method;
+    fls_outputs o = {(int64_t *)dt, NULL, NULL};
+    fls_status st;
+    if (!fused) {
+        dL = to_dev(logits, 4 * (size_t)V);
+        fls_matrix L = {dL, FLS_DTYPE_F32, 1, V, V};
+        st = fls_sample_logits(g_gpu, &L, &p, &o);
+    } else {
+        /* W = diag-like: row v = (logit_v, 0, ..., 0) in f32 via the D = 8 identity trick:
+         * W[v] = (l_v, 0...), H = (1, 0, ...): exact logits. bf16 cannot hold them, so f32
+         * (chunked) or bf16-rounded logits for the tensor-core path. */
+        int64_t D = 8;
+        uint16_t *Wb = calloc((size_t)(V * D), 2);
+        uint16_t Hb[8] = {fls_f32_to_bf16(1.0f), 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t v = 0; v < V; v++)
+            Wb[v * D] = fls_f32_to_bf16(logits[v]);
+        /* the exact probabilities of the rounded logits */
+        mx = -INFINITY;
+        z = 0;
+        for (int64_t v = 0; v < V; v++)
+            mx = fmax(mx, (double)fls_bf16_to_f32(Wb[v * D]) / T);
+        for (int64_t v = 0; v < V; v++)
+            z += exp((double)fls_bf16_to_f32(Wb[v * D]) / T - mx);
+        for (int64_t v = 0; v < V; v++)
+            prob[v] = exp((double)fls_bf16_to_f32(Wb[v * D]) / T - mx) / z;
+        dW = to_dev(Wb, (size_t)(V * D) * 2);
+        dH = to_dev(Hb, sizeof Hb);
+        free(Wb);
+        fls_matrix W = {dW, FLS_DTYPE_BF16, V, D, D}, H = {dH, FLS_DTYPE_BF16, 1, D, D};
+        fls_row_params *rows = resolve_rows(&p, 1);
+        fls_request req = {rows, 1, V, N, method};
+        fls_cuda_opts op;
+        fls_cuda_opts_default(&op);
+        op.path = path;
+        st = fls_cuda_run(g_gpu, &W, &H, NULL, &req, &o, &op);
+        free(rows);
+    }
+    int dof = 0;
+    double pv = -1;
+    int64_t masked_hits = 0;
+    if (st == FLS_OK) {
+        fls_cuda_memcpy(tok, dt, 8 * (size_t)N, 0);
+        for (int64_t i = 0; i < N; i++) {
+            if (tok[i] < 0 || tok[i] >= V) {
+                st = FLS_ERR_INTERNAL;
+                break;
+            }
+            count[tok[i]]++;
+        }
+        for (int64_t v = 0; v < V; v++)
+            masked_hits += prob[v] == 0.0 && count[v] > 0;
+        pv = chisq_p(count, prob, V, N, &dof);
+    }
+    printf("    GOF %-28s V=%-6lld N=%-8lld dof=%-4d p=%.4g\n", name, (long long)V, (long long)N, dof, pv);
+    fls_cuda_free(dt);
+    fls_cuda_free(dL);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    free(prob);
+    free(count);
+    free(tok);
+    CHECK(st == FLS_OK, "%s: %s", name, fls_status_string(st));
+    CHECK(masked_hits == 0, "%s: a zero-probability token was sampled", name);
+    /* 12 cases, family-wise false-failure budget 1e-4 (Bonferroni) */
+    CHECK(pv >= 1e-4 / 12, "%s: chi-square p = %.3g", name, pv);
+}
+
+static void test_goodness_of_fit(void)
+{
+    const int64_t N = g_quick ? 200000 : 1000000;
+    const int64_t V = 3000;
+    float *zipf = malloc(4 * V), *heavy = malloc(4 * V), *masked = malloc(4 * V);
+    CHECK(zipf && heavy && masked, "memory");
+    for (int64_t v = 0; v < V; v++) {
+        zipf[v] = (float)(-1.1 * log((double)(v + 1)));
+        /* heavy tail far below the head: the head holds ~90%, the tail sits 6-12 nats down */
+        heavy[v] = v < 3 ? 4.0f : (float)(-2.0 - 6.0 * (double)(v % 17) / 16.0);
+        masked[v] = (v % 4 == 1) ? -INFINITY : (float)(0.5 * sin((double)v));
+    }
+    gof_case("zipf logits T=1", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0);
+    gof_case("heavy-tail logits T=0.7", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0);
+    gof_case("masked logits T=1.3", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0);
+    gof_case("zipf multinomial", zipf, V, 1.0f, N, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_CUDA_PATH_AUTO, 0);
+    gof_case("heavy-tail multinomial", heavy, V, 0.7f, N, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_CUDA_PATH_AUTO,
+             0);
+    gof_case("masked multinomial", masked, V, 1.3f, N, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_CUDA_PATH_AUTO, 0);
+    gof_case("zipf fused mma", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
+    gof_case("heavy-tail fused mma", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
+    gof_case("masked fused mma", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
+    gof_case("zipf fused chunked", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 1);
+    gof_case("heavy-tail unfused gumbel", heavy, V, 0.7f, N, FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO,
+             1);
+    gof_case("masked fused multinomial", masked, V, 1.3f, N, FLS_METHOD_UNFUSED_MULTINOMIAL,
+             FLS_CUDA_PATH_AUTO, 1);
+    free(zipf);
+    free(heavy);
+    free(masked);
+}
+
+#ifdef FLS_HAVE_AUDIT
+static void test_audit(void)
+{
+    fls_audit_options o;
+    fls_audit_options_default(&o);
+    o.engine = FLS_ENGINE_CUDA;
+    o.full = getenv("FLS_AUDIT_FULL") != NULL; /* quick by default: the full audit takes minutes */
+    o.progress = 0;
+    fls_audit_row *rows = NULL;
+    size_t n = 0;
+    fls_status st = fls_audit_run(&o, &rows, &n);
+    CHECK(st == FLS_OK, "fls_audit_run: %s", fls_status_string(st));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        printf("    AUDIT %-30s V=%-7lld N=%-9lld chi2=%-10.2f dof=%-4d p=%-9.3g alpha=%.3g %s\n",
+               rows[i].test, (long long)rows[i].V, (long long)rows[i].draws, rows[i].chi2, rows[i].dof,
+               rows[i].p, rows[i].alpha, rows[i].pass ? "pass" : "FAIL");
+        bad += !rows[i].pass;
+    }
+    free(rows);
+    CHECK(bad == 0, "%d audit rows failed", bad);
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            g_quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            g_only = argv[++i];
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!fls_cuda_available()) {
+        printf("SKIP: no usable CUDA device (sm_90 or newer) on this machine; the gpu suite needs one\n");
+        return SKIP_CODE;
+    }
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    fls_status st = fls_context_create(&g_cpu, &cfg);
+    if (st != FLS_OK) {
+        printf("FAIL: CPU context: %s\n", fls_status_string(st));
+        return 1;
+    }
+    cfg.engine = FLS_ENGINE_CUDA;
+    st = fls_context_create(&g_gpu, &cfg);
+    if (st != FLS_OK) {
+        printf("FAIL: CUDA context: %s\n", fls_status_string(st));
+        return 1;
+    }
+    run_test("philox_curand_matches_c", test_philox_curand);
+    run_test("gumbel_bits_match_host", test_gumbel_bits);
+    run_test("gumbel_edge_bits_match_host", test_gumbel_edge_bits);
+    run_test("errors_and_pointers", test_errors);
+    run_test("logits_path_masks_nan", test_logits_path);
+    run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
+    run_test("agreement_random_bf16_4096x151936", test_agreement_random);
+    run_test("goodness_of_fit_gpu", test_goodness_of_fit);
+#ifdef FLS_HAVE_AUDIT
+    run_test("stats_audit_cuda_engine", test_audit);
+#endif
+    fls_context_destroy(g_gpu);
+    fls_context_destroy(g_cpu);
+    printf("gpu suite: %d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+#endif

@@ -1,0 +1,493 @@
+/*
+ * bench_cuda.cu — `flashsample bench --device cuda`: the GPU benchmark.
+ *
+ * For each shape (D, V) and batch B, bf16 W (V, D) and H (B, D), T = 0.7,
+ * one run measures side by side:
+ *   floor           a read-only kernel over W (16-byte loads): the bytes floor
+ *   cublas          cuBLAS GEMM only (B x V fp32 logits), launched eagerly
+ *   cublas_graph    the same GEMM replayed from a CUDA graph
+ *   fused_mma       the fused tensor-core kernel (logits stay on chip)
+ *   fused_chunked   cuBLAS per 32k-row chunk into an L2-resident buffer + sampling
+ *   unfused_gumbel  cuBLAS -> logits in HBM -> Gumbel argmax (same tokens)
+ *   unfused_multinomial  cuBLAS -> logits -> softmax in HBM -> inverse CDF
+ * Every time is the median of >= 100 runs timed with device events after a
+ * warm-up; W rotates over 3 copies (each copy is far larger than the 50 MB
+ * L2), so every run streams W from HBM. Kernels are enqueued without host
+ * synchronisation (the C API adds one stream sync per call for its status).
+ * CSV (long format): device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu
+ * gbps counts W + H read once (+ the logits written for cuBLAS/unfused);
+ * tflops counts 2 B V D.
+ */
+#include "bench_cuda.h"
+#include "flashsample.h"
+#include "fls_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NROT 3
+#define MAXB 1024
+
+#define CK(x)                                                                                                \
+    do {                                                                                                     \
+        cudaError_t e_ = (x);                                                                                \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "bench: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));               \
+            goto fail;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+
+__global__ void bench_fill_bf16(__nv_bfloat16 *p, int64_t n, uint64_t seed, float scale)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * 0x1p-24f * 2.0f - 1.0f; /* uniform in [-1, 1) */
+        p[i] = __float2bfloat16(u * scale);
+    }
+}
+
+/* Reads every 16-byte word of W once; the branch keeps the loads alive. */
+__global__ void bench_read_floor(const uint4 *w, int64_t n, unsigned *sink)
+{
+    unsigned acc = 0;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 a = __ldcs(w + i), b = __ldcs(w + i + stride), c = __ldcs(w + i + 2 * stride),
+              d = __ldcs(w + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        uint4 a = __ldcs(w + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u)
+        *sink = acc;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct bench_ctx {
+    fls_context_t *ctx;
+    cublasHandle_t blas;
+    cudaStream_t st;
+    int sms;
+    int reps, warm;
+    __nv_bfloat16 *W[NROT];
+    __nv_bfloat16 *H;
+    float *logits;
+    int64_t *tokens;
+    unsigned *sink;
+    int64_t V, D, B;
+    fls_row_params rows[MAXB];
+    cudaGraphExec_t graph[NROT];
+    float *times;
+    cudaEvent_t *ev;
+} bench_ctx;
+
+enum { E_FLOOR, E_CUBLAS, E_GRAPH, E_MMA, E_CHUNKED, E_UGUMBEL, E_UMULT, E_COUNT };
+static const char *engine_names[E_COUNT] = {
+    "floor", "cublas", "cublas_graph", "fused_mma", "fused_chunked", "unfused_gumbel", "unfused_multinomial"};
+
+static cublasStatus_t bench_gemm(bench_ctx *b, int r)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)b->V, (int)b->B, (int)b->D, &one, b->W[r],
+                        CUDA_R_16BF, (int)b->D, b->H, CUDA_R_16BF, (int)b->D, &zero, b->logits, CUDA_R_32F,
+                        (int)b->V, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int sync)
+{
+    fls_matrix W = {b->W[r], FLS_DTYPE_BF16, b->V, b->D, b->D};
+    fls_matrix H = {b->H, FLS_DTYPE_BF16, b->B, b->D, b->D};
+    fls_request req = {b->rows, b->B, b->V, 1, FLS_METHOD_FUSED};
+    fls_outputs out = {b->tokens, NULL, NULL};
+    fls_cuda_opts o;
+    fls_cuda_opts_default(&o);
+    o.rows_cached = cached;
+    o.no_sync = !sync;
+    if (engine == E_MMA)
+        o.path = FLS_CUDA_PATH_MMA;
+    else if (engine == E_CHUNKED)
+        o.path = FLS_CUDA_PATH_CHUNKED;
+    else if (engine == E_UGUMBEL)
+        req.method = FLS_METHOD_UNFUSED_GUMBEL;
+    else
+        req.method = FLS_METHOD_UNFUSED_MULTINOMIAL;
+    return fls_cuda_run(b->ctx, &W, &H, NULL, &req, &out, &o);
+}
+
+/* One enqueue of engine e on rotation r; 0 on success. */
+static int bench_enqueue(bench_ctx *b, int e, int r, int cached)
+{
+    switch (e) {
+    case E_FLOOR: {
+        int64_t n = b->V * b->D * 2 / 16;
+        bench_read_floor<<<b->sms * 8, 512, 0, b->st>>>((const uint4 *)b->W[r], n, b->sink);
+        return cudaGetLastError() != cudaSuccess;
+    }
+    case E_CUBLAS:
+        return bench_gemm(b, r) != CUBLAS_STATUS_SUCCESS;
+    case E_GRAPH:
+        return cudaGraphLaunch(b->graph[r], b->st) != cudaSuccess;
+    default:
+        return bench_sample(b, e, r, cached, 0) != FLS_OK;
+    }
+}
+
+/* Median and minimum of reps timed runs (ms), after warm-up. */
+static int bench_time(bench_ctx *b, int e, double *median, double *mn)
+{
+    for (int i = 0; i < b->warm; i++)
+        if (bench_enqueue(b, e, i % NROT, i > 0))
+            return 1;
+    if (cudaStreamSynchronize(b->st) != cudaSuccess)
+        return 1;
+    for (int i = 0; i < b->reps; i++) {
+        cudaEventRecord(b->ev[2 * i], b->st);
+        if (bench_enqueue(b, e, i % NROT, 1))
+            return 1;
+        cudaEventRecord(b->ev[2 * i + 1], b->st);
+    }
+    if (cudaStreamSynchronize(b->st) != cudaSuccess)
+        return 1;
+    for (int i = 0; i < b->reps; i++)
+        cudaEventElapsedTime(&b->times[i], b->ev[2 * i], b->ev[2 * i + 1]);
+    qsort(b->times, (size_t)b->reps, sizeof(float), cmp_float);
+    *median = b->reps % 2 ? b->times[b->reps / 2] : 0.5 * (b->times[b->reps / 2 - 1] + b->times[b->reps / 2]);
+    *mn = b->times[0];
+    return 0;
+}
+
+static int parse_list(const char *s, int64_t *out, int max)
+{
+    int n = 0;
+    while (s && *s && n < max) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v <= 0)
+            return -1;
+        out[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static void bench_usage(void)
+{
+    printf("usage: flashsample bench --device cuda [--csv PATH] [--quick] [--reps N]\n"
+           "                         [--shapes D:V,D:V,...] [--batches 1,2,4,...]\n"
+           "Times the fused GPU sampler against cuBLAS, the unfused baselines and a read floor.\n"
+           "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
+}
+
+extern "C" int fls_tool_bench_cuda(int argc, char **argv)
+{
+    const char *csv = NULL, *shapes_s = NULL, *batches_s = NULL;
+    int quick = 0;
+    long reps = 100;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage();
+            return 0;
+        } else if (!strcmp(a, "--quick")) {
+            quick = 1;
+        } else if (!strcmp(a, "--device") && v) {
+            i++;
+        } else if (!strncmp(a, "--device=", 9)) {
+        } else if (!strcmp(a, "--csv") && v) {
+            csv = v;
+            i++;
+        } else if (!strcmp(a, "--reps") && v) {
+            reps = strtol(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--shapes") && v) {
+            shapes_s = v;
+            i++;
+        } else if (!strcmp(a, "--batches") && v) {
+            batches_s = v;
+            i++;
+        } else {
+            fprintf(stderr, "flashsample bench: error: unknown or incomplete option '%s' for --device cuda\n",
+                    a);
+            bench_usage();
+            return 2;
+        }
+    }
+    if (reps < 100 && !quick) {
+        fprintf(stderr,
+                "flashsample bench: error: --reps must be >= 100 (medians of fewer runs are noise)\n");
+        return 2;
+    }
+    if (reps < 1 || reps > 100000) {
+        fprintf(stderr, "flashsample bench: error: --reps out of range\n");
+        return 2;
+    }
+    int64_t shapes[16][2] = {{4096, 151936}, {8192, 128256}, {2880, 201088}, {2048, 151936}};
+    int nshapes = quick ? 1 : 4;
+    if (shapes_s) {
+        nshapes = 0;
+        const char *p = shapes_s;
+        while (*p && nshapes < 16) {
+            long long d, v;
+            int used = 0;
+            if (sscanf(p, "%lld:%lld%n", &d, &v, &used) != 2 || d <= 0 || v <= 0) {
+                fprintf(stderr, "flashsample bench: error: bad --shapes '%s' (D:V,D:V)\n", shapes_s);
+                return 2;
+            }
+            shapes[nshapes][0] = d;
+            shapes[nshapes][1] = v;
+            nshapes++;
+            p += used;
+            if (*p == ',')
+                p++;
+        }
+    }
+    int64_t batches[32] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    int nb = quick ? 4 : 9;
+    if (quick) {
+        batches[0] = 1, batches[1] = 16, batches[2] = 64, batches[3] = 256;
+    }
+    if (batches_s && (nb = parse_list(batches_s, batches, 32)) <= 0) {
+        fprintf(stderr, "flashsample bench: error: bad --batches '%s'\n", batches_s);
+        return 2;
+    }
+    for (int i = 0; i < nb; i++)
+        if (batches[i] > MAXB) {
+            fprintf(stderr, "flashsample bench: error: B <= %d\n", MAXB);
+            return 2;
+        }
+
+    int rc = 1;
+    bench_ctx b;
+    memset(&b, 0, sizeof b);
+    FILE *fp = NULL;
+    char tmp[4096] = "";
+    char gpu[256] = "";
+    char date[32];
+    double copy_gbps = 0;
+    {
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(date, sizeof date, "%Y-%m-%d", &tmv);
+    }
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.engine = FLS_ENGINE_CUDA;
+    fls_status fst = fls_context_create(&b.ctx, &cfg);
+    if (fst != FLS_OK) {
+        fprintf(stderr, "flashsample bench: error: cannot create the CUDA engine: %s\n",
+                fls_status_string(fst));
+        return 1;
+    }
+    fls_cuda_device_info(b.ctx, gpu, sizeof gpu, &b.sms);
+    for (char *c = gpu; *c; c++)
+        if (*c == ',')
+            *c = ' ';
+    b.reps = (int)reps;
+    b.warm = quick ? 5 : 20;
+    b.st = 0;
+    b.times = (float *)malloc(sizeof(float) * (size_t)reps);
+    b.ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
+    if (!b.times || !b.ev)
+        goto fail;
+    for (long i = 0; i < 2 * reps; i++)
+        CK(cudaEventCreate(&b.ev[i]));
+    if (cublasCreate(&b.blas) != CUBLAS_STATUS_SUCCESS)
+        goto fail;
+    CK(cudaMalloc((void **)&b.sink, 16));
+    CK(cudaMalloc((void **)&b.tokens, sizeof(int64_t) * MAXB));
+    for (int i = 0; i < MAXB; i++) {
+        b.rows[i].temperature = 0.7f;
+        b.rows[i].pad_ = 0;
+        b.rows[i].seed = fls_row_seed(1234, (uint64_t)i);
+        b.rows[i].offset = 0;
+    }
+    /* device-to-device copy bandwidth (bytes read + written), for reference */
+    {
+        size_t n = (size_t)1 << 31;
+        char *a = NULL, *c = NULL;
+        cudaEvent_t e0, e1;
+        float ms = 0;
+        CK(cudaMalloc((void **)&a, n));
+        CK(cudaMalloc((void **)&c, n));
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        cudaMemcpy(c, a, n, cudaMemcpyDeviceToDevice);
+        float best = 1e30f;
+        for (int i = 0; i < 10; i++) {
+            cudaEventRecord(e0);
+            cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms, e0, e1);
+            best = ms < best ? ms : best;
+        }
+        copy_gbps = 2.0 * (double)n / (best * 1e-3) / 1e9;
+        cudaFree(a);
+        cudaFree(c);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    if (csv) {
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", csv, (int)getpid());
+        fp = fopen(tmp, "w");
+        if (!fp) {
+            fprintf(stderr, "flashsample bench: error: cannot write '%s'\n", tmp);
+            goto fail;
+        }
+        fprintf(fp, "device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
+        fprintf(fp, "cuda,copy,bf16,0,0,0,0,%.1f,0,0,10,%s,%s\n", copy_gbps, date, gpu);
+    }
+    printf("GPU benchmark on %s (%d SMs), %s; device-to-device copy %.0f GB/s (read + write)\n", gpu, b.sms,
+           date, copy_gbps);
+    printf("bf16, T = 0.7, median of %d runs (ms); ratios: fused / cuBLAS best, fused / floor\n", b.reps);
+
+    for (int s = 0; s < nshapes; s++) {
+        b.D = shapes[s][0];
+        b.V = shapes[s][1];
+        int64_t maxB = 1;
+        for (int i = 0; i < nb; i++)
+            maxB = batches[i] > maxB ? batches[i] : maxB;
+        for (int r = 0; r < NROT; r++) {
+            CK(cudaMalloc((void **)&b.W[r], (size_t)(b.V * b.D) * 2));
+            /* logits ~ N(0, ~1.2): |W| <= 2/sqrt(D), |H| <= 1 */
+            bench_fill_bf16<<<b.sms * 8, 256>>>(b.W[r], b.V * b.D, 17 + r, 2.0f / sqrtf((float)b.D) * 1.7f);
+            CK(cudaGetLastError());
+        }
+        CK(cudaMalloc((void **)&b.H, (size_t)(maxB * b.D) * 2));
+        bench_fill_bf16<<<b.sms, 256>>>(b.H, maxB * b.D, 99, 1.0f);
+        CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
+        CK(cudaDeviceSynchronize());
+        printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
+        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B", "floor", "cublas", "graph",
+               "f_mma", "f_chunk", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path",
+               "agree");
+        for (int bi = 0; bi < nb; bi++) {
+            b.B = batches[bi];
+            double med[E_COUNT], mn[E_COUNT];
+            /* graphs of the eager GEMM, one per rotation */
+            for (int r = 0; r < NROT; r++) {
+                cudaStream_t cs;
+                cudaGraph_t g;
+                CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+                cublasSetStream(b.blas, cs);
+                bench_gemm(&b, r); /* warm (heuristics, workspace) outside the capture */
+                CK(cudaStreamSynchronize(cs));
+                CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+                bench_gemm(&b, r);
+                CK(cudaStreamEndCapture(cs, &g));
+                CK(cudaGraphInstantiate(&b.graph[r], g, 0));
+                cudaGraphDestroy(g);
+                cublasSetStream(b.blas, b.st);
+                cudaStreamDestroy(cs);
+            }
+            for (int e = 0; e < E_COUNT; e++) {
+                if (bench_time(&b, e, &med[e], &mn[e])) {
+                    fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e],
+                            (long long)b.B, cudaGetErrorString(cudaGetLastError()));
+                    goto fail;
+                }
+            }
+            for (int r = 0; r < NROT; r++)
+                cudaGraphExecDestroy(b.graph[r]);
+            /* token agreement between the GPU paths (same noise, same seeds) */
+            int64_t tk[3][MAXB];
+            int eng3[3] = {E_MMA, E_CHUNKED, E_UGUMBEL};
+            for (int k = 0; k < 3; k++) {
+                fls_status st = bench_sample(&b, eng3[k], 0, 0, 1);
+                if (st != FLS_OK) {
+                    fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
+                    goto fail;
+                }
+                CK(cudaMemcpy(tk[k], b.tokens, sizeof(int64_t) * (size_t)b.B, cudaMemcpyDeviceToHost));
+            }
+            int agree = 0;
+            for (int64_t i = 0; i < b.B; i++)
+                agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i];
+            fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
+            int fe = ap == FLS_CUDA_PATH_MMA ? E_MMA : E_CHUNKED;
+            double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
+            double flops = 2.0 * (double)b.B * (double)b.V * (double)b.D;
+            double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
+            printf(
+                "%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f | %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
+                (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_CHUNKED],
+                med[E_UGUMBEL], med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
+                flops / (med[fe] * 1e-3) / 1e12, fe == E_MMA ? "mma" : "chunk", agree, (long long)b.B);
+            if (fp) {
+                for (int e = 0; e <= E_COUNT; e++) {
+                    int ee = e == E_COUNT ? fe : e;
+                    const char *name = e == E_COUNT ? "fused" : engine_names[e];
+                    double bytes = wbytes;
+                    if (ee == E_FLOOR)
+                        bytes = (double)b.V * (double)b.D * 2;
+                    else if (ee == E_CUBLAS || ee == E_GRAPH || ee == E_UGUMBEL || ee == E_UMULT)
+                        bytes += (double)b.B * (double)b.V * 4;
+                    fprintf(fp, "cuda,%s,bf16,%lld,%lld,%lld,%.5f,%.1f,%.2f,%.5f,%d,%s,%s\n", name,
+                            (long long)b.B, (long long)b.V, (long long)b.D, med[ee],
+                            bytes / (med[ee] * 1e-3) / 1e9,
+                            ee == E_FLOOR ? 0.0 : flops / (med[ee] * 1e-3) / 1e12, mn[ee], b.reps, date, gpu);
+                }
+                fflush(fp);
+            }
+        }
+        for (int r = 0; r < NROT; r++) {
+            cudaFree(b.W[r]);
+            b.W[r] = NULL;
+        }
+        cudaFree(b.H);
+        cudaFree(b.logits);
+        b.H = NULL;
+        b.logits = NULL;
+    }
+    if (fp) {
+        if (fclose(fp) != 0 || rename(tmp, csv) != 0) {
+            fp = NULL;
+            fprintf(stderr, "flashsample bench: error: cannot write '%s'\n", csv);
+            goto fail;
+        }
+        fp = NULL;
+        printf("\nwrote %s\n", csv);
+    }
+    rc = 0;
+fail:
+    if (fp) {
+        fclose(fp);
+        remove(tmp);
+    }
+    for (int r = 0; r < NROT; r++)
+        cudaFree(b.W[r]);
+    cudaFree(b.H);
+    cudaFree(b.logits);
+    cudaFree(b.tokens);
+    cudaFree(b.sink);
+    if (b.ev)
+        for (long i = 0; i < 2 * reps; i++)
+            if (b.ev[i])
+                cudaEventDestroy(b.ev[i]);
+    free(b.ev);
+    free(b.times);
+    if (b.blas)
+        cublasDestroy(b.blas);
+    fls_context_destroy(b.ctx);
+    return rc;
+}

@@ -1,0 +1,99 @@
+/*
+ * simd_check.c — every CPU SIMD path against the portable twin, bit for bit,
+ * without Criterion: it runs where the test framework is absent (the GPU
+ * machine, whose processor may have AVX-512 that the development machines
+ * lack). Prints one line per path and exits non-zero on any difference.
+ * tests/unit/test_kernels.c holds the Criterion version; this one is also a
+ * unit test (tests/unit/meson.build).
+ */
+#include "cpu_kernels.h"
+#include "fls_noise.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next(void)
+{
+    return fls_splitmix64_(rng++);
+}
+static float unit_float(void)
+{
+    return (float)(next() >> 40) * 0x1p-24f - 0.5f;
+}
+
+static int check_path(fls_simd simd, const char *name)
+{
+    fls_cpu_kernels ref, k;
+    fls_cpu_kernels_portable(&ref);
+    fls_cpu_kernels_portable(&k);
+    if (simd == FLS_SIMD_AVX2)
+        fls_cpu_kernels_avx2(&k);
+    else if (simd == FLS_SIMD_AVX512)
+        fls_cpu_kernels_avx512(&k);
+    long cases = 0, bad = 0;
+    const int64_t Ds[] = {1, 15, 16, 17, 77, 256, 1000};
+    const int64_t Bs[] = {1, 2, 3, 5, 13};
+    const fls_dtype dts[] = {FLS_DTYPE_F32, FLS_DTYPE_F16, FLS_DTYPE_BF16};
+    for (size_t di = 0; di < sizeof Ds / sizeof *Ds; di++)
+        for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
+            for (size_t ti = 0; ti < 3; ti++) {
+                int64_t D = Ds[di], B = Bs[bi], nv = 11, Dp = (D + 15) / 16 * 16, ldw = D + 3;
+                fls_dtype dt = dts[ti];
+                size_t es = fls_dtype_size(dt);
+                char *w = malloc((size_t)(nv * ldw) * es);
+                float *wp = calloc((size_t)(nv * Dp), sizeof(float));
+                float *h = calloc((size_t)(B * Dp), sizeof(float));
+                float *o1 = malloc((size_t)(B * nv) * sizeof(float)), *o2 = malloc((size_t)(B * nv) * sizeof(float));
+                for (int64_t i = 0; i < nv * ldw; i++) {
+                    float x = unit_float();
+                    if (dt == FLS_DTYPE_F32)
+                        ((float *)w)[i] = x;
+                    else if (dt == FLS_DTYPE_F16)
+                        ((uint16_t *)w)[i] = fls_f32_to_f16(x);
+                    else
+                        ((uint16_t *)w)[i] = fls_f32_to_bf16(x);
+                }
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t d = 0; d < D; d++)
+                        h[b * Dp + d] = unit_float();
+                ref.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o1, nv);
+                k.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o2, nv);
+                bad += memcmp(o1, o2, (size_t)(B * nv) * sizeof(float)) != 0;
+                for (int64_t i = 0; i < nv; i++)
+                    k.convert(w + (size_t)(i * ldw) * es, dt, D, wp + i * Dp, Dp);
+                k.dot_f32(wp, nv, h, B, Dp, o2, nv);
+                bad += memcmp(o1, o2, (size_t)(B * nv) * sizeof(float)) != 0;
+                cases += 2;
+                free(w), free(wp), free(h), free(o1), free(o2);
+            }
+    float g1[301], g2[301];
+    for (int r = 0; r < 2000; r++) {
+        uint64_t seed = next(), off = next() % 7, v0 = next() % 100000;
+        uint32_t d = (uint32_t)(next() % 5);
+        ref.gumbel(seed, off, d, v0, 301, g1);
+        k.gumbel(seed, off, d, v0, 301, g2);
+        bad += memcmp(g1, g2, sizeof g1) != 0;
+        cases++;
+    }
+    printf("simd-check: %-8s %s (%ld cases, %ld differ)\n", name, bad ? "FAIL" : "ok", cases, bad);
+    return bad != 0;
+}
+
+int main(void)
+{
+    int fail = 0, ran = 0;
+    const fls_simd paths[] = {FLS_SIMD_AVX2, FLS_SIMD_AVX512};
+    for (int i = 0; i < 2; i++) {
+        if (!fls_cpu_simd_supported(paths[i])) {
+            printf("simd-check: %-8s skipped: this processor lacks it\n", fls_simd_name(paths[i]));
+            continue;
+        }
+        fail |= check_path(paths[i], fls_simd_name(paths[i]));
+        ran++;
+    }
+    printf("simd-check: %d path(s) checked against portable: %s\n", ran, fail ? "FAIL" : "ok");
+    return fail;
+}
