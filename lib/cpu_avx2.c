@@ -275,6 +275,37 @@ static inline __m256 gumbel8(__m256i khi, __m256i klo)
     return _mm256_xor_ps(logf8(e), sign);
 }
 
+/* 16 tokens starting at the even token index v (8 Philox blocks) into g[0..15] */
+static inline void gumbel16(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v, float *g)
+{
+    const __m256i M0 = _mm256_set1_epi32((int)FLS_PHILOX_M0), M1 = _mm256_set1_epi32((int)FLS_PHILOX_M1);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)(v >> 1)), lane);
+    __m256i c1 = _mm256_set1_epi32((int)draw);
+    __m256i c2 = _mm256_set1_epi32((int)(uint32_t)offset);
+    __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(offset >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        __m256i lo0, hi0, lo1, hi1;
+        mulhilo8(M0, c0, &lo0, &hi0);
+        mulhilo8(M1, c2, &lo1, &hi1);
+        __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
+        __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+        k0 += FLS_PHILOX_W0;
+        k1 += FLS_PHILOX_W1;
+    }
+    __m256 ge = gumbel8(c1, c0); /* even tokens: bits r1:r0 */
+    __m256 go = gumbel8(c3, c2); /* odd tokens: bits r3:r2 */
+    /* interleave: g[2p] = ge[p], g[2p+1] = go[p] */
+    __m256 lo = _mm256_unpacklo_ps(ge, go), hi = _mm256_unpackhi_ps(ge, go);
+    _mm256_storeu_ps(g, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(g + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
 static void gumbel_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g)
 {
     int64_t i = 0;
@@ -282,36 +313,16 @@ static void gumbel_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t 
         g[0] = fls_gumbel(seed, offset, draw, v0);
         i = 1;
     }
-    const __m256i M0 = _mm256_set1_epi32((int)FLS_PHILOX_M0), M1 = _mm256_set1_epi32((int)FLS_PHILOX_M1);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (; i + 16 <= n; i += 16) {
-        uint64_t pair0 = (v0 + (uint64_t)i) >> 1;
-        __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)pair0), lane);
-        __m256i c1 = _mm256_set1_epi32((int)draw);
-        __m256i c2 = _mm256_set1_epi32((int)(uint32_t)offset);
-        __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(offset >> 32));
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-        if ((uint32_t)pair0 > 0xFFFFFFFFu - 7u) /* the 32-bit pair counter would wrap mid-vector */
-            break;
-        for (int r = 0; r < 10; r++) {
-            __m256i lo0, hi0, lo1, hi1;
-            mulhilo8(M0, c0, &lo0, &hi0);
-            mulhilo8(M1, c2, &lo1, &hi1);
-            __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-            __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-            c0 = n0;
-            c1 = lo1;
-            c2 = n2;
-            c3 = lo0;
-            k0 += FLS_PHILOX_W0;
-            k1 += FLS_PHILOX_W1;
-        }
-        __m256 ge = gumbel8(c1, c0); /* even tokens: bits r1:r0 */
-        __m256 go = gumbel8(c3, c2); /* odd tokens: bits r3:r2 */
-        /* interleave: g[2p] = ge[p], g[2p+1] = go[p] */
-        __m256 lo = _mm256_unpacklo_ps(ge, go), hi = _mm256_unpackhi_ps(ge, go);
-        _mm256_storeu_ps(g + i, _mm256_permute2f128_ps(lo, hi, 0x20));
-        _mm256_storeu_ps(g + i + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    /* a block's 8 pair counters are (v >> 1) + lane in 32 bits: a block that
+     * would wrap them goes to the scalar code (only at token ~2^33) */
+    for (; i + 16 <= n && (uint32_t)((v0 + (uint64_t)i) >> 1) <= 0xFFFFFFFFu - 7u; i += 16)
+        gumbel16(seed, offset, draw, v0 + (uint64_t)i, g + i);
+    if (n - i >= 4 && (uint32_t)((v0 + (uint64_t)i) >> 1) <= 0xFFFFFFFFu - 7u) {
+        /* a short tail: one padded block; the extra tokens' noise is unused */
+        float t[16];
+        gumbel16(seed, offset, draw, v0 + (uint64_t)i, t);
+        memcpy(g + i, t, (size_t)(n - i) * sizeof(float));
+        return;
     }
     for (; i + 2 <= n; i += 2) {
         uint32_t c[4], k[2];

@@ -316,15 +316,16 @@ static void free_states(thread_state *ts, int n)
     free(ts);
 }
 
-static int64_t choose_tile(const fls_context_t *ctx, int src, int64_t Dp, int64_t V)
+static int64_t choose_tile(const fls_context_t *ctx, int src, int convert_w, int64_t Dp, int64_t V)
 {
     int64_t t = ctx->config.tile_v;
     if (t <= 0) {
-        /* fused: a tile of converted W rows of ~128 KiB stays in L2;
-         * from-logits: 2048 logits per row */
-        t = src == SRC_FUSED ? (128 * 1024) / (Dp * 4) : 2048;
-        if (t < 8)
-            t = 8;
+        /* fused, converting W: a tile of converted rows of ~128 KiB stays in L2;
+         * fused, W converted in registers: 64 rows, so the vector noise runs
+         * on whole 16-token blocks; from-logits: 2048 logits per row */
+        t = src != SRC_FUSED ? 2048 : convert_w ? (128 * 1024) / (Dp * 4) : 64;
+        if (t < 16)
+            t = 16;
         if (t > 1024)
             t = 1024;
     }
@@ -462,10 +463,10 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     j.Hf = hf;
     j.D = D;
     j.Dp = Dp;
-    j.tile_v = choose_tile(ctx, SRC_FUSED, Dp, V);
     /* AVX2 converts W in registers (dot_direct); the other paths convert a
      * tile once, then run their blocked f32 kernel */
     j.convert_w = ctx->simd != FLS_SIMD_AVX2 && B > 2;
+    j.tile_v = choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, V);
     j.want_lse = out->logsumexp || out->logprobs;
 
     fls_status st;
@@ -500,7 +501,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
     j.req = req;
     j.src = SRC_LOGITS;
     j.L = L;
-    j.tile_v = choose_tile(ctx, SRC_LOGITS, 0, req->vocab);
+    j.tile_v = choose_tile(ctx, SRC_LOGITS, 0, 0, req->vocab);
     j.want_lse = out->logsumexp || out->logprobs;
     return run_tiles(ctx, &j, out);
 }
