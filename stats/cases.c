@@ -1,0 +1,642 @@
+/*
+ * cases.c — the goodness-of-fit cases of the audit (the one list), their
+ * inputs, and how each is sampled and tested.
+ *
+ * Every case samples through the public API (fls_sample_logits or
+ * fls_sample_fused), many draws per row in one pass (params.draws; draw
+ * indices have independent noise), several rows with their own row seeds, and
+ * splits long runs into calls at successive row offsets (offsets, like draws,
+ * have independent noise) so progress can be shown. The samples of all rows of
+ * a group are pooled and tested against the group's exact reference (double)
+ * on equal-mass bins; groups (distinct temperatures or H rows) add their chi2
+ * and dof. Sample sizes come from fls_stats_sample_size at the family's alpha
+ * and the largest dof the case can have, so a total-variation error of 0.01 in
+ * any one group is caught with probability >= 0.999.
+ *
+ * Fused inputs: W (V, D) in the case's dtype with W[v][0] = target_v / 4 and
+ * small N(0, 0.05) entries elsewhere; H (groups, D) f32 with H[g][0] = 4 and
+ * N(0, 1) elsewhere. The reference logits are W h accumulated in double from the
+ * exact input values; the engine's fp32 accumulation differs by ~1e-6 relative
+ * (~1e-5 nats), which moves probabilities by ~1e-5 relative: 3 orders below the
+ * 0.01 TV the tests resolve.
+ *
+ * Inputs come from gsl_rng_mt19937 seeded with a hash of the case name (the
+ * same inputs in every run); sampling seeds come from the options' base seed
+ * and the case name, and are logged.
+ */
+#include "fls_cases.h"
+#include "fls_stats.h"
+#include "internal.h"
+#include "fls_noise.h"
+
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LOGITS FLS_CASE_GOF, 0, FLS_METHOD_FUSED
+#define FUSED  FLS_CASE_GOF, 1, FLS_METHOD_FUSED
+
+/* Cost of a case is about V x draws x 6 ns on one core (AVX2 noise); draws per
+ * group is ~2.8e5 (dof 31), so V = 4096 costs ~7 core-seconds, V = 262144 ~8
+ * core-minutes. Quick cases are the cheap ones. */
+// clang-format off
+static const fls_audit_case cases[] = {
+    /* name                 kind/path/method  shape              scale  V       G  temps                          R    W dtype          D   quick */
+    {"v1-logits",           LOGITS,           FLS_SHAPE_FLAT,    0.0,   1,      1, {1.0f},                        2,   FLS_DTYPE_F32,   0,  1},
+    {"coin-logits",         LOGITS,           FLS_SHAPE_COIN,    0.0,   2,      1, {1.0f},                        2,   FLS_DTYPE_F32,   0,  1},
+    {"v17-logits",          LOGITS,           FLS_SHAPE_NORMAL,  1.0,   17,     1, {1.0f},                        2,   FLS_DTYPE_F32,   0,  1},
+    {"flat-logits",         LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                        4,   FLS_DTYPE_F32,   0,  0},
+    {"zipf-logits",         LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                        4,   FLS_DTYPE_F32,   0,  0},
+    {"peaked-logits",       LOGITS,           FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                        4,   FLS_DTYPE_F32,   0,  0},
+    {"heavy-logits",        LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                        4,   FLS_DTYPE_F32,   0,  0},
+    {"masked-logits",       LOGITS,           FLS_SHAPE_MASKED,  0.0,   1031,   1, {1.0f},                        4,   FLS_DTYPE_F32,   0,  1},
+    {"rowtemp-logits",      LOGITS,           FLS_SHAPE_NORMAL,  2.0,   1024,   5, {0.3f, 0.7f, 0.0f, 1.0f, 2.5f}, 2,   FLS_DTYPE_F32,   0,  0},
+    {"greedy-logits",       LOGITS,           FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                        4,   FLS_DTYPE_F32,   0,  1},
+    {"pairs-offset",        FLS_CASE_PAIRS_OFFSET, 0, FLS_METHOD_FUSED, FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},       512, FLS_DTYPE_F32,   0,  1},
+    {"pairs-draw",          FLS_CASE_PAIRS_DRAW,   0, FLS_METHOD_FUSED, FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},       512, FLS_DTYPE_F32,   0,  0},
+    {"pairs-seed",          FLS_CASE_PAIRS_SEED,   0, FLS_METHOD_FUSED, FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},       512, FLS_DTYPE_F32,   0,  0},
+    {"zipf-fused",          FUSED,            FLS_SHAPE_ZIPF,    0.0,   4096,   2, {1.0f, 0.8f},                  2,   FLS_DTYPE_BF16,  16, 0},
+    {"peaked-fused-f16",    FUSED,            FLS_SHAPE_PEAKED,  0.0,   4099,   1, {1.2f},                        4,   FLS_DTYPE_F16,   8,  0},
+    {"normal-fused-f32",    FUSED,            FLS_SHAPE_NORMAL,  1.5,   2049,   1, {1.0f},                        4,   FLS_DTYPE_F32,   33, 1},
+    {"heavy-fused",         FUSED,            FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                        4,   FLS_DTYPE_BF16,  16, 1},
+    {"greedy-fused",        FUSED,            FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                        4,   FLS_DTYPE_BF16,  16, 1},
+    {"zipf-unfused-gumbel", FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_GUMBEL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},      4,   FLS_DTYPE_BF16,  16, 0},
+    {"zipf-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f}, 4,   FLS_DTYPE_BF16,  16, 0},
+    {"heavy-fused-262144",  FUSED,            FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                        4,   FLS_DTYPE_BF16,  16, 0},
+};
+// clang-format on
+
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+/* Token-samples per API call: ~1 s on two cores, so progress stays live. */
+#define CALL_BUDGET 300000000.0
+
+size_t fls_audit_case_count(void)
+{
+    return N_CASES;
+}
+
+const fls_audit_case *fls_audit_case_get(size_t i)
+{
+    return i < N_CASES ? &cases[i] : NULL;
+}
+
+size_t fls_audit_mode_count(int full)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < N_CASES; i++)
+        n += full || cases[i].quick;
+    return n;
+}
+
+size_t fls_audit_case_index(int full, size_t i)
+{
+    for (size_t k = 0; k < N_CASES; k++)
+        if (full || cases[k].quick) {
+            if (i == 0)
+                return k;
+            i--;
+        }
+    return (size_t)-1;
+}
+
+void fls_stats_family_get(fls_stats_family *f)
+{
+    f->cases = (int)N_CASES;
+    f->engines = 2;
+    f->selftests = FLS_STATS_SELFTEST_CHECKS;
+    f->size = f->cases * f->engines + f->selftests;
+    f->budget = FLS_STATS_BUDGET;
+    f->alpha = fls_stats_bonferroni(f->budget, f->size);
+}
+
+/* ---- inputs ---- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The case's target logits (float values, as the logits path receives them). */
+static void gen_logits(const fls_audit_case *c, gsl_rng *r, float *l)
+{
+    const int64_t V = c->V;
+    switch (c->shape) {
+    case FLS_SHAPE_FLAT:
+        for (int64_t v = 0; v < V; v++)
+            l[v] = 0.75f;
+        break;
+    case FLS_SHAPE_COIN:
+        for (int64_t v = 0; v < V; v++)
+            l[v] = v == 0 ? 0.0f : -0.85f;
+        break;
+    case FLS_SHAPE_ZIPF: {
+        size_t *perm = malloc((size_t)V * sizeof(size_t));
+        for (int64_t v = 0; v < V; v++)
+            perm[v] = (size_t)v;
+        gsl_ran_shuffle(r, perm, (size_t)V, sizeof(size_t));
+        for (int64_t k = 0; k < V; k++)
+            l[perm[k]] = (float)(-1.1 * log((double)k + 1.0));
+        free(perm);
+        break;
+    }
+    case FLS_SHAPE_PEAKED:
+        for (int64_t v = 0; v < V; v++)
+            l[v] = (float)gsl_ran_gaussian(r, 1.0);
+        l[gsl_rng_uniform_int(r, (unsigned long)V)] = 12.0f;
+        break;
+    case FLS_SHAPE_HEAVY: {
+        /* Tail 15..15+w nats below the head (2% of the tail down to 25 nats):
+         * V = 4096, one head token, w = 0.5: tail mass ~1e-3;
+         * V = 262144, three head tokens, w = 4: tail mass ~1e-2.
+         * Head tokens sit at random places, so tiles of every thread hold some. */
+        const int big = V >= 65536;
+        const double w = big ? 4.0 : 0.5;
+        for (int64_t v = 0; v < V; v++) {
+            double u = gsl_rng_uniform(r);
+            l[v] = gsl_rng_uniform(r) < 0.98 ? (float)(-15.0 - w * u) : (float)(-15.0 - w - (10.0 - w) * u);
+        }
+        const float head[3] = {0.0f, -0.7f, -1.4f};
+        for (int k = 0; k < (big ? 3 : 1); k++)
+            l[gsl_rng_uniform_int(r, (unsigned long)V)] = head[k];
+        break;
+    }
+    case FLS_SHAPE_MASKED:
+        for (int64_t v = 0; v < V; v++) {
+            int masked = v % 3 == 1 || (v >= V / 2 && v < V / 2 + V / 8) || v == 0 || v == V - 1;
+            l[v] = masked ? -INFINITY : (float)gsl_ran_gaussian(r, 1.5);
+        }
+        break;
+    case FLS_SHAPE_NORMAL:
+        for (int64_t v = 0; v < V; v++)
+            l[v] = (float)gsl_ran_gaussian(r, c->scale);
+        break;
+    case FLS_SHAPE_TIES: {
+        float m = -INFINITY;
+        for (int64_t v = 0; v < V; v++) {
+            l[v] = (float)gsl_ran_gaussian(r, 1.0);
+            m = l[v] > m ? l[v] : m;
+        }
+        /* a clear gap (3 nats) to every other token, so fp32 and double agree on the argmax set */
+        l[V / 3] = l[V / 2] = l[V - 1] = m + 3.0f;
+        break;
+    }
+    }
+}
+
+/* W (V, D) and H (G, D) for the fused path (see the header comment). */
+static fls_status gen_fused(const fls_audit_case *c, gsl_rng *r, const float *target, void **W, float **H)
+{
+    const int64_t V = c->V, D = c->D, G = c->groups;
+    const size_t es = fls_dtype_size(c->w_dtype);
+    *W = malloc((size_t)(V * D) * es);
+    *H = malloc((size_t)(G * D) * sizeof(float));
+    if (!*W || !*H)
+        return FLS_ERR_OUT_OF_MEMORY;
+    for (int64_t v = 0; v < V; v++)
+        for (int64_t k = 0; k < D; k++) {
+            float x = k == 0 ? target[v] / 4.0f : (float)gsl_ran_gaussian(r, 0.05);
+            size_t i = (size_t)(v * D + k);
+            if (c->w_dtype == FLS_DTYPE_F32)
+                ((float *)*W)[i] = x;
+            else if (c->w_dtype == FLS_DTYPE_BF16)
+                ((uint16_t *)*W)[i] = fls_f32_to_bf16(x);
+            else
+                ((uint16_t *)*W)[i] = fls_f32_to_f16(x);
+        }
+    if (c->shape == FLS_SHAPE_TIES) { /* identical rows: identical fp32 logits, a true tie */
+        const int64_t tie[2] = {V / 2, V - 1};
+        for (int k = 0; k < 2; k++)
+            memcpy((char *)*W + (size_t)(tie[k] * D) * es, (char *)*W + (size_t)((V / 3) * D) * es,
+                   (size_t)D * es);
+    }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t k = 0; k < D; k++)
+            (*H)[g * D + k] = k == 0 ? 4.0f : (float)gsl_ran_gaussian(r, 1.0);
+    return FLS_OK;
+}
+
+/* ---- calling the engine (host or device memory) ---- */
+
+typedef struct case_io {
+    fls_context_t *ctx;
+    int cuda;
+    int fused;
+    fls_matrix L, W, H; /* host views */
+    void *dL, *dW, *dH; /* device copies (CUDA engine) */
+    int64_t *dtok;
+    size_t dtok_bytes;
+} case_io;
+
+static fls_status upload(const fls_matrix *m, void **dev)
+{
+    size_t bytes = (size_t)(m->rows * m->ld) * fls_dtype_size(m->dtype);
+    fls_status st = fls_cuda_malloc(dev, bytes);
+    if (st == FLS_OK)
+        st = fls_cuda_memcpy(*dev, m->data, bytes, 1);
+    return st;
+}
+
+static fls_status io_prepare(case_io *io)
+{
+    if (!io->cuda)
+        return FLS_OK;
+    if (io->fused) {
+        fls_status st = upload(&io->W, &io->dW);
+        return st == FLS_OK ? upload(&io->H, &io->dH) : st;
+    }
+    return upload(&io->L, &io->dL);
+}
+
+static void io_release(case_io *io)
+{
+    if (!io->cuda)
+        return;
+    fls_cuda_free(io->dL);
+    fls_cuda_free(io->dW);
+    fls_cuda_free(io->dH);
+    fls_cuda_free(io->dtok);
+}
+
+/* tokens (B x draws, host) are filled with the guard -1 first: a token the
+ * engine fails to write is out of range and fails the test. */
+static fls_status io_sample(case_io *io, const fls_params *p, int64_t B, int64_t *tokens)
+{
+    const size_t n = (size_t)(B * p->draws);
+    for (size_t i = 0; i < n; i++)
+        tokens[i] = -1;
+    if (!io->cuda) {
+        fls_outputs out = {tokens, NULL, NULL};
+        return io->fused ? fls_sample_fused(io->ctx, &io->W, &io->H, p, &out)
+                         : fls_sample_logits(io->ctx, &io->L, p, &out);
+    }
+    fls_status st = FLS_OK;
+    if (io->dtok_bytes < n * sizeof(int64_t)) {
+        fls_cuda_free(io->dtok);
+        io->dtok = NULL;
+        io->dtok_bytes = 0;
+        st = fls_cuda_malloc((void **)&io->dtok, n * sizeof(int64_t));
+        if (st != FLS_OK)
+            return st;
+        io->dtok_bytes = n * sizeof(int64_t);
+    }
+    st = fls_cuda_memcpy(io->dtok, tokens, n * sizeof(int64_t), 1); /* the guard, on the device too */
+    if (st != FLS_OK)
+        return st;
+    fls_outputs out = {io->dtok, NULL, NULL};
+    if (io->fused) {
+        fls_matrix W = io->W, H = io->H;
+        W.data = io->dW;
+        H.data = io->dH;
+        st = fls_sample_fused(io->ctx, &W, &H, p, &out);
+    } else {
+        fls_matrix L = io->L;
+        L.data = io->dL;
+        st = fls_sample_logits(io->ctx, &L, p, &out);
+    }
+    if (st == FLS_OK)
+        st = fls_cuda_memcpy(tokens, io->dtok, n * sizeof(int64_t), 0);
+    return st;
+}
+
+/* ---- running a case ---- */
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+typedef struct case_run {
+    const fls_audit_case *c;
+    const fls_audit_options *o;
+    uint64_t input_seed, case_seed;
+    double t0;
+} case_run;
+
+static fls_status run_gof(case_run *cr, case_io *io, fls_gof *gof, int64_t *total_draws)
+{
+    const fls_audit_case *c = cr->c;
+    const int64_t V = c->V, G = c->groups, R = c->rows_per_group, B = G * R;
+    const int K = FLS_STATS_MAX_BINS;
+    fls_status st = FLS_ERR_OUT_OF_MEMORY;
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    float *target = malloc((size_t)V * sizeof(float));
+    float *L = NULL, *Hg = NULL, *H = NULL, *temps = malloc((size_t)B * sizeof(float));
+    void *W = NULL;
+    double *ref = malloc((size_t)(G * V) * sizeof(double)), *lg = malloc((size_t)V * sizeof(double));
+    uint64_t *seeds = malloc((size_t)B * sizeof(uint64_t)), *offsets = malloc((size_t)B * sizeof(uint64_t));
+    int64_t *counts = calloc((size_t)(G * V), sizeof(int64_t)), *oor = calloc((size_t)G, sizeof(int64_t));
+    int64_t *tokens = NULL;
+    fls_bins bins = {0};
+    if (!rng || !target || !temps || !ref || !lg || !seeds || !offsets || !counts || !oor)
+        goto done;
+    gsl_rng_set(rng, (unsigned long)cr->input_seed);
+    gen_logits(c, rng, target);
+
+    if (!c->fused) {
+        if (!(L = malloc((size_t)(B * V) * sizeof(float))))
+            goto done;
+        for (int64_t b = 0; b < B; b++)
+            memcpy(L + b * V, target, (size_t)V * sizeof(float));
+        io->L = (fls_matrix){L, FLS_DTYPE_F32, B, V, V};
+        for (int64_t g = 0; g < G; g++)
+            if ((st = fls_stats_probs_temperature_f32(target, V, c->temps[g], ref + g * V)) != FLS_OK)
+                goto done;
+    } else {
+        if ((st = gen_fused(c, rng, target, &W, &Hg)) != FLS_OK)
+            goto done;
+        st = FLS_ERR_OUT_OF_MEMORY;
+        if (!(H = malloc((size_t)(B * c->D) * sizeof(float))))
+            goto done;
+        for (int64_t b = 0; b < B; b++)
+            memcpy(H + b * c->D, Hg + (b % G) * c->D, (size_t)c->D * sizeof(float));
+        io->W = (fls_matrix){W, c->w_dtype, V, c->D, c->D};
+        io->H = (fls_matrix){H, FLS_DTYPE_F32, B, c->D, c->D};
+        fls_matrix Hm = {Hg, FLS_DTYPE_F32, G, c->D, c->D};
+        for (int64_t g = 0; g < G; g++) {
+            if ((st = fls_stats_logits_fused(&io->W, &Hm, g, lg)) != FLS_OK)
+                goto done;
+            if ((st = fls_stats_probs_temperature(lg, V, c->temps[g], ref + g * V)) != FLS_OK)
+                goto done;
+        }
+    }
+
+    /* Sample size for the dof the bins really have (any one group may carry the whole error). */
+    const double alpha = fls_stats_alpha();
+    int dof_design = 0;
+    int64_t N = 0;
+    if ((st = fls_stats_design_size(ref, G, V, alpha, &N, &dof_design)) != FLS_OK)
+        goto done;
+    int64_t draws_row = ceil_div(N, R);
+    int64_t dpc = (int64_t)(CALL_BUDGET / ((double)B * (double)V));
+    dpc = dpc < 1 ? 1 : dpc > draws_row ? draws_row : dpc;
+    const int64_t calls = ceil_div(draws_row, dpc);
+    dpc = ceil_div(draws_row, calls);
+    *total_draws = B * calls * dpc;
+    if (!(tokens = malloc((size_t)(B * dpc) * sizeof(int64_t)))) {
+        st = FLS_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+
+    for (int64_t b = 0; b < B; b++) {
+        temps[b] = c->temps[b % G];
+        seeds[b] = fls_row_seed_derive(cr->case_seed, (uint64_t)b);
+    }
+    if (cr->o->progress) {
+        fprintf(stderr,
+                "[audit] %s: %s, V %lld, %lld group(s) x %lld rows, N %lld per group (alpha %.3g, dof %d)"
+                ", %lld call(s) x %lld draws/row, input seed 0x%016llx, case seed 0x%016llx"
+                " (row b: seed fls_row_seed_derive(case seed, b), offset = call index)\n",
+                c->name, c->fused ? "fls_sample_fused" : "fls_sample_logits", (long long)V, (long long)G,
+                (long long)R, (long long)(R * calls * dpc), alpha, dof_design, (long long)calls,
+                (long long)dpc, (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
+        if (B <= 16) {
+            fprintf(stderr, "[audit]   row seeds:");
+            for (int64_t b = 0; b < B; b++)
+                fprintf(stderr, " 0x%016llx", (unsigned long long)seeds[b]);
+            fprintf(stderr, "\n");
+        }
+        for (int64_t g = 0; g < G; g++) {
+            const double *p = ref + g * V;
+            double pmax = 0.0, tail = 0.0;
+            int64_t masked = 0;
+            for (int64_t v = 0; v < V; v++)
+                pmax = p[v] > pmax ? p[v] : pmax;
+            for (int64_t v = 0; v < V; v++) {
+                masked += p[v] == 0.0;
+                tail += p[v] < pmax * exp(-14.0) ? p[v] : 0.0;
+            }
+            fprintf(stderr,
+                    "[audit]   group %lld: T %g, max p %.4g, mass >= 14 nats below the max %.3g, %lld "
+                    "zero-probability tokens\n",
+                    (long long)g, (double)c->temps[g], pmax, tail, (long long)masked);
+        }
+    }
+    if ((st = io_prepare(io)) != FLS_OK)
+        goto done;
+
+    fls_params p;
+    fls_params_default(&p);
+    p.method = c->method;
+    p.draws = dpc;
+    p.row_seeds = seeds;
+    p.row_offsets = offsets;
+    if (G > 1)
+        p.temperature = temps; /* per-row temperatures */
+    else
+        p.temperature_value = c->temps[0];
+    double last = now_s();
+    for (int64_t call = 0; call < calls; call++) {
+        for (int64_t b = 0; b < B; b++)
+            offsets[b] = (uint64_t)call;
+        if ((st = io_sample(io, &p, B, tokens)) != FLS_OK) {
+            if (cr->o->progress)
+                fprintf(stderr, "[audit] %s: sampling failed at call %lld: %s\n", c->name, (long long)call,
+                        fls_status_string(st));
+            goto done;
+        }
+        for (int64_t b = 0; b < B; b++) {
+            int64_t g = b % G;
+            for (int64_t d = 0; d < dpc; d++) {
+                int64_t t = tokens[b * dpc + d];
+                if (t < 0 || t >= V)
+                    oor[g]++;
+                else
+                    counts[g * V + t]++;
+            }
+        }
+        if (cr->o->progress && now_s() - last > 10.0) {
+            last = now_s();
+            fprintf(stderr, "[audit] %s: call %lld/%lld, %.0f s\n", c->name, (long long)call + 1,
+                    (long long)calls, last - cr->t0);
+        }
+    }
+
+    fls_gof_init(gof);
+    for (int64_t g = 0; g < G; g++) {
+        if ((st = fls_bins_build(&bins, ref + g * V, V, N, K)) != FLS_OK)
+            goto done;
+        st = fls_gof_add_counts(gof, &bins, counts + g * V, oor[g]);
+        fls_bins_free(&bins);
+        if (st != FLS_OK)
+            goto done;
+    }
+    if (cr->o->progress && gof->impossible)
+        fprintf(stderr, "[audit] %s: %lld sample(s) on zero-probability or out-of-range tokens\n", c->name,
+                (long long)gof->impossible);
+    st = FLS_OK;
+done:
+    fls_bins_free(&bins);
+    gsl_rng_free(rng);
+    free(target);
+    free(L);
+    free(W);
+    free(Hg);
+    free(H);
+    free(temps);
+    free(ref);
+    free(lg);
+    free(seeds);
+    free(offsets);
+    free(counts);
+    free(oor);
+    free(tokens);
+    return st;
+}
+
+static fls_status run_pairs(case_run *cr, case_io *io, fls_gof *gof, int64_t *total_draws)
+{
+    const fls_audit_case *c = cr->c;
+    const int64_t V = c->V, M = c->rows_per_group, V2 = V * V;
+    const int K = FLS_STATS_MAX_BINS;
+    const int per_row = c->kind == FLS_CASE_PAIRS_DRAW; /* pairs inside a row, else across two rows */
+    const int64_t B = per_row ? M : 2 * M;
+    fls_status st = FLS_ERR_OUT_OF_MEMORY;
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    float *target = malloc((size_t)V * sizeof(float)), *L = malloc((size_t)(B * V) * sizeof(float));
+    double *p1 = malloc((size_t)V * sizeof(double)), *ref = malloc((size_t)V2 * sizeof(double));
+    uint64_t *seeds = malloc((size_t)B * sizeof(uint64_t)), *offsets = malloc((size_t)B * sizeof(uint64_t));
+    int64_t *counts = calloc((size_t)V2, sizeof(int64_t)), *tokens = NULL, oor = 0;
+    fls_bins bins = {0};
+    if (!rng || !target || !L || !p1 || !ref || !seeds || !offsets || !counts)
+        goto done;
+    gsl_rng_set(rng, (unsigned long)cr->input_seed);
+    gen_logits(c, rng, target);
+    for (int64_t b = 0; b < B; b++)
+        memcpy(L + b * V, target, (size_t)V * sizeof(float));
+    io->L = (fls_matrix){L, FLS_DTYPE_F32, B, V, V};
+    if ((st = fls_stats_probs_temperature_f32(target, V, c->temps[0], p1)) != FLS_OK)
+        goto done;
+    fls_stats_product(p1, V, p1, V, ref);
+
+    int64_t N = 0;
+    int dof_design = 0;
+    if ((st = fls_stats_design_size(ref, 1, V2, fls_stats_alpha(), &N, &dof_design)) != FLS_OK)
+        goto done;
+    const int64_t d = ceil_div(N, M); /* pairs per row pair */
+    const int64_t draws = per_row ? 2 * d : d;
+    *total_draws = B * draws;
+    if (!(tokens = malloc((size_t)(B * draws) * sizeof(int64_t)))) {
+        st = FLS_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        if (c->kind == FLS_CASE_PAIRS_OFFSET) {
+            /* one seed, offsets o and o + 1, o spread over all 64 bits */
+            uint64_t s = fls_row_seed_derive(cr->case_seed, (uint64_t)i);
+            uint64_t o = fls_splitmix64_(cr->case_seed ^ (0x5bd1e995ull * (uint64_t)(i + 1)));
+            seeds[2 * i] = seeds[2 * i + 1] = s;
+            offsets[2 * i] = o;
+            offsets[2 * i + 1] = o + 1;
+        } else if (c->kind == FLS_CASE_PAIRS_SEED) {
+            /* raw consecutive seeds, as a user numbering requests would pass them */
+            seeds[2 * i] = cr->case_seed + 2 * (uint64_t)i;
+            seeds[2 * i + 1] = cr->case_seed + 2 * (uint64_t)i + 1;
+            offsets[2 * i] = offsets[2 * i + 1] = 0;
+        } else {
+            seeds[i] = fls_row_seed_derive(cr->case_seed, (uint64_t)i);
+            offsets[i] = 0;
+        }
+    }
+    if (cr->o->progress)
+        fprintf(stderr,
+                "[audit] %s: V %lld, %lld pairs (%lld row pairs x %lld; dof %d), %s, input seed 0x%016llx, "
+                "case seed 0x%016llx\n",
+                c->name, (long long)V, (long long)(M * d), (long long)M, (long long)d, dof_design,
+                c->kind == FLS_CASE_PAIRS_OFFSET
+                    ? "rows 2i, 2i+1: seed fls_row_seed_derive(case seed, i), offsets o_i, o_i + 1 with o_i "
+                      "= splitmix64(case seed ^ 0x5bd1e995 (i + 1))"
+                : c->kind == FLS_CASE_PAIRS_SEED
+                    ? "rows 2i, 2i+1: raw seeds case seed + 2i, + 2i + 1, offset 0"
+                    : "row i: seed fls_row_seed_derive(case seed, i), pairs of draws (2k, 2k+1)",
+                (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
+    if ((st = io_prepare(io)) != FLS_OK)
+        goto done;
+    fls_params p;
+    fls_params_default(&p);
+    p.draws = draws;
+    p.row_seeds = seeds;
+    p.row_offsets = offsets;
+    p.temperature_value = c->temps[0];
+    if ((st = io_sample(io, &p, B, tokens)) != FLS_OK)
+        goto done;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < d; k++) {
+            int64_t x = per_row ? tokens[i * draws + 2 * k] : tokens[(2 * i) * draws + k];
+            int64_t y = per_row ? tokens[i * draws + 2 * k + 1] : tokens[(2 * i + 1) * draws + k];
+            if (x < 0 || x >= V || y < 0 || y >= V)
+                oor++;
+            else
+                counts[x * V + y]++;
+        }
+    if ((st = fls_bins_build(&bins, ref, V2, N, K)) != FLS_OK)
+        goto done;
+    fls_gof_init(gof);
+    st = fls_gof_add_counts(gof, &bins, counts, oor);
+done:
+    fls_bins_free(&bins);
+    gsl_rng_free(rng);
+    free(target);
+    free(L);
+    free(p1);
+    free(ref);
+    free(seeds);
+    free(offsets);
+    free(counts);
+    free(tokens);
+    return st;
+}
+
+fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, size_t i, fls_audit_row *row)
+{
+    if (!ctx || !o || !row)
+        return FLS_ERR_NULL;
+    if (i >= N_CASES)
+        return FLS_ERR_PARAM;
+    const fls_audit_case *c = &cases[i];
+    case_run cr = {c, o, name_hash(c->name), 0, now_s()};
+    cr.case_seed = fls_splitmix64_(o->seed ^ cr.input_seed);
+    case_io io;
+    memset(&io, 0, sizeof io);
+    io.ctx = ctx;
+    io.cuda = fls_context_engine(ctx) == FLS_ENGINE_CUDA;
+    io.fused = c->fused;
+
+    memset(row, 0, sizeof *row);
+    snprintf(row->test, sizeof row->test, "%s", c->name);
+    snprintf(row->engine, sizeof row->engine, "%s", io.cuda ? "cuda" : "cpu");
+    row->V = c->V;
+    row->alpha = fls_stats_alpha();
+
+    fls_gof gof;
+    fls_gof_init(&gof);
+    int64_t draws = 0;
+    fls_status st =
+        c->kind == FLS_CASE_GOF ? run_gof(&cr, &io, &gof, &draws) : run_pairs(&cr, &io, &gof, &draws);
+    io_release(&io);
+    if (st != FLS_OK)
+        return st;
+    row->draws = draws;
+    row->chi2 = gof.impossible ? INFINITY : gof.chi2;
+    row->dof = gof.dof;
+    row->p = gof.p;
+    row->pass = fls_gof_pass(&gof, row->alpha);
+    if (o->progress) {
+        fprintf(stderr, "[audit] %s: %.1f s\n", c->name, now_s() - cr.t0);
+        fls_audit_print_row(stderr, row);
+    }
+    return FLS_OK;
+}

@@ -1,0 +1,72 @@
+/*
+ * fls_cases.h — the goodness-of-fit cases of the audit, one list for
+ * fls_audit_run (the command line), tests/stats (CPU) and tests/gpu (CUDA).
+ */
+#ifndef FLS_CASES_H
+#define FLS_CASES_H
+
+#include <stdio.h>
+
+#include "fls_audit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fls_case_kind {
+    FLS_CASE_GOF = 0,          /* marginal distribution of the sampled token */
+    FLS_CASE_PAIRS_OFFSET = 1, /* (token at offset o, token at offset o + 1), same seed */
+    FLS_CASE_PAIRS_DRAW = 2,   /* (draw 2k, draw 2k + 1), same seed and offset */
+    FLS_CASE_PAIRS_SEED = 3    /* (seed s, seed s + 1) as raw row seeds, same offset */
+} fls_case_kind;
+
+typedef enum fls_case_shape {
+    FLS_SHAPE_FLAT = 0,   /* all logits equal */
+    FLS_SHAPE_ZIPF = 1,   /* l = -1.1 log(rank), ranks a random permutation */
+    FLS_SHAPE_PEAKED = 2, /* N(0, 1) and one token 12 nats above */
+    FLS_SHAPE_HEAVY = 3,  /* a head of 1-3 tokens, the rest 15-25 nats below */
+    FLS_SHAPE_MASKED = 4, /* N(0, 1.5) with about 40% of the tokens at -inf */
+    FLS_SHAPE_NORMAL = 5, /* N(0, scale) */
+    FLS_SHAPE_TIES = 6,   /* N(0, 1) and the maximum repeated at three places (greedy) */
+    FLS_SHAPE_COIN = 7    /* V = 2: {0, -0.85}, p = (0.70, 0.30) */
+} fls_case_shape;
+
+typedef struct fls_audit_case {
+    const char *name;
+    fls_case_kind kind;
+    int fused; /* 0: fls_sample_logits, 1: fls_sample_fused */
+    fls_method method;
+    fls_case_shape shape;
+    double scale; /* FLS_SHAPE_NORMAL: standard deviation */
+    int64_t V;
+    int groups;         /* distinct reference distributions: temperature and (fused) H row */
+    float temps[8];     /* temperature of each group */
+    int rows_per_group; /* rows with their own seeds per group (pairs: pairs of rows) */
+    fls_dtype w_dtype;  /* fused: dtype of W */
+    int64_t D;          /* fused: columns of W and H */
+    int quick;          /* part of the quick audit */
+} fls_audit_case;
+
+/* The full list, and how many cases a run of that mode has. */
+size_t fls_audit_case_count(void);
+const fls_audit_case *fls_audit_case_get(size_t i);
+/* The index in the full list of the i-th case of mode full (0/1); (size_t)-1 if none. */
+size_t fls_audit_case_index(int full, size_t i);
+size_t fls_audit_mode_count(int full);
+
+/* Runs case i of the full list on ctx (whose engine must be o->engine).
+ * Fills row; FLS_OK unless sampling or memory failed. Progress and the seeds
+ * go to stderr when o->progress. */
+fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, size_t i, fls_audit_row *row);
+
+/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, pass. */
+void fls_audit_print_header(FILE *f);
+void fls_audit_print_row(FILE *f, const fls_audit_row *row);
+/* The family, budget and alpha in one line (every run logs it). */
+void fls_audit_print_family(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLS_CASES_H */

@@ -1,0 +1,566 @@
+/*
+ * test_machinery.c — tests of the statistics machinery itself (stats/).
+ *
+ * Deterministic checks pin down the pieces (reference probabilities, binning,
+ * chi-square, noncentral power, sample sizes). The chance checks then test the
+ * tests with an independent sampler (gsl_ran_discrete, no Gumbel, no Philox):
+ * exact samples must be accepted at the nominal rate, and distributions off by
+ * a total variation of 0.01 must be rejected at the sample size the power
+ * helper prescribes. Each chance check may fail by bad luck with probability
+ * <= alpha (the family's per-test level); they are counted in the family
+ * (FLS_STATS_SELFTEST_CHECKS), and every seed is fixed and printed.
+ */
+#include <criterion/criterion.h>
+#include <gsl/gsl_cdf.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fls_audit.h"
+#include "fls_cases.h"
+#include "fls_stats.h"
+
+/* ---- helpers ---- */
+
+static double *zipf_probs(int64_t V)
+{
+    double *l = malloc((size_t)V * sizeof(double)), *p = malloc((size_t)V * sizeof(double));
+    for (int64_t v = 0; v < V; v++) /* rank = (7 v mod V) + 1: the head is not at index 0 */
+        l[(7 * v) % V] = -1.1 * log((double)v + 1.0);
+    cr_assert_eq(fls_stats_probs_temperature(l, V, 1.0, p), FLS_OK);
+    free(l);
+    return p;
+}
+
+/* A head of 3 tokens and 2^18 - 3 tokens 15..19 nats below: tail mass ~1.1e-2. */
+static double *heavy_probs(int64_t V, int big)
+{
+    double *l = malloc((size_t)V * sizeof(double)), *p = malloc((size_t)V * sizeof(double));
+    const double w = big ? 4.0 : 0.5;
+    for (int64_t v = 0; v < V; v++)
+        l[v] = -15.0 - w * (double)((v * 2654435761u) % 1000) / 1000.0;
+    l[V / 7] = 0.0;
+    if (big) {
+        l[V / 3] = -0.7;
+        l[V - 2] = -1.4;
+    }
+    cr_assert_eq(fls_stats_probs_temperature(l, V, 1.0, p), FLS_OK);
+    free(l);
+    return p;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Chi-square p-value of n reference samples from q tested against p. */
+static fls_gof test_once(fls_refsampler *s, const fls_bins *bins, int64_t n, int64_t *counts)
+{
+    memset(counts, 0, (size_t)bins->cells * sizeof(int64_t));
+    fls_refsampler_counts(s, n, counts);
+    fls_gof g;
+    fls_gof_init(&g);
+    cr_assert_eq(fls_gof_add_counts(&g, bins, counts, 0), FLS_OK);
+    return g;
+}
+
+/* Rejections at `level` of M replicates of n samples from q, tested against p. */
+static int64_t rejections(const double *p, const double *q, int64_t V, int64_t n, int M, double level,
+                          uint64_t seed, double *pvalues, int *dof)
+{
+    fls_bins bins;
+    cr_assert_eq(fls_bins_build(&bins, p, V, n, FLS_STATS_MAX_BINS), FLS_OK);
+    fls_refsampler *s;
+    cr_assert_eq(fls_refsampler_create(&s, q, V, seed), FLS_OK);
+    int64_t *counts = malloc((size_t)V * sizeof(int64_t)), rej = 0;
+    for (int m = 0; m < M; m++) {
+        fls_gof g = test_once(s, &bins, n, counts);
+        if (pvalues)
+            pvalues[m] = g.p;
+        rej += !fls_gof_pass(&g, level);
+        if (dof)
+            *dof = g.dof;
+    }
+    free(counts);
+    fls_refsampler_destroy(s);
+    fls_bins_free(&bins);
+    return rej;
+}
+
+/* ---- the chance checks, counted in the family ---- */
+
+enum {
+    CHK_SIZE_ZIPF_05,    /* exact samples rejected at level 0.05 at the nominal rate */
+    CHK_SIZE_ZIPF_001,   /* ... and at level 0.001 */
+    CHK_PVALUES_UNIFORM, /* their p-values are uniform (chi-square on 20 bins) */
+    CHK_SIZE_HEAVY,      /* heavy tail: nominal rate at 0.01 */
+    CHK_SIZE_PAIRS,      /* pair table p (x) p: nominal rate at 0.05 */
+    CHK_SIZE_ALPHA,      /* rejections at the family's alpha itself: no more than chance allows */
+    CHK_POWER_WORST,     /* TV 0.01, the Cauchy-Schwarz worst case (|q - p| proportional to p) */
+    CHK_POWER_HEAD_TAIL, /* TV 0.01 moved from the top token onto the low-probability half */
+    CHK_POWER_ONE_TOKEN, /* TV 0.01 moved onto the single least likely token */
+    CHK_POWER_TAIL_DROP, /* a tail of mass 0.011 dropped (truncation) */
+    CHK_POWER_TEMP,      /* wrong temperature, TV 0.01 */
+    CHK_POWER_PAIRS,     /* dependent pairs, TV 0.01 from p (x) p */
+    N_CHECKS
+};
+
+Test(machinery, chance_checks_are_counted_in_the_family)
+{
+    cr_assert_eq(N_CHECKS, FLS_STATS_SELFTEST_CHECKS);
+    fls_stats_family f;
+    fls_stats_family_get(&f);
+    cr_assert_eq(f.cases, (int)fls_audit_case_count());
+    cr_assert_eq(f.size, f.cases * f.engines + f.selftests);
+    cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
+    cr_assert_float_eq(fls_stats_alpha(), f.alpha, 0.0);
+    fls_audit_print_family(stdout);
+}
+
+/* Two-sided check of a rejection count r ~ Binomial(M, level) at the family alpha. */
+static void check_rate(int chk, const char *what, int64_t r, int M, double level, double alpha)
+{
+    double lo = gsl_cdf_binomial_P((unsigned)r, level, (unsigned)M);                     /* P(X <= r) */
+    double hi = r > 0 ? gsl_cdf_binomial_Q((unsigned)(r - 1), level, (unsigned)M) : 1.0; /* P(X >= r) */
+    printf("check %d %s: %lld of %d rejected at level %g (expected %.1f); P(X <= r) %.3g, P(X >= r) %.3g\n",
+           chk, what, (long long)r, M, level, M * level, lo, hi);
+    cr_expect(lo >= alpha / 2 && hi >= alpha / 2, "check %d (%s): rejection count %lld of %d at level %g",
+              chk, what, (long long)r, M, level);
+}
+
+/* Misses m of M at the family alpha must be consistent with a miss rate of
+ * at most 1 - power. */
+static void check_power(int chk, const char *what, int64_t misses, int M, double power, double alpha)
+{
+    double tail = misses > 0 ? gsl_cdf_binomial_Q((unsigned)(misses - 1), 1.0 - power, (unsigned)M) : 1.0;
+    printf("check %d %s: %lld of %d NOT rejected (power %.5f needed, %.5f seen); P(X >= misses) %.3g\n", chk,
+           what, (long long)misses, M, power, 1.0 - (double)misses / M, tail);
+    cr_expect(tail >= alpha, "check %d (%s): %lld misses of %d", chk, what, (long long)misses, M);
+}
+
+Test(machinery, size_exact_samples_accepted_at_the_nominal_rate, .timeout = 600)
+{
+    const double alpha = fls_stats_alpha();
+    const int64_t V = 4096, n = 20000;
+    const int M = 2000;
+    double *p = zipf_probs(V), *pv = malloc((size_t)M * sizeof(double));
+    int dof = 0;
+    const uint64_t seed = 1001;
+    printf("size checks: zipf V %lld, n %lld, %d replicates, seed %llu\n", (long long)V, (long long)n, M,
+           (unsigned long long)seed);
+    int64_t r05 = rejections(p, p, V, n, M, 0.05, seed, pv, &dof);
+    printf("zipf: dof %d\n", dof);
+    cr_assert(dof >= FLS_STATS_MAX_BINS / 2);
+    check_rate(CHK_SIZE_ZIPF_05, "zipf size", r05, M, 0.05, alpha);
+    int64_t r001 = 0, ralpha = 0;
+    for (int m = 0; m < M; m++) {
+        r001 += pv[m] < 0.001;
+        ralpha += pv[m] < alpha;
+    }
+    check_rate(CHK_SIZE_ZIPF_001, "zipf size", r001, M, 0.001, alpha);
+
+    /* uniformity of the p-values, with the machinery's own chi-square */
+    {
+        double u[20];
+        int64_t c[20] = {0};
+        for (int k = 0; k < 20; k++)
+            u[k] = 1.0 / 20;
+        for (int m = 0; m < M; m++)
+            c[pv[m] >= 1.0 ? 19 : (int)(pv[m] * 20)]++;
+        fls_bins b;
+        cr_assert_eq(fls_bins_build(&b, u, 20, M, 20), FLS_OK);
+        cr_assert_eq(b.n_bins, 20);
+        fls_gof g;
+        fls_gof_init(&g);
+        cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
+        fls_bins_free(&b);
+        printf("check %d p-values uniform: chi2 %.2f dof %d p %.4g\n", CHK_PVALUES_UNIFORM, g.chi2, g.dof,
+               g.p);
+        cr_expect(fls_gof_pass(&g, alpha), "check %d: p-values not uniform (p %g)", CHK_PVALUES_UNIFORM, g.p);
+    }
+
+    /* heavy tail (tail bin expects ~150 samples) */
+    {
+        const int64_t Vh = 4096, nh = 150000;
+        const int Mh = 1000;
+        double *ph = heavy_probs(Vh, 0);
+        int64_t r = rejections(ph, ph, Vh, nh, Mh, 0.01, 1002, pv, &dof);
+        for (int m = 0; m < Mh; m++)
+            ralpha += pv[m] < alpha;
+        printf("heavy: dof %d, seed 1002\n", dof);
+        check_rate(CHK_SIZE_HEAVY, "heavy size", r, Mh, 0.01, alpha);
+        free(ph);
+    }
+
+    /* pair table of V = 8 */
+    {
+        double l[8] = {0.3, -0.2, 1.1, 0.0, -1.0, 0.5, -0.4, 0.8}, p1[8], pq[64];
+        cr_assert_eq(fls_stats_probs_temperature(l, 8, 1.0, p1), FLS_OK);
+        fls_stats_product(p1, 8, p1, 8, pq);
+        int64_t r = rejections(pq, pq, 64, n, M, 0.05, 1003, pv, &dof);
+        for (int m = 0; m < M; m++)
+            ralpha += pv[m] < alpha;
+        printf("pairs: dof %d, seed 1003\n", dof);
+        check_rate(CHK_SIZE_PAIRS, "pairs size", r, M, 0.05, alpha);
+    }
+
+    /* all 5000 replicates above at the family alpha */
+    {
+        const int total = 2 * M + 1000;
+        double up = ralpha > 0 ? gsl_cdf_binomial_Q((unsigned)(ralpha - 1), alpha, (unsigned)total) : 1.0;
+        printf("check %d: %lld of %d exact replicates rejected at alpha %.3g; P(X >= r) %.3g\n",
+               CHK_SIZE_ALPHA, (long long)ralpha, total, alpha, up);
+        cr_expect(up >= alpha, "check %d: too many rejections at alpha", CHK_SIZE_ALPHA);
+    }
+    free(p);
+    free(pv);
+}
+
+/* Power: M replicates of the prescribed N from a perturbed q, tested against p. */
+static void power_case(int chk, const char *what, const double *p, const double *q, int64_t V, uint64_t seed)
+{
+    const double alpha = fls_stats_alpha();
+    const int M = 500;
+    /* the audit's rule: N for the dof the bins really have */
+    int64_t N = 0;
+    int dof = 0;
+    cr_assert_eq(fls_stats_design_size(p, 1, V, alpha, &N, &dof), FLS_OK);
+    cr_assert(dof >= 1);
+    printf("check %d %s: V %lld, TV %.5f, dof %d, N %lld, %d replicates, seed %llu\n", chk, what,
+           (long long)V, fls_stats_tv(p, q, V), dof, (long long)N, M, (unsigned long long)seed);
+    cr_assert(fabs(fls_stats_tv(p, q, V) - FLS_STATS_TV) < 1e-3, "perturbation is not at TV 0.01");
+    int64_t misses = M - rejections(p, q, V, N, M, alpha, seed, NULL, NULL);
+    check_power(chk, what, misses, M, FLS_STATS_POWER, alpha);
+}
+
+Test(machinery, power_worst_case_perturbation, .timeout = 600)
+{
+    const int64_t V = 4096;
+    double *p = zipf_probs(V), *q = malloc((size_t)V * sizeof(double));
+    /* Bins of the first half of the (binned) mass lose 0.01 proportionally, the
+     * rest gain it: sum (q - p)^2 / p = 1e-4 (1/a + 1/(1-a)) with a ~ 1/2, the
+     * equality case of the Cauchy-Schwarz bound, so the power is the designed
+     * 0.999 and no more. */
+    int64_t N0 =
+        fls_stats_sample_size(FLS_STATS_MAX_BINS - 1, fls_stats_alpha(), FLS_STATS_TV, FLS_STATS_POWER);
+    fls_bins b;
+    cr_assert_eq(fls_bins_build(&b, p, V, N0, FLS_STATS_MAX_BINS), FLS_OK);
+    double acc = 0.0;
+    int split = 0;
+    while (split < b.n_bins && acc + b.mass[split] <= 0.5 + 1e-9)
+        acc += b.mass[split++];
+    uint8_t *from = calloc((size_t)V, 1), *to = calloc((size_t)V, 1);
+    for (int64_t v = 0; v < V; v++) {
+        from[v] = b.bin_of[v] < split;
+        to[v] = !from[v];
+    }
+    printf("worst case: first %d of %d bins hold %.4f of the mass\n", split, b.n_bins, acc);
+    fls_bins_free(&b);
+    cr_assert_eq(fls_stats_perturb(p, V, from, to, FLS_STATS_TV, q), FLS_OK);
+    power_case(CHK_POWER_WORST, "worst case", p, q, V, 2001);
+    free(from);
+    free(to);
+    free(p);
+    free(q);
+}
+
+Test(machinery, power_head_to_tail, .timeout = 600)
+{
+    const int64_t V = 4096;
+    double *p = zipf_probs(V), *q = malloc((size_t)V * sizeof(double));
+    uint8_t *from = calloc((size_t)V, 1), *to = calloc((size_t)V, 1);
+    int64_t top = 0;
+    for (int64_t v = 0; v < V; v++)
+        top = p[v] > p[top] ? v : top;
+    from[top] = 1;
+    double *sorted = malloc((size_t)V * sizeof(double)); /* the low-probability half: p below the median */
+    memcpy(sorted, p, (size_t)V * sizeof(double));
+    qsort(sorted, (size_t)V, sizeof(double), cmp_double);
+    const double pmed = sorted[V / 2];
+    free(sorted);
+    for (int64_t v = 0; v < V; v++)
+        to[v] = p[v] < pmed;
+    cr_assert_eq(fls_stats_perturb(p, V, from, to, FLS_STATS_TV, q), FLS_OK);
+    power_case(CHK_POWER_HEAD_TAIL, "head to tail", p, q, V, 2002);
+    memset(to, 0, (size_t)V);
+    int64_t least = 0;
+    for (int64_t v = 0; v < V; v++)
+        least = p[v] < p[least] ? v : least;
+    to[least] = 1;
+    cr_assert_eq(fls_stats_perturb(p, V, from, to, FLS_STATS_TV, q), FLS_OK);
+    power_case(CHK_POWER_ONE_TOKEN, "onto one tail token", p, q, V, 2003);
+    free(from);
+    free(to);
+    free(p);
+    free(q);
+}
+
+Test(machinery, power_tail_dropped, .timeout = 600)
+{
+    const int64_t V = 262144;
+    double *p = heavy_probs(V, 1), *q = malloc((size_t)V * sizeof(double));
+    double tail = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        tail += p[v] < 1e-6 ? p[v] : 0.0;
+    for (int64_t v = 0; v < V; v++)
+        q[v] = p[v] < 1e-6 ? 0.0 : p[v] / (1.0 - tail);
+    printf("heavy tail mass %.5f\n", tail);
+    cr_assert(tail >= FLS_STATS_TV && tail < 0.02);
+    /* TV = tail mass (> 0.01): scale the perturbation to exactly 0.01 by mixing */
+    double t = FLS_STATS_TV / tail;
+    for (int64_t v = 0; v < V; v++)
+        q[v] = (1.0 - t) * p[v] + t * q[v];
+    power_case(CHK_POWER_TAIL_DROP, "tail dropped", p, q, V, 2004);
+    free(p);
+    free(q);
+}
+
+Test(machinery, power_wrong_temperature, .timeout = 600)
+{
+    const int64_t V = 1024;
+    double *l = malloc((size_t)V * sizeof(double)), *p = malloc((size_t)V * sizeof(double)),
+           *q = malloc((size_t)V * sizeof(double));
+    for (int64_t v = 0; v < V; v++)
+        l[v] = 2.0 * sin(0.37 * (double)v * (double)v); /* spread, deterministic */
+    cr_assert_eq(fls_stats_probs_temperature(l, V, 1.0, p), FLS_OK);
+    double lo = 1.0, hi = 1.5; /* T' with TV(p_1, p_T') = 0.01 */
+    for (int it = 0; it < 100; it++) {
+        double mid = 0.5 * (lo + hi);
+        fls_stats_probs_temperature(l, V, mid, q);
+        if (fls_stats_tv(p, q, V) < FLS_STATS_TV)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    fls_stats_probs_temperature(l, V, hi, q);
+    printf("temperature %.6f instead of 1\n", hi);
+    power_case(CHK_POWER_TEMP, "wrong temperature", p, q, V, 2005);
+    free(l);
+    free(p);
+    free(q);
+}
+
+Test(machinery, power_dependent_pairs, .timeout = 600)
+{
+    double l[8] = {0.3, -0.2, 1.1, 0.0, -1.0, 0.5, -0.4, 0.8}, p1[8], pq[64], joint[64];
+    cr_assert_eq(fls_stats_probs_temperature(l, 8, 1.0, p1), FLS_OK);
+    fls_stats_product(p1, 8, p1, 8, pq);
+    /* with probability e the second token copies the first:
+     * TV(joint, p (x) p) = e (1 - sum p^2) */
+    double s2 = 0.0;
+    for (int i = 0; i < 8; i++)
+        s2 += p1[i] * p1[i];
+    double e = FLS_STATS_TV / (1.0 - s2);
+    for (int x = 0; x < 8; x++)
+        for (int y = 0; y < 8; y++)
+            joint[x * 8 + y] = (1.0 - e) * pq[x * 8 + y] + (x == y ? e * p1[x] : 0.0);
+    power_case(CHK_POWER_PAIRS, "dependent pairs", pq, joint, 64, 2006);
+}
+
+/* ---- deterministic checks ---- */
+
+Test(reference, softmax_values)
+{
+    double l[4] = {0.0, log(2.0), log(3.0), -INFINITY}, p[4];
+    cr_assert_eq(fls_stats_probs_temperature(l, 4, 1.0, p), FLS_OK);
+    cr_assert_float_eq(p[0], 1.0 / 6, 1e-15);
+    cr_assert_float_eq(p[1], 2.0 / 6, 1e-15);
+    cr_assert_float_eq(p[2], 3.0 / 6, 1e-15);
+    cr_assert_eq(p[3], 0.0);
+    /* T = 0.5 squares the odds */
+    cr_assert_eq(fls_stats_probs_temperature(l, 4, 0.5, p), FLS_OK);
+    cr_assert_float_eq(p[0], 1.0 / 14, 1e-15);
+    cr_assert_float_eq(p[2], 9.0 / 14, 1e-15);
+    /* stable far from 0: the same odds 1000 nats up or 1e5 nats down */
+    double hi[3] = {1000.0, 1000.0 + log(2.0), -1e5}, q[3];
+    cr_assert_eq(fls_stats_probs_temperature(hi, 3, 1.0, q), FLS_OK);
+    cr_assert_float_eq(q[0], 1.0 / 3, 1e-13);
+    cr_assert_eq(q[2], 0.0); /* e^-101000 underflows: such a token is never sampled either */
+    float f[3] = {-3.0e38f, 3.0e38f, 3.0e38f};
+    double r[3];
+    cr_assert_eq(fls_stats_probs_temperature_f32(f, 3, 1e-30, r), FLS_OK);
+    cr_assert_float_eq(r[1], 0.5, 1e-15);
+}
+
+Test(reference, greedy_and_errors)
+{
+    double l[5] = {1.0, 3.0, -INFINITY, 3.0, 2.0}, p[5];
+    cr_assert_eq(fls_stats_probs_temperature(l, 5, 0.0, p), FLS_OK);
+    for (int v = 0; v < 5; v++)
+        cr_assert_eq(p[v], v == 1 ? 1.0 : 0.0); /* the lowest-index maximum */
+    double m[2] = {-INFINITY, -INFINITY}, n[2] = {0.0, NAN}, i[2] = {0.0, INFINITY};
+    cr_assert_eq(fls_stats_probs_temperature(m, 2, 1.0, p), FLS_ERR_ALL_MASKED);
+    cr_assert_eq(fls_stats_probs_temperature(n, 2, 1.0, p), FLS_ERR_NAN);
+    cr_assert_eq(fls_stats_probs_temperature(i, 2, 1.0, p), FLS_ERR_NAN);
+    cr_assert_eq(fls_stats_probs_temperature(l, 5, -1.0, p), FLS_ERR_TEMPERATURE);
+    cr_assert_eq(fls_stats_probs_temperature(l, 5, NAN, p), FLS_ERR_TEMPERATURE);
+    cr_assert_eq(fls_stats_probs_temperature(l, 0, 1.0, p), FLS_ERR_SIZE);
+    cr_assert_eq(fls_stats_probs_temperature(NULL, 5, 1.0, p), FLS_ERR_NULL);
+}
+
+Test(reference, fused_logits_decode_every_dtype)
+{
+    /* W (3, 2): bf16 1.0, -2.0 / f16 subnormal and max / f32 */
+    uint16_t wb[6] = {0x3F80, 0xC000, 0x0000, 0x3F00, 0x4040, 0x8000};
+    uint16_t wh[6] = {0x3C00, 0x0001, 0x7BFF, 0x0000, 0xBC00, 0x3800};
+    float wf[6] = {0.25f, 1.0f, -1.0f, 2.0f, 0.0f, 3.0f};
+    float h[2] = {2.0f, 0.5f};
+    fls_matrix H = {h, FLS_DTYPE_F32, 1, 2, 2};
+    double l[3];
+    fls_matrix Wb = {wb, FLS_DTYPE_BF16, 3, 2, 2};
+    cr_assert_eq(fls_stats_logits_fused(&Wb, &H, 0, l), FLS_OK);
+    cr_assert_eq(l[0], 2.0 - 1.0);
+    cr_assert_eq(l[1], 0.25);
+    cr_assert_eq(l[2], 6.0);
+    fls_matrix Wh = {wh, FLS_DTYPE_F16, 3, 2, 2};
+    cr_assert_eq(fls_stats_logits_fused(&Wh, &H, 0, l), FLS_OK);
+    cr_assert_eq(l[0], 2.0 + 0.5 * ldexp(1.0, -24));
+    cr_assert_eq(l[1], 2.0 * 65504.0);
+    cr_assert_eq(l[2], -2.0 + 0.25);
+    fls_matrix Wf = {wf, FLS_DTYPE_F32, 3, 2, 2};
+    cr_assert_eq(fls_stats_logits_fused(&Wf, &H, 0, l), FLS_OK);
+    cr_assert_eq(l[0], 1.0);
+    cr_assert_eq(l[1], -1.0);
+    cr_assert_eq(l[2], 1.5);
+    /* the decoders agree with the library's converters */
+    for (uint32_t x = 0; x < 65536; x += 7) {
+        if ((x & 0x7c00) == 0x7c00)
+            continue;
+        uint16_t u = (uint16_t)x;
+        fls_matrix m = {&u, FLS_DTYPE_F16, 1, 1, 1};
+        cr_assert_eq(fls_stats_matrix_get(&m, 0, 0), (double)fls_f16_to_f32(u), "f16 0x%04x", x);
+        m.dtype = FLS_DTYPE_BF16;
+        if ((x & 0x7f80) != 0x7f80)
+            cr_assert_eq(fls_stats_matrix_get(&m, 0, 0), (double)fls_bf16_to_f32(u), "bf16 0x%04x", x);
+    }
+}
+
+Test(binning, invariants)
+{
+    const int64_t V = 4096;
+    double *shapes[3] = {zipf_probs(V), heavy_probs(V, 0), malloc((size_t)V * sizeof(double))};
+    int64_t open = 0;
+    for (int64_t v = 0; v < V; v++) /* masked: every third token impossible */
+        open += v % 3 != 1;
+    for (int64_t v = 0; v < V; v++)
+        shapes[2][v] = v % 3 == 1 ? 0.0 : 1.0 / (double)open;
+    int64_t ns[4] = {150, 5000, 280000, 10000000};
+    for (int s = 0; s < 3; s++)
+        for (int k = 0; k < 4; k++) {
+            fls_bins b;
+            cr_assert_eq(fls_bins_build(&b, shapes[s], V, ns[k], FLS_STATS_MAX_BINS), FLS_OK);
+            cr_assert(b.n_bins >= 1 && b.n_bins <= FLS_STATS_MAX_BINS);
+            double sum = 0.0, *m = calloc((size_t)b.n_bins, sizeof(double));
+            for (int64_t v = 0; v < V; v++) {
+                if (shapes[s][v] == 0.0) {
+                    cr_assert_eq(b.bin_of[v], -1);
+                    continue;
+                }
+                cr_assert(b.bin_of[v] >= 0 && b.bin_of[v] < b.n_bins, "token %lld dropped", (long long)v);
+                m[b.bin_of[v]] += shapes[s][v];
+            }
+            for (int i = 0; i < b.n_bins; i++) {
+                sum += b.mass[i];
+                cr_assert_float_eq(m[i], b.mass[i], 1e-12);
+                if (b.n_bins > 1)
+                    cr_assert(b.mass[i] * (double)ns[k] >= FLS_STATS_MIN_EXPECTED * (1 - 1e-12),
+                              "shape %d n %lld bin %d expects %g", s, (long long)ns[k], i,
+                              b.mass[i] * (double)ns[k]);
+            }
+            cr_assert_float_eq(sum, 1.0, 1e-12);
+            if (ns[k] >= 100 * FLS_STATS_MAX_BINS && s == 0)
+                cr_assert(b.n_bins >= FLS_STATS_MAX_BINS / 2, "zipf: %d bins", b.n_bins); /* fine enough */
+            if (s == 1 && ns[k] >= 280000) {
+                /* heavy: the ~1e-3 tail (>= 100 expected) is a bin of its own, not merged into the head */
+                cr_assert_eq(b.n_bins, 2);
+                cr_assert(b.mass[1] > 5e-4 && b.mass[1] < 2e-3);
+            }
+            free(m);
+            fls_bins_free(&b);
+        }
+    for (int s = 0; s < 3; s++)
+        free(shapes[s]);
+    double one[3] = {0.0, 1.0, 0.0};
+    fls_bins b;
+    cr_assert_eq(fls_bins_build(&b, one, 3, 1000, 32), FLS_OK);
+    cr_assert_eq(b.n_bins, 1);
+    fls_bins_free(&b);
+    double none[2] = {0.0, 0.0};
+    cr_assert_eq(fls_bins_build(&b, none, 2, 1000, 32), FLS_ERR_ALL_MASKED);
+}
+
+Test(chisq, values_and_impossible_samples)
+{
+    double p[2] = {0.5, 0.5};
+    fls_bins b;
+    cr_assert_eq(fls_bins_build(&b, p, 2, 100000, 32), FLS_OK);
+    int64_t c[2] = {60, 40};
+    fls_gof g;
+    fls_gof_init(&g);
+    cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
+    cr_assert_float_eq(g.chi2, 4.0, 1e-12);
+    cr_assert_eq(g.dof, 1);
+    cr_assert_float_eq(g.p, 0.04550026389635842, 1e-12);
+    /* a second group adds chi2 and dof */
+    cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
+    cr_assert_float_eq(g.chi2, 8.0, 1e-12);
+    cr_assert_eq(g.dof, 2);
+    cr_assert_float_eq(g.p, exp(-4.0), 1e-12);
+    cr_assert(fls_gof_pass(&g, 0.01));
+    /* out of range fails outright */
+    cr_assert_eq(fls_gof_add_counts(&g, &b, c, 1), FLS_OK);
+    cr_assert_eq(g.p, 0.0);
+    cr_assert(!fls_gof_pass(&g, 1e-300));
+    fls_bins_free(&b);
+    /* one sample on a masked token fails, however good the rest */
+    double q[3] = {0.5, 0.0, 0.5};
+    cr_assert_eq(fls_bins_build(&b, q, 3, 100000, 32), FLS_OK);
+    int64_t s[5] = {0, 2, 0, 1, 2};
+    fls_gof_init(&g);
+    cr_assert_eq(fls_gof_add_samples(&g, &b, s, 5), FLS_OK);
+    cr_assert_eq(g.impossible, 1);
+    cr_assert(!fls_gof_pass(&g, 1e-300));
+    fls_bins_free(&b);
+}
+
+/* dof = 1: P(chi'^2_1(lambda) > x) = Phi(sqrt(lambda) - sqrt(x)) + Phi(-sqrt(lambda) - sqrt(x)). */
+Test(power, noncentral_tail_matches_closed_form)
+{
+    double xs[4] = {0.5, 3.84, 10.0, 25.0}, ls[5] = {0.0, 0.3, 5.0, 40.0, 150.0};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++) {
+            double x = xs[i], l = ls[j];
+            double want = gsl_cdf_ugaussian_P(sqrt(l) - sqrt(x)) + gsl_cdf_ugaussian_P(-sqrt(l) - sqrt(x));
+            cr_assert_float_eq(fls_stats_ncx2_Q(x, 1.0, l), want, 1e-12, "x %g lambda %g", x, l);
+        }
+    /* dof = 2, lambda = 0: exp(-x/2) */
+    cr_assert_float_eq(fls_stats_ncx2_Q(3.0, 2.0, 0.0), exp(-1.5), 1e-14);
+    /* monotone in lambda, decreasing in dof */
+    cr_assert(fls_stats_power(31, 1e-6, 100.0) > fls_stats_power(31, 1e-6, 90.0));
+    cr_assert(fls_stats_power(31, 1e-6, 100.0) < fls_stats_power(15, 1e-6, 100.0));
+}
+
+Test(power, sample_size_is_the_smallest)
+{
+    const double a = fls_stats_alpha();
+    int64_t prev = 0;
+    int dofs[5] = {1, 3, 7, 15, 31};
+    for (int i = 0; i < 5; i++) {
+        int64_t N = fls_stats_sample_size(dofs[i], a, 0.01, 0.999);
+        double pw = fls_stats_power(dofs[i], a, 4.0 * (double)N * 1e-4);
+        double pw1 = fls_stats_power(dofs[i], a, 4.0 * (double)(N - 1) * 1e-4);
+        printf("dof %d: N %lld (power %.9f, at N - 1 %.9f)\n", dofs[i], (long long)N, pw, pw1);
+        cr_assert(pw >= 0.999 && pw1 < 0.999);
+        cr_assert(N > prev);
+        prev = N;
+    }
+    /* dof 1 by hand: sqrt(lambda) = z(alpha/2) + z(0.001) */
+    double z = gsl_cdf_ugaussian_Qinv(a / 2) + gsl_cdf_ugaussian_Qinv(0.001);
+    int64_t N1 = fls_stats_sample_size(1, a, 0.01, 0.999);
+    cr_assert(fabs((double)N1 - z * z / 4e-4) < 0.01 * N1, "N %lld vs %g", (long long)N1, z * z / 4e-4);
+    cr_assert_eq(fls_stats_sample_size_pointmass(0.01, 0.999), 688);
+    cr_assert(pow(0.99, 688) <= 0.001 && pow(0.99, 687) > 0.001);
+}
