@@ -160,8 +160,46 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
                     out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                              \
                     out[(b + 2) * ldo + i + 1] = reduce(a12, c12);                                              \
                 }                                                                                               \
-                if (b < b1)                                                                                     \
-                    dot_direct_avx2(w0, DT, ldw, 2, D, h + b * Dp, b1 - b, Dp, out + b * ldo + i, ldo);         \
+                if (b < b1) {                                                                                   \
+                    /* 1 or 2 H rows left: 2 x r block, r chains per W row half */                              \
+                    const int r = (int)(b1 - b);                                                                \
+                    const float *h0 = h + b * Dp, *h1 = r > 1 ? h0 + Dp : h0;                                   \
+                    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                          \
+                    __m256 c00 = a00, c01 = a00, c10 = a00, c11 = a00;                                          \
+                    for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                               \
+                        __m256 x0, y0, x1, y1;                                                                  \
+                        if (d < Dfull) {                                                                        \
+                            x0 = load8(w0 + (size_t)d * es, DT);                                                \
+                            y0 = load8(w0 + (size_t)(d + 8) * es, DT);                                          \
+                            x1 = load8(w1 + (size_t)d * es, DT);                                                \
+                            y1 = load8(w1 + (size_t)(d + 8) * es, DT);                                          \
+                        } else {                                                                                \
+                            x0 = _mm256_loadu_ps(t0);                                                           \
+                            y0 = _mm256_loadu_ps(t0 + 8);                                                       \
+                            x1 = _mm256_loadu_ps(t1);                                                           \
+                            y1 = _mm256_loadu_ps(t1 + 8);                                                       \
+                        }                                                                                       \
+                        __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);                  \
+                        a00 = _mm256_fmadd_ps(x0, hv, a00);                                                     \
+                        c00 = _mm256_fmadd_ps(y0, hw, c00);                                                     \
+                        a10 = _mm256_fmadd_ps(x1, hv, a10);                                                     \
+                        c10 = _mm256_fmadd_ps(y1, hw, c10);                                                     \
+                        if (r > 1) {                                                                            \
+                            hv = _mm256_loadu_ps(h1 + d);                                                       \
+                            hw = _mm256_loadu_ps(h1 + d + 8);                                                   \
+                            a01 = _mm256_fmadd_ps(x0, hv, a01);                                                 \
+                            c01 = _mm256_fmadd_ps(y0, hw, c01);                                                 \
+                            a11 = _mm256_fmadd_ps(x1, hv, a11);                                                 \
+                            c11 = _mm256_fmadd_ps(y1, hw, c11);                                                 \
+                        }                                                                                       \
+                    }                                                                                           \
+                    out[b * ldo + i] = reduce(a00, c00);                                                        \
+                    out[b * ldo + i + 1] = reduce(a10, c10);                                                    \
+                    if (r > 1) {                                                                                \
+                        out[(b + 1) * ldo + i] = reduce(a01, c01);                                              \
+                        out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                          \
+                    }                                                                                           \
+                }                                                                                               \
             }                                                                                                   \
             if (i < nv)                                                                                         \
                 dot_direct_avx2((const char *)w + (size_t)(i * ldw) * es, DT, ldw, nv - i, D, h + b0 * Dp,      \
