@@ -18,6 +18,7 @@
 #include <curand_philox4x32_x.h>
 #include <stdint.h>
 
+#include "fls_gumbel_bound.h"
 #include "fls_noise.h"
 #include "internal.h"
 
@@ -40,6 +41,22 @@ struct fls_ws {
     int nd;             /* draws in this pass */
     uint32_t draw_base; /* global draw index of j = 0 */
     int want_lse;
+    /* Gumbel bound tables (fls_gumbel_bound.h, device, FLS_GB_N floats each),
+     * or NULL: no skipping (the plain loop computes every key). */
+    const float *gup, *glo;
+};
+
+/* Segments shorter than this never skip: the seed and the final drain cost
+ * about two exact tokens per lane, more than a short segment saves. */
+#define FLS_SKIP_MIN_N 512
+
+/* A warp's queue of tokens whose key must be computed exactly (shared
+ * memory): up to 31 left over plus 64 new per step. */
+#define FLS_CANDQ 96
+struct fls_candq {
+    uint64_t bits[FLS_CANDQ];
+    float x[FLS_CANDQ];
+    int idx[FLS_CANDQ];
 };
 
 /* Float -> uint32 whose unsigned order is the float order (-inf < ... < +inf). */
@@ -119,6 +136,112 @@ __device__ __forceinline__ float fls_temper(float l, float T)
     return T == 0.0f ? l : __fdiv_rn(l, T);
 }
 
+/* The bits of token v from the Philox block of its pair. */
+__device__ __forceinline__ uint64_t fls_pair_bits(uint4 r, uint64_t v)
+{
+    return (v & 1) ? ((uint64_t)r.w << 32) | r.z : ((uint64_t)r.y << 32) | r.x;
+}
+
+/* Exact key of one queued token; updates the lane's packed best. */
+__device__ __forceinline__ float fls_exact_key(uint64_t bits, float x, uint32_t token,
+                                               unsigned long long &best, float &bx)
+{
+    const float key = __fadd_rn(x, fls_gumbel_dev(bits));
+    const unsigned long long pk = fls_pack(key, token);
+    if (pk > best) {
+        best = pk;
+        bx = x;
+    }
+    return key;
+}
+
+/*
+ * One draw of one segment with skipping (T != 0): the same winner as the
+ * plain loop, computing the two logs only for tokens that might win.
+ *  - thr is a lower bound of the segment's winning key (any token's key is):
+ *    seeded with fl(x_s + lo[bucket]) <= key_s of the segment's max-logit
+ *    token s (Philox only), then raised to the max exact key computed so far.
+ *  - a token whose fl(x + up[bucket]) < thr (STRICT) has key < thr <= winner's
+ *    key, so it cannot be the winner, not even on a tie with a lower index;
+ *    a pair whose fl(max x + FLS_GUMBEL_MAX) < thr skips the Philox block too.
+ *  - the others go to a warp queue; whenever it holds 32 tokens every lane
+ *    computes one exact key (no divergence on the logs), the rest at the end.
+ * x = -inf gives fl(-inf + G) = -inf < thr for any finite thr.
+ */
+__device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0, float T, float x_seed,
+                                              int i_seed, uint32_t d, const fls_row_params &rp,
+                                              const fls_ws &ws, const float *gup, fls_candq *q, int lane,
+                                              unsigned long long &best, float &bx)
+{
+    const int np = (n + 1) >> 1;
+    if (i_seed < 0) {
+        /* no finite logit (n > 0): every key is -inf and the plain loop's
+         * winner is the lowest token, v0 */
+        if (lane == 0) {
+            best = fls_pack(-INFINITY, (uint32_t)v0);
+            bx = -INFINITY;
+        }
+        return;
+    }
+    float thr = -INFINITY;
+    if (x_seed > -INFINITY) {
+        const uint64_t vs = v0 + (uint64_t)i_seed;
+        const uint64_t ks = fls_pair_bits(fls_philox_pair(rp.seed, rp.offset, d, vs), vs);
+        thr = __fadd_rn(x_seed, __ldg(ws.glo + (ks >> FLS_GB_SHIFT)));
+    }
+    int cnt = 0; /* warp-uniform */
+    const unsigned lt = (1u << lane) - 1u;
+    __syncwarp();
+    for (int p0 = 0; p0 < np; p0 += 32) {
+        const int p = p0 + lane, i = 2 * p;
+        const bool ok0 = p < np, ok1 = i + 1 < n;
+        const float x0 = ok0 ? fls_temper(S[i], T) : -INFINITY;
+        const float x1 = ok1 ? fls_temper(S[i + 1], T) : -INFINITY;
+        bool c0 = false, c1 = false;
+        uint64_t k0 = 0, k1 = 0;
+        if (ok0 && !(__fadd_rn(fmaxf(x0, x1), FLS_GUMBEL_MAX) < thr)) {
+            const uint4 r = fls_philox_pair(rp.seed, rp.offset, d, v0 + (uint64_t)i);
+            k0 = ((uint64_t)r.y << 32) | r.x;
+            k1 = ((uint64_t)r.w << 32) | r.z;
+            c0 = !(__fadd_rn(x0, gup[k0 >> FLS_GB_SHIFT]) < thr);
+            c1 = ok1 && !(__fadd_rn(x1, gup[k1 >> FLS_GB_SHIFT]) < thr);
+        }
+        const unsigned m0 = __ballot_sync(FLS_FULL_MASK, c0), m1 = __ballot_sync(FLS_FULL_MASK, c1);
+        if ((m0 | m1) == 0)
+            continue;
+        const int n0 = __popc(m0);
+        if (c0) {
+            const int s = cnt + __popc(m0 & lt);
+            q->bits[s] = k0;
+            q->x[s] = x0;
+            q->idx[s] = i;
+        }
+        if (c1) {
+            const int s = cnt + n0 + __popc(m1 & lt);
+            q->bits[s] = k1;
+            q->x[s] = x1;
+            q->idx[s] = i + 1;
+        }
+        cnt += n0 + __popc(m1);
+        while (cnt >= 32) {
+            __syncwarp();
+            cnt -= 32;
+            const uint64_t kb = q->bits[cnt + lane];
+            const float xb = q->x[cnt + lane];
+            const int ib = q->idx[cnt + lane];
+            __syncwarp();
+            const float key = fls_exact_key(kb, xb, (uint32_t)(v0 + (uint64_t)ib), best, bx);
+            thr = fmaxf(thr, fls_warp_maxf(key));
+        }
+    }
+    if (cnt > 0) {
+        __syncwarp();
+        if (lane < cnt)
+            fls_exact_key(q->bits[lane], q->x[lane], (uint32_t)(v0 + (uint64_t)q->idx[lane]), best, bx);
+    }
+    __syncwarp();
+}
+
 /*
  * One warp samples one segment: n logits S[0..n) (stride 1, generic memory:
  * shared or global) of row b, global token index v0 + i, v0 even. Writes the
@@ -127,27 +250,41 @@ __device__ __forceinline__ float fls_temper(float l, float T)
  * flow; n may be 0 (an empty entry is still written).
  * Lane p handles the token pairs (v0 + 2p', v0 + 2p' + 1), p' = p mod 32, so
  * one Philox block serves both tokens of a pair, as in the CPU engine.
+ * gup (the upper-bound table, in shared memory) and q (this warp's queue)
+ * enable skipping (fls_draw_skip) for T != 0 and n >= FLS_SKIP_MIN_N; with
+ * gup == NULL every key is computed.
  */
 __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t v0, int b, int e,
-                                                 const fls_row_params &rp, const fls_ws &ws, int lane)
+                                                 const fls_row_params &rp, const fls_ws &ws, int lane,
+                                                 const float *gup, fls_candq *q)
 {
     const float T = rp.temperature;
     const int np = (n + 1) >> 1;
-    float mx = -INFINITY;
+    /* max x = fl(max l / T): division by T > 0 is monotone, so one division
+     * per segment instead of one per token; lm is a logit of token li */
+    float lm = -INFINITY;
+    int li = -1;
     bool nan = false;
     for (int p = lane; p < np; p += 32) {
         int i = 2 * p;
         float l0 = S[i];
         nan |= isnan(l0);
-        mx = fmaxf(mx, fls_temper(l0, T));
+        if (l0 > lm) {
+            lm = l0;
+            li = i;
+        }
         if (i + 1 < n) {
             float l1 = S[i + 1];
             nan |= isnan(l1);
-            mx = fmaxf(mx, fls_temper(l1, T));
+            if (l1 > lm) {
+                lm = l1;
+                li = i + 1;
+            }
         }
     }
     nan = __any_sync(FLS_FULL_MASK, nan);
-    mx = fls_warp_maxf(mx);
+    const float lmax = fls_warp_maxf(lm);
+    const float mx = fls_temper(lmax, T);
     if (lane == 0) {
         if (nan)
             *ws.nanflag = ws.epoch;
@@ -171,11 +308,26 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
             ws.s[(int64_t)b * ws.nent + e] = s;
         }
     }
+    const bool skip = gup != NULL && q != NULL && T != 0.0f && n >= FLS_SKIP_MIN_N;
+    float x_seed = -INFINITY;
+    int i_seed = -1;
+    if (skip) {
+        /* the seed token: the first lane holding the max logit */
+        const unsigned ball = __ballot_sync(FLS_FULL_MASK, li >= 0 && lm == lmax);
+        const int src = ball ? __ffs(ball) - 1 : 0;
+        const float ls = __shfl_sync(FLS_FULL_MASK, lm, src);
+        i_seed = __shfl_sync(FLS_FULL_MASK, li, src);
+        if (!ball)
+            i_seed = -1;
+        x_seed = fls_temper(ls, T);
+    }
     for (int j = 0; j < ws.nd; j++) {
         const uint32_t d = ws.draw_base + (uint32_t)j;
         unsigned long long best = 0;
         float bx = -INFINITY;
-        if (!nan) {
+        if (!nan && skip) {
+            fls_draw_skip(S, n, v0, T, x_seed, i_seed, d, rp, ws, gup, q, lane, best, bx);
+        } else if (!nan) {
             for (int p = lane; p < np; p += 32) {
                 int i = 2 * p;
                 uint64_t v = v0 + (uint64_t)i;

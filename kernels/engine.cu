@@ -25,6 +25,8 @@ struct fls_cuda_state {
     unsigned *flags;    /* [0..1] status, [2] NaN mark, [3..] finite marks per row */
     int64_t flags_rows; /* capacity of the finite marks */
     unsigned epoch;
+    float *gbound; /* [2 FLS_GB_N]: the Gumbel bound table (up, then lo), device */
+    int no_skip;   /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
     char name[256];
 };
 
@@ -99,6 +101,21 @@ extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
         free(s);
         return st;
     }
+    /* the bound table of fls_gumbel_bound.h, built on the host with the
+     * contract's own transform (the unit test checks this very table) */
+    float table[2 * FLS_GB_N];
+    fls_gumbel_bound_table(table, table + FLS_GB_N);
+    cudaError_t te = cudaMalloc((void **)&s->gbound, sizeof table);
+    if (te == cudaSuccess)
+        te = cudaMemcpy(s->gbound, table, sizeof table, cudaMemcpyHostToDevice);
+    if (te != cudaSuccess) {
+        cudaFree(s->gbound);
+        cublasDestroy(s->blas);
+        free(s);
+        return fls_from_cuda(te);
+    }
+    const char *ns = getenv("FLS_CUDA_NO_SKIP");
+    s->no_skip = ns && ns[0] && strcmp(ns, "0") != 0;
     ctx->cuda = s;
     return FLS_OK;
 }
@@ -115,6 +132,7 @@ extern "C" void fls_cuda_context_fini(fls_context_t *ctx)
         cudaDeviceSynchronize();
     cudaFree(s->ws);
     cudaFree(s->flags);
+    cudaFree(s->gbound);
     cublasDestroy(s->blas);
     free(s);
     ctx->cuda = NULL;
@@ -409,6 +427,13 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.epoch = epoch;
     ws.nent = (int)nent;
     ws.want_lse = want_lse;
+    /* Skipping (exact, common.cuh) on the chunked and from-logits samplers
+     * with segments long enough for it; the unfused Gumbel baseline keeps
+     * the plain loop. */
+    const bool skip =
+        !s->no_skip && !opts.no_skip && kind != K_UNFUSED_GUMBEL && fls_segment_len(B) >= FLS_SKIP_MIN_N;
+    ws.gup = skip ? s->gbound : NULL;
+    ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
 
     /* logits that every draw pass reuses */
     const float *Lp = NULL;
@@ -450,6 +475,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                 st = fls_gemm_logits(s, W, H, c0, vn, buf, ldbuf, opts.force_simt);
                 if (st != FLS_OK)
                     return st;
+                if (opts.gemm_only)
+                    continue;
                 ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / fls_segment_len(B)),
                                          rows_d, ws, s->sm_count, str);
             }

@@ -29,6 +29,10 @@ typedef struct fls_cuda_opts {
     int force_simt;     /* CHUNKED / unfused: use the SIMT GEMM instead of cuBLAS */
     int rows_cached;    /* the rows of the previous call are still on the device (benchmark) */
     int no_sync;        /* enqueue only: no status check, return FLS_OK (benchmark) */
+    int no_skip;        /* compute every token's key (no bound-based skipping; tests,
+                           benchmark); also FLS_CUDA_NO_SKIP=1 in the environment */
+    int gemm_only;      /* CHUNKED path, benchmark only: the chunks' GEMMs without the
+                           sampler (outputs are garbage; use with no_sync) */
 } fls_cuda_opts;
 
 void fls_cuda_opts_default(fls_cuda_opts *o);

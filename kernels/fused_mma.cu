@@ -217,8 +217,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) fls_fused_mma_kernel(fls_mma_args
                 const int64_t v0 = (int64_t)vt * TV + (int64_t)sg * seglen;
                 const int n = (int)max((int64_t)0, min((int64_t)seglen, a.V - v0));
                 const fls_row_params rp = a.rows[b];
+                /* 128-token segments: below FLS_SKIP_MIN_N, every key is computed */
                 fls_warp_segment(S + bl * SP + sg * seglen, n, (uint64_t)v0, b, vt * a.nseg + sg, rp, a.ws,
-                                 lane);
+                                 lane, NULL, NULL);
             }
             /* S is rewritten only after the next iteration's __syncthreads. */
         }

@@ -3,19 +3,32 @@
  * SIMT GEMM fallback and the multinomial baseline.
  *
  * Segment sampler: L is (B, V) fp32; one warp per (row, 1024-token segment).
- * Bytes: 4 B V read once. Work: one Philox4x32-10 block per token pair and
- * two logs per token per draw (about 120 instructions a token), so at large
- * B x V this kernel is bound by integer/FP32 issue, not by memory.
+ * Bytes: 4 B V read once. Work: one Philox4x32-10 block per token pair per
+ * draw; the two logs of the Gumbel transform only for tokens that might win
+ * (fls_draw_skip in common.cuh, bounds of fls_gumbel_bound.h), about 1-2 % of
+ * them on N(0, 1.7) tempered logits at 1024-token segments.
  */
 #include "common.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-__global__ void fls_segments_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t vn,
-                                    uint64_t v_off, int e_off, int seg,
-                                    const fls_row_params *__restrict__ rows, fls_ws ws)
+#define FLS_SEG_WARPS 8
+
+__global__ void __launch_bounds__(FLS_SEG_WARPS * 32)
+    fls_segments_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t vn, uint64_t v_off,
+                        int e_off, int seg, const fls_row_params *__restrict__ rows, fls_ws ws)
 {
+    /* the upper-bound table in shared memory (random indices: a shared-memory
+     * gather, no constant-cache serialisation) and one queue per warp */
+    __shared__ float s_gup[FLS_GB_N];
+    __shared__ fls_candq s_q[FLS_SEG_WARPS];
+    const bool skip = ws.gup != NULL;
+    if (skip) {
+        for (int i = threadIdx.x; i < FLS_GB_N; i += blockDim.x)
+            s_gup[i] = ws.gup[i];
+        __syncthreads();
+    }
     const int lane = threadIdx.x & 31;
     const int64_t nseg = (vn + seg - 1) / seg;
     const int64_t items = nseg * B;
@@ -26,8 +39,8 @@ __global__ void fls_segments_kernel(const float *__restrict__ L, int64_t ldl, in
         int64_t c0 = sg * seg;
         int n = (int)min((int64_t)seg, vn - c0);
         fls_row_params rp = rows[b];
-        fls_warp_segment(L + (int64_t)b * ldl + c0, n, v_off + (uint64_t)c0, b, e_off + (int)sg, rp, ws,
-                         lane);
+        fls_warp_segment(L + (int64_t)b * ldl + c0, n, v_off + (uint64_t)c0, b, e_off + (int)sg, rp, ws, lane,
+                         skip ? s_gup : NULL, skip ? &s_q[threadIdx.x >> 5] : NULL);
     }
 }
 
@@ -46,7 +59,8 @@ cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, 
     int64_t cap = (int64_t)sm_count * 8; /* 8 blocks of 8 warps per SM, grid-stride beyond */
     if (blocks > cap)
         blocks = cap;
-    fls_segments_kernel<<<(unsigned)blocks, 256, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg, rows, ws);
+    fls_segments_kernel<<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg,
+                                                                         rows, ws);
     return cudaGetLastError();
 }
 

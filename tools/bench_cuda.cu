@@ -8,6 +8,10 @@
  *   cublas_graph    the same GEMM replayed from a CUDA graph
  *   fused_mma       the fused tensor-core kernel (logits stay on chip)
  *   fused_chunked   cuBLAS per 32k-row chunk into an L2-resident buffer + sampling
+ *                   (bound-based skipping of the Gumbel logs, exact)
+ *   fused_chunked_noskip   the same, every key computed (the sampler before skipping)
+ *   chunked_gemms_only     its cuBLAS chunk GEMMs alone (no sampler; for the breakdown)
+ *   logits_sampler(_noskip)  fls_sample_logits' sampler alone on B x V fp32 logits in HBM
  *   unfused_gumbel  cuBLAS -> logits in HBM -> Gumbel argmax (same tokens)
  *   unfused_multinomial  cuBLAS -> logits -> softmax in HBM -> inverse CDF
  * Every time is the median of >= 100 runs timed with device events after a
@@ -99,9 +103,31 @@ typedef struct bench_ctx {
     cudaEvent_t *ev;
 } bench_ctx;
 
-enum { E_FLOOR, E_CUBLAS, E_GRAPH, E_MMA, E_CHUNKED, E_UGUMBEL, E_UMULT, E_COUNT };
-static const char *engine_names[E_COUNT] = {
-    "floor", "cublas", "cublas_graph", "fused_mma", "fused_chunked", "unfused_gumbel", "unfused_multinomial"};
+enum {
+    E_FLOOR,
+    E_CUBLAS,
+    E_GRAPH,
+    E_MMA,
+    E_CHUNKED,
+    E_UGUMBEL,
+    E_UMULT,
+    E_CHUNKED_NS,
+    E_CHUNK_GEMM,
+    E_LOGITS,
+    E_LOGITS_NS,
+    E_COUNT
+};
+static const char *engine_names[E_COUNT] = {"floor",
+                                            "cublas",
+                                            "cublas_graph",
+                                            "fused_mma",
+                                            "fused_chunked",
+                                            "unfused_gumbel",
+                                            "unfused_multinomial",
+                                            "fused_chunked_noskip",
+                                            "chunked_gemms_only",
+                                            "logits_sampler",
+                                            "logits_sampler_noskip"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -121,9 +147,16 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     fls_cuda_opts_default(&o);
     o.rows_cached = cached;
     o.no_sync = !sync;
+    o.no_skip = engine == E_CHUNKED_NS || engine == E_LOGITS_NS;
+    o.gemm_only = engine == E_CHUNK_GEMM;
+    if (engine == E_LOGITS || engine == E_LOGITS_NS) {
+        /* the sampler alone on the B x V fp32 logits the cuBLAS engine left (HBM) */
+        fls_matrix L = {b->logits, FLS_DTYPE_F32, b->B, b->V, b->V};
+        return fls_cuda_run(b->ctx, NULL, NULL, &L, &req, &out, &o);
+    }
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
-    else if (engine == E_CHUNKED)
+    else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM)
         o.path = FLS_CUDA_PATH_CHUNKED;
     else if (engine == E_UGUMBEL)
         req.method = FLS_METHOD_UNFUSED_GUMBEL;
@@ -378,9 +411,9 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
         CK(cudaDeviceSynchronize());
         printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
-        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B", "floor", "cublas", "graph",
-               "f_mma", "f_chunk", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path",
-               "agree");
+        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B", "floor",
+               "cublas", "graph", "f_mma", "f_chunk", "f_noskip", "c_gemms", "l_samp", "l_noskip", "u_gumbel",
+               "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path", "agree");
         for (int bi = 0; bi < nb; bi++) {
             b.B = batches[bi];
             double med[E_COUNT], mn[E_COUNT];
@@ -410,9 +443,9 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             for (int r = 0; r < NROT; r++)
                 cudaGraphExecDestroy(b.graph[r]);
             /* token agreement between the GPU paths (same noise, same seeds) */
-            int64_t tk[3][MAXB];
-            int eng3[3] = {E_MMA, E_CHUNKED, E_UGUMBEL};
-            for (int k = 0; k < 3; k++) {
+            int64_t tk[4][MAXB];
+            int eng3[4] = {E_MMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS};
+            for (int k = 0; k < 4; k++) {
                 fls_status st = bench_sample(&b, eng3[k], 0, 0, 1);
                 if (st != FLS_OK) {
                     fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
@@ -422,17 +455,19 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             }
             int agree = 0;
             for (int64_t i = 0; i < b.B; i++)
-                agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i];
+                agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i];
             fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
             int fe = ap == FLS_CUDA_PATH_MMA ? E_MMA : E_CHUNKED;
             double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
             double flops = 2.0 * (double)b.B * (double)b.V * (double)b.D;
             double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
-            printf(
-                "%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f | %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
-                (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_CHUNKED],
-                med[E_UGUMBEL], med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
-                flops / (med[fe] * 1e-3) / 1e12, fe == E_MMA ? "mma" : "chunk", agree, (long long)b.B);
+            printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f | %8.3f "
+                   "%8.3f %8.1f %6s "
+                   "%5d/%-3lld\n",
+                   (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_CHUNKED],
+                   med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS], med[E_UGUMBEL],
+                   med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
+                   flops / (med[fe] * 1e-3) / 1e12, fe == E_MMA ? "mma" : "chunk", agree, (long long)b.B);
             if (fp) {
                 for (int e = 0; e <= E_COUNT; e++) {
                     int ee = e == E_COUNT ? fe : e;
@@ -440,12 +475,17 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                     double bytes = wbytes;
                     if (ee == E_FLOOR)
                         bytes = (double)b.V * (double)b.D * 2;
+                    else if (ee == E_LOGITS || ee == E_LOGITS_NS)
+                        bytes = (double)b.B * (double)b.V * 4;
                     else if (ee == E_CUBLAS || ee == E_GRAPH || ee == E_UGUMBEL || ee == E_UMULT)
                         bytes += (double)b.B * (double)b.V * 4;
                     fprintf(fp, "cuda,%s,bf16,%lld,%lld,%lld,%.5f,%.1f,%.2f,%.5f,%d,%s,%s\n", name,
                             (long long)b.B, (long long)b.V, (long long)b.D, med[ee],
                             bytes / (med[ee] * 1e-3) / 1e9,
-                            ee == E_FLOOR ? 0.0 : flops / (med[ee] * 1e-3) / 1e12, mn[ee], b.reps, date, gpu);
+                            (ee == E_FLOOR || ee == E_LOGITS || ee == E_LOGITS_NS)
+                                ? 0.0
+                                : flops / (med[ee] * 1e-3) / 1e12,
+                            mn[ee], b.reps, date, gpu);
                 }
                 fflush(fp);
             }

@@ -167,19 +167,21 @@ typedef struct gpu_run_cfg {
     int64_t chunk_v;
     int force_simt;
     const char *label;
+    int no_skip;
 } gpu_run_cfg;
 
 /* Every configuration the dispatcher can choose, plus the baselines. */
 static const gpu_run_cfg k_cfgs[] = {
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 0, "auto"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 8, 0, 0, "mma tb8"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 16, 0, 0, "mma tb16"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 32, 0, 0, "mma tb32"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 64, 0, 0, "mma tb64"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 2048, 0, "chunked 2048"},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1, "chunked simt"},
-    {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel"},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 0, "auto", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 8, 0, 0, "mma tb8", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 16, 0, 0, "mma tb16", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 32, 0, 0, "mma tb32", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 64, 0, 0, "mma tb64", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 2048, 0, "chunked 2048", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1, "chunked simt", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked no-skip", 1},
+    {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel", 0},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
@@ -260,6 +262,7 @@ static void exact_case(const case_spec *c, int *mismatch_out)
         o.tile_b = k_cfgs[k].tile_b;
         o.chunk_v = k_cfgs[k].chunk_v;
         o.force_simt = k_cfgs[k].force_simt;
+        o.no_skip = k_cfgs[k].no_skip;
         for (int64_t i = 0; i < n; i++)
             tok_gpu[i] = -7;
         fls_cuda_memcpy(dtok, tok_gpu, sizeof(int64_t) * (size_t)n, 1);
@@ -617,6 +620,145 @@ static void test_logits_path(void)
     CHECK(st_mn == FLS_ERR_ALL_MASKED, "multinomial, all -inf row gave %s", fls_status_string(st_mn));
 }
 
+/* ---- skipping (common.cuh, fls_draw_skip) changes no token ----
+ * From-logits sampling with the bound-based skipping on and forced off
+ * (fls_cuda_opts.no_skip), against the CPU engine: tokens identical, and
+ * logsumexp / logprobs identical in bits between the two GPU runs. B >= 16
+ * gives 1024-token segments, where skipping is active. Adversarial inputs:
+ * exact ties, near-ties one ulp apart, quantized logits at tiny T (the noise
+ * decides among tied maxima), T up to 100 (noise dominates: most tokens are
+ * candidates, the queue path runs full), masked tokens and fully masked
+ * segments, one finite token per row, a huge spread. */
+enum { SK_RANDOM, SK_EQUAL, SK_QUANT, SK_NEARTIE, SK_MASKED, SK_SPREAD, SK_TOPHEAVY, SK_COUNT };
+static const char *sk_names[SK_COUNT] = {"random",     "all equal",   "quantized", "near-ties",
+                                         "masked 95%", "spread +-30", "top-heavy"};
+
+static float sk_logit(int kind, int64_t b, int64_t v, int64_t V)
+{
+    switch (kind) {
+    case SK_RANDOM:
+        return (float)(rndu() * 8.0 - 4.0);
+    case SK_EQUAL:
+        return b % 2 ? 0.0f : 2.5f;
+    case SK_QUANT:
+        return (float)((int)(rnd() % 7) - 3);
+    case SK_NEARTIE: {
+        uint64_t r = rnd() % 4;
+        return r == 0 ? 1.0f : (r == 1 ? nextafterf(1.0f, 2.0f) : (r == 2 ? nextafterf(1.0f, 0.0f) : 0.5f));
+    }
+    case SK_MASKED:
+        if (b % 4 == 1) /* one finite token, in the last segment */
+            return v == V - 1 ? 0.25f : -INFINITY;
+        if (b % 4 == 2 && v < 30000) /* whole segments masked */
+            return -INFINITY;
+        return rnd() % 20 == 0 ? (float)(rndu() * 6.0 - 3.0) : -INFINITY;
+    case SK_SPREAD:
+        return (v * 7919 + b * 31) % 5003 == 0 ? 30.0f : -30.0f;
+    default: /* many tokens just below the maximum: thr stays low relative to them */
+        return (float)(5.0 - 0.01 * (double)(rnd() % 64));
+    }
+}
+
+static void test_skip_identity(void)
+{
+    const int64_t Bs[2] = {32, 3};
+    const float temps[8] = {0.0f, 1e-3f, 0.05f, 0.7f, 1.0f, 3.0f, 100.0f, 0.7f};
+    int64_t bad_tok = 0, bad_cpu = 0, bad_bits = 0, runs = 0;
+    for (int kind = 0; kind < SK_COUNT; kind++) {
+        for (int bi = 0; bi < 2; bi++) {
+            const int64_t B = Bs[bi], V = kind == SK_RANDOM ? 151936 + 13 : 50257, ld = V + 3, draws = 3;
+            const int64_t n = B * draws;
+            g_rng = 9000 + (uint64_t)kind * 17 + (uint64_t)bi;
+            float *L = malloc(sizeof(float) * (size_t)(B * ld));
+            float *T = malloc(sizeof(float) * (size_t)B);
+            uint64_t *seeds = malloc(8 * (size_t)B), *offs = malloc(8 * (size_t)B);
+            int64_t *tc = malloc(8 * (size_t)n), *t1 = malloc(8 * (size_t)n), *t0 = malloc(8 * (size_t)n);
+            float *lse1 = malloc(4 * (size_t)B), *lse0 = malloc(4 * (size_t)B);
+            float *lp1 = malloc(4 * (size_t)n), *lp0 = malloc(4 * (size_t)n);
+            CHECK(L && T && seeds && offs && tc && t1 && t0 && lse1 && lse0 && lp1 && lp0, "host memory");
+            for (int64_t b = 0; b < B; b++) {
+                for (int64_t v = 0; v < ld; v++)
+                    L[b * ld + v] = v < V ? sk_logit(kind, b, v, V) : NAN; /* padding: NaN */
+                T[b] = temps[(b + kind) % 8];
+                seeds[b] = rnd();
+                offs[b] = rnd() % 100000;
+            }
+            fls_params p;
+            fls_params_default(&p);
+            p.temperature = T;
+            p.row_seeds = seeds;
+            p.row_offsets = offs;
+            p.draws = draws;
+            fls_matrix Lm = {L, FLS_DTYPE_F32, B, V, ld};
+            fls_outputs oc = {tc, NULL, NULL};
+            fls_status st = fls_sample_logits(g_cpu, &Lm, &p, &oc);
+            void *dL = to_dev(L, sizeof(float) * (size_t)(B * ld)), *dt = NULL, *dlse = NULL, *dlp = NULL;
+            fls_cuda_malloc(&dt, 8 * (size_t)n);
+            fls_cuda_malloc(&dlse, 4 * (size_t)B);
+            fls_cuda_malloc(&dlp, 4 * (size_t)n);
+            fls_row_params *rows = resolve_rows(&p, B);
+            fls_status sg[2] = {FLS_ERR_INTERNAL, FLS_ERR_INTERNAL};
+            if (st == FLS_OK && dL && dt && dlse && dlp && rows) {
+                fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
+                fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED};
+                fls_outputs og = {(int64_t *)dt, (float *)dlse, (float *)dlp};
+                for (int ns = 0; ns < 2; ns++) {
+                    fls_cuda_opts o;
+                    fls_cuda_opts_default(&o);
+                    o.no_skip = ns;
+                    sg[ns] = fls_cuda_run(g_gpu, NULL, NULL, &dLm, &req, &og, &o);
+                    if (sg[ns] != FLS_OK)
+                        break;
+                    fls_cuda_memcpy(ns ? t0 : t1, dt, 8 * (size_t)n, 0);
+                    fls_cuda_memcpy(ns ? lse0 : lse1, dlse, 4 * (size_t)B, 0);
+                    fls_cuda_memcpy(ns ? lp0 : lp1, dlp, 4 * (size_t)n, 0);
+                }
+            }
+            int64_t bt = 0, bc = 0, bb = 0;
+            if (st == FLS_OK && sg[0] == FLS_OK && sg[1] == FLS_OK) {
+                for (int64_t i = 0; i < n; i++) {
+                    bt += t1[i] != t0[i];
+                    bc += t1[i] != tc[i];
+                    bb += memcmp(&lp1[i], &lp0[i], 4) != 0;
+                }
+                for (int64_t b = 0; b < B; b++)
+                    bb += memcmp(&lse1[b], &lse0[b], 4) != 0;
+            }
+            printf("    SKIP %-12s B=%-3lld V=%-6lld: skip vs no-skip %lld token / %lld lse+logprob bit "
+                   "differences, vs CPU %lld (%s / %s / %s)\n",
+                   sk_names[kind], (long long)B, (long long)V, (long long)bt, (long long)bb, (long long)bc,
+                   fls_status_string(st), fls_status_string(sg[0]), fls_status_string(sg[1]));
+            if (st != FLS_OK || sg[0] != FLS_OK || sg[1] != FLS_OK)
+                failf("%s B=%lld: cpu %s, gpu skip %s, gpu no-skip %s", sk_names[kind], (long long)B,
+                      fls_status_string(st), fls_status_string(sg[0]), fls_status_string(sg[1]));
+            bad_tok += bt;
+            bad_cpu += bc;
+            bad_bits += bb;
+            runs++;
+            free(rows);
+            fls_cuda_free(dL);
+            fls_cuda_free(dt);
+            fls_cuda_free(dlse);
+            fls_cuda_free(dlp);
+            free(L);
+            free(T);
+            free(seeds);
+            free(offs);
+            free(tc);
+            free(t1);
+            free(t0);
+            free(lse1);
+            free(lse0);
+            free(lp1);
+            free(lp0);
+        }
+    }
+    CHECK(bad_tok == 0, "%lld tokens differ between skipping on and off", (long long)bad_tok);
+    CHECK(bad_bits == 0, "%lld logsumexp/logprob values differ in bits between skipping on and off",
+          (long long)bad_bits);
+    CHECK(bad_cpu == 0, "%lld tokens differ from the CPU engine", (long long)bad_cpu);
+}
+
 static void test_errors(void)
 {
     int64_t host_tok[4];
@@ -903,6 +1045,7 @@ int main(int argc, char **argv)
     run_test("gumbel_edge_bits_match_host", test_gumbel_edge_bits);
     run_test("errors_and_pointers", test_errors);
     run_test("logits_path_masks_nan", test_logits_path);
+    run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);

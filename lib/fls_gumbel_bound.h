@@ -1,0 +1,77 @@
+/*
+ * fls_gumbel_bound.h — per-bucket bounds on the contract's Gumbel transform,
+ * one source for C and CUDA (the CUDA engine uploads exactly this table; the
+ * unit test tests/unit/test_gumbel_bound.c checks it).
+ *
+ * G(k) = fls_gumbel_from_bits(k) is non-decreasing in the 64-bit word k
+ * (tests/unit/test_transform.c, dense sweep). Bucket j = k >> FLS_GB_SHIFT
+ * holds k in [j 2^54, (j + 1) 2^54 - 1]; the table gives
+ *     lo[j] <= G(k) <= up[j]   for every k of bucket j.
+ * A sampler may then skip the two logs of a token whose key cannot win:
+ * fl(x + G) <= fl(x + up[j]) (rounding is monotone), so fl(x + up[j]) < best
+ * (strict) proves key < best. lo[] gives a lower bound of one token's key
+ * without the logs (a seed for `best`). Bounds change no token; they only
+ * decide which keys are computed.
+ *
+ * Margin: the float G is within 3 ulp of the exact -log(-log U) for
+ * |G| >= 1/2 and within 2^-21 absolutely below (tests/unit/test_transform.c),
+ * and the exact function is increasing, so for k in the bucket
+ *     G(k) <= G_exact(k_hi) + err <= G(k_hi) + 2 err,
+ * 2 err <= 6 ulp + 2^-20 <= |G| 2^-20.4 + 2^-20. The table adds |G| 2^-19 +
+ * 2^-19 (four times that) in double and rounds outward to float. The last
+ * bucket's upper bound is FLS_GUMBEL_MAX (k = 2^64 - 1 gives 45.0545), the
+ * first bucket's lower bound G(0) - margin (G(0) = -3.808 is the minimum).
+ */
+#ifndef FLS_GUMBEL_BOUND_H
+#define FLS_GUMBEL_BOUND_H
+
+#include "fls_noise.h"
+
+#include <math.h>
+
+#define FLS_GB_BITS   10
+#define FLS_GB_N      (1 << FLS_GB_BITS)
+#define FLS_GB_SHIFT  (64 - FLS_GB_BITS)
+#define FLS_GB_MARGIN 0x1p-19
+
+#if defined(__CUDACC__)
+#define FLS_GB_HOST static inline __host__
+#else
+#define FLS_GB_HOST static inline
+#endif
+
+/* First and last word of bucket j. */
+FLS_GB_HOST uint64_t fls_gb_first(int j)
+{
+    return (uint64_t)j << FLS_GB_SHIFT;
+}
+
+FLS_GB_HOST uint64_t fls_gb_last(int j)
+{
+    return j == FLS_GB_N - 1 ? ~(uint64_t)0 : ((uint64_t)(j + 1) << FLS_GB_SHIFT) - 1;
+}
+
+/* fl(d) rounded toward +inf (dir > 0) or -inf (dir < 0). */
+FLS_GB_HOST float fls_gb_round_out_(double d, int dir)
+{
+    float f = (float)d;
+    if (dir > 0 && (double)f < d)
+        f = nextafterf(f, INFINITY);
+    if (dir < 0 && (double)f > d)
+        f = nextafterf(f, -INFINITY);
+    return f;
+}
+
+/* Fills up[FLS_GB_N] and lo[FLS_GB_N] (see the top of this file). */
+FLS_GB_HOST void fls_gumbel_bound_table(float *up, float *lo)
+{
+    for (int j = 0; j < FLS_GB_N; j++) {
+        double gh = (double)fls_gumbel_from_bits(fls_gb_last(j));
+        double gl = (double)fls_gumbel_from_bits(fls_gb_first(j));
+        up[j] = j == FLS_GB_N - 1 ? FLS_GUMBEL_MAX
+                                  : fls_gb_round_out_(gh + fabs(gh) * FLS_GB_MARGIN + FLS_GB_MARGIN, 1);
+        lo[j] = fls_gb_round_out_(gl - fabs(gl) * FLS_GB_MARGIN - FLS_GB_MARGIN, -1);
+    }
+}
+
+#endif /* FLS_GUMBEL_BOUND_H */
