@@ -36,6 +36,7 @@ struct fls_ws {
     unsigned *finite;         /* [B]: == epoch when the row has a logit > -inf */
     unsigned *nanflag;        /* [1]: == epoch when some logit is NaN */
     unsigned *status;         /* [2]: (epoch, code) written by the finalize kernel */
+    unsigned *counter;        /* [1]: CTAs done (fused stream kernel's last-CTA finalize); 0 between launches */
     unsigned epoch;
     int nent;           /* segments per (b, j) */
     int nd;             /* draws in this pass */
@@ -365,6 +366,73 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
     }
 }
 
+/*
+ * The final reduction, shared by the finalize kernel and the fused stream
+ * kernel's last CTA. Loads go through L2 (ld.cg): in the stream kernel the
+ * partials were written by other CTAs of the same launch.
+ * fls_finalize_flags (warp-collective): a NaN was seen / some row has no
+ * finite logit; either one means no output is written.
+ */
+__device__ __forceinline__ void fls_finalize_flags(int B, const fls_ws &ws, int lane, bool &bad_nan,
+                                                   bool &bad_mask)
+{
+    bad_nan = __ldcg(ws.nanflag) == ws.epoch;
+    bool m = false;
+    for (int b = lane; b < B; b += 32)
+        m |= __ldcg(ws.finite + b) != ws.epoch;
+    bad_mask = __any_sync(FLS_FULL_MASK, m);
+}
+
+/* One warp reduces item w = b * nd + j: max over the nent entries (ties:
+ * equal packed values are the same token), log-sum-exp from the partials. */
+__device__ __forceinline__ void fls_finalize_item(const fls_row_params *rows, int64_t draws_total,
+                                                  const fls_ws &ws, int64_t *tokens, float *lse_out,
+                                                  float *logprobs, int64_t w, int lane)
+{
+    const int b = (int)(w / ws.nd);
+    const int j = (int)(w - (int64_t)b * ws.nd);
+    const int64_t base = w * ws.nent;
+    unsigned long long best = 0;
+    float bx = -INFINITY;
+    for (int e = lane; e < ws.nent; e += 32) {
+        unsigned long long p = __ldcg(ws.best + base + e);
+        if (p > best) {
+            best = p;
+            bx = __ldcg(ws.xw + base + e);
+        }
+    }
+    unsigned long long wbest = fls_warp_max_u64(best);
+    unsigned ball = __ballot_sync(FLS_FULL_MASK, best == wbest);
+    float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
+    const float T = rows[b].temperature;
+    double lse = 0.0;
+    if (ws.want_lse) {
+        const int64_t lb = (int64_t)b * ws.nent;
+        float M = -INFINITY;
+        for (int e = lane; e < ws.nent; e += 32)
+            M = fmaxf(M, __ldcg(ws.m + lb + e));
+        M = fls_warp_maxf(M);
+        double S = 0.0;
+        for (int e = lane; e < ws.nent; e += 32) {
+            float m = __ldcg(ws.m + lb + e);
+            if (m > -INFINITY)
+                S += (double)__ldcg(ws.s + lb + e) * exp((double)m - (double)M);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            S += __shfl_xor_sync(FLS_FULL_MASK, S, o);
+        lse = (T == 0.0f) ? (double)M : (double)M + log(S);
+    }
+    if (lane == 0) {
+        const int64_t d = (int64_t)ws.draw_base + j;
+        tokens[(int64_t)b * draws_total + d] = (int64_t)(0xffffffffu - (uint32_t)wbest);
+        if (logprobs)
+            logprobs[(int64_t)b * draws_total + d] = (T == 0.0f) ? 0.0f : (float)((double)wx - lse);
+        if (lse_out && d == 0)
+            lse_out[b] = (float)lse;
+    }
+}
+
 /* ---- launchers (host, defined in the .cu files) ---- */
 
 /* Sampling over a logits block L (B rows, vn columns, row stride ldl) whose
@@ -394,5 +462,15 @@ cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int6
                                  int64_t V, int64_t D, int tile_b, const fls_row_params *rows,
                                  const fls_ws &ws, int sm_count, cudaStream_t st);
 #define FLS_MMA_TV 128
+/* The fused streaming kernel for small B (fused_stream.cu): W, H 16-bit of
+ * one dtype, 16-byte aligned rows, D % 8 == 0, B <= 32 and H in shared
+ * memory. One draw per launch (ws.nd == 1), nent == grid entries per row; its
+ * last CTA runs the finalize reduction (no finalize launch). */
+int fls_stream_supported(int64_t B, int64_t D);
+int fls_stream_grid(int64_t V, int sm_count);
+cudaError_t fls_launch_fused_stream(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
+                                    int B, int64_t V, int64_t D, const fls_row_params *rows, const fls_ws &ws,
+                                    int grid, int64_t draws_total, int64_t *tokens, float *lse,
+                                    float *logprobs, cudaStream_t st);
 
 #endif /* FLS_COMMON_CUH */

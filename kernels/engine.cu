@@ -197,18 +197,22 @@ static bool fls_mma_eligible(const fls_matrix *W, const fls_matrix *H)
     return true;
 }
 
-/* Dispatcher (docs/GPU.md, measured 2026-11-29 on an H200): the cuBLAS-chunked
- * path is faster than the tensor-core kernel at every benchmarked shape and B
- * (the mma.sync kernel's epilogue does not overlap its loads yet), so AUTO
- * picks it whenever cuBLAS takes the dtypes; the tensor-core kernel stays
+extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
+{
+    return fls_stream_supported(B, D);
+}
+
+/* Dispatcher (docs/GPU.md, docs/PERF.md GPU v4; measured 2026-11-29 on an
+ * H200): the stream kernel for small B where it fits (H in shared memory,
+ * one draw), else the cuBLAS-chunked path, which beat the tensor-core
+ * kernel at every benchmarked shape and B. The tensor-core kernel stays
  * selectable (FLS_CUDA_PATH_MMA) and is tested for identical tokens. */
 extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
 {
-    (void)B;
     (void)V;
-    (void)D;
-    (void)wd;
-    (void)hd;
+    const bool w16 = wd == hd && (wd == FLS_DTYPE_BF16 || wd == FLS_DTYPE_F16);
+    if (w16 && B <= 32 && fls_stream_supported(B, D))
+        return FLS_CUDA_PATH_STREAM;
     return FLS_CUDA_PATH_CHUNKED;
 }
 
@@ -252,9 +256,11 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
     s->flags = NULL;
     s->flags_rows = 0;
     int64_t cap = B < 1024 ? 1024 : B;
-    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 3) * sizeof(unsigned));
+    /* [0..1] status, [2] NaN mark, [3, 3 + cap) finite marks, [3 + cap] the
+     * stream kernel's CTA counter (0 between launches) */
+    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 4) * sizeof(unsigned));
     if (e == cudaSuccess)
-        e = cudaMemset(s->flags, 0, (size_t)(cap + 3) * sizeof(unsigned));
+        e = cudaMemset(s->flags, 0, (size_t)(cap + 4) * sizeof(unsigned));
     if (e != cudaSuccess) {
         cudaFree(s->flags);
         s->flags = NULL;
@@ -299,7 +305,7 @@ struct fls_carve {
     }
 };
 
-enum fls_kind { K_MMA, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
+enum fls_kind { K_MMA, K_STREAM, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
 
 extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                    const fls_matrix *L, const fls_request *req, const fls_outputs *out,
@@ -335,12 +341,18 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         fls_cuda_path p = opts.path != FLS_CUDA_PATH_AUTO
                               ? opts.path
                               : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
-        kind = (p == FLS_CUDA_PATH_MMA && fls_mma_eligible(W, H)) ? K_MMA : K_CHUNKED;
+        if (p == FLS_CUDA_PATH_MMA && fls_mma_eligible(W, H))
+            kind = K_MMA;
+        else if (p == FLS_CUDA_PATH_STREAM && fls_mma_eligible(W, H) && fls_stream_supported(B, W->cols) &&
+                 (draws == 1 || opts.path == FLS_CUDA_PATH_STREAM))
+            kind = K_STREAM; /* an explicit STREAM with draws > 1 runs one pass per draw */
+        else
+            kind = K_CHUNKED;
         if (kind == K_MMA) {
             tile_b = opts.tile_b ? opts.tile_b : fls_auto_tile_b(B);
             if (tile_b != 8 && tile_b != 16 && tile_b != 32 && tile_b != 64)
                 return FLS_ERR_PARAM;
-        } else {
+        } else if (kind == K_CHUNKED) {
             chunk_v = opts.chunk_v;
             if (chunk_v <= 0) {
                 chunk_v = ((int64_t)8 << 20) / B; /* a 32 MB fp32 chunk: stays in the 50 MB L2 */
@@ -354,8 +366,11 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     }
 
     int64_t nent;
+    const int stream_grid = kind == K_STREAM ? fls_stream_grid(V, s->sm_count) : 0;
     if (kind == K_MMA)
         nent = ((V + FLS_MMA_TV - 1) / FLS_MMA_TV) * fls_mma_nseg((int)B);
+    else if (kind == K_STREAM)
+        nent = stream_grid; /* one partial per (row, CTA) */
     else
         nent = (V + fls_segment_len(B) - 1) / fls_segment_len(B);
     if (nent > INT32_MAX)
@@ -367,6 +382,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         nd = 1;
     if (kind == K_MULTINOMIAL && nd > 64)
         nd = 64;
+    if (kind == K_STREAM)
+        nd = 1;
     if (nd > draws)
         nd = draws;
 
@@ -424,6 +441,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.status = s->flags;
     ws.nanflag = s->flags + 2;
     ws.finite = s->flags + 3;
+    ws.counter = s->flags + 3 + s->flags_rows;
     ws.epoch = epoch;
     ws.nent = (int)nent;
     ws.want_lse = want_lse;
@@ -461,6 +479,15 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (kind == K_MULTINOMIAL) {
             ce = fls_launch_multinomial(Lp, ldl, P, (int)B, V, rows_d, rmax, rsum, ws, draws, out->tokens,
                                         out->logsumexp, out->logprobs, str);
+            if (ce != cudaSuccess)
+                return fls_from_cuda(ce);
+            continue;
+        }
+        if (kind == K_STREAM) {
+            /* the kernel's last CTA writes the outputs and the status */
+            ce = fls_launch_fused_stream(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, rows_d,
+                                         ws, stream_grid, draws, out->tokens, out->logsumexp, out->logprobs,
+                                         str);
             if (ce != cudaSuccess)
                 return fls_from_cuda(ce);
             continue;

@@ -20,6 +20,9 @@ typedef enum fls_cuda_path {
     FLS_CUDA_PATH_MMA = 1,     /* one persistent tensor-core kernel, logits stay on chip */
     FLS_CUDA_PATH_CHUNKED = 2, /* cuBLAS (or SIMT) GEMM per vocabulary chunk into an
                                   L2-resident buffer + sampling kernel per chunk */
+    FLS_CUDA_PATH_STREAM = 3,  /* small B: one streaming pass over W on tensor cores, H in
+                                  shared memory, in-kernel finalize (fused_stream.cu); other
+                                  shapes fall back to CHUNKED */
 } fls_cuda_path;
 
 typedef struct fls_cuda_opts {
@@ -42,7 +45,12 @@ void fls_cuda_opts_default(fls_cuda_opts *o);
 fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H, const fls_matrix *L,
                         const fls_request *req, const fls_outputs *out, const fls_cuda_opts *opts);
 
-/* The path FLS_CUDA_PATH_AUTO picks for this shape (for logs and tests). */
+/* 1 when the stream kernel takes B rows of width D (16-bit W and H of one
+ * dtype, 16-byte aligned rows are checked per call). */
+int fls_cuda_stream_supported(int64_t B, int64_t D);
+
+/* The path FLS_CUDA_PATH_AUTO picks for this shape (for logs and tests;
+ * with draws > 1 a STREAM pick runs CHUNKED). */
 fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd);
 
 /* Philox blocks through cuRAND's device API, for the known-answer test:

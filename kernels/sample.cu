@@ -64,66 +64,23 @@ cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, 
     return cudaGetLastError();
 }
 
-/* One warp per (row, draw): max over the entries, log-sum-exp from partials. */
+/* One warp per (row, draw): max over the entries, log-sum-exp from partials
+ * (common.cuh, fls_finalize_item). */
 __global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int B, int64_t draws_total,
                                     fls_ws ws, int64_t *tokens, float *lse_out, float *logprobs)
 {
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     /* Errors are global: every warp checks them so that nothing is written. */
-    bool bad_nan = *ws.nanflag == ws.epoch;
-    bool bad_mask = false;
-    for (int b = lane; b < B; b += 32)
-        bad_mask |= ws.finite[b] != ws.epoch;
-    bad_mask = __any_sync(FLS_FULL_MASK, bad_mask);
+    bool bad_nan, bad_mask;
+    fls_finalize_flags(B, ws, lane, bad_nan, bad_mask);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         ws.status[0] = ws.epoch;
         ws.status[1] = bad_nan ? 1u : (bad_mask ? 2u : 0u);
     }
     if (bad_nan || bad_mask || w >= (int64_t)B * ws.nd)
         return;
-    const int b = (int)(w / ws.nd);
-    const int j = (int)(w - (int64_t)b * ws.nd);
-    const int64_t base = w * ws.nent;
-    unsigned long long best = 0;
-    float bx = -INFINITY;
-    for (int e = lane; e < ws.nent; e += 32) {
-        unsigned long long p = ws.best[base + e];
-        if (p > best) { /* equal packed values are the same token */
-            best = p;
-            bx = ws.xw[base + e];
-        }
-    }
-    unsigned long long wbest = fls_warp_max_u64(best);
-    unsigned ball = __ballot_sync(FLS_FULL_MASK, best == wbest);
-    float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
-    const float T = rows[b].temperature;
-    double lse = 0.0;
-    if (ws.want_lse) {
-        const int64_t lb = (int64_t)b * ws.nent;
-        float M = -INFINITY;
-        for (int e = lane; e < ws.nent; e += 32)
-            M = fmaxf(M, ws.m[lb + e]);
-        M = fls_warp_maxf(M);
-        double S = 0.0;
-        for (int e = lane; e < ws.nent; e += 32) {
-            float m = ws.m[lb + e];
-            if (m > -INFINITY)
-                S += (double)ws.s[lb + e] * exp((double)m - (double)M);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            S += __shfl_xor_sync(FLS_FULL_MASK, S, o);
-        lse = (T == 0.0f) ? (double)M : (double)M + log(S);
-    }
-    if (lane == 0) {
-        const int64_t d = (int64_t)ws.draw_base + j;
-        tokens[(int64_t)b * draws_total + d] = (int64_t)(0xffffffffu - (uint32_t)wbest);
-        if (logprobs)
-            logprobs[(int64_t)b * draws_total + d] = (T == 0.0f) ? 0.0f : (float)((double)wx - lse);
-        if (lse_out && d == 0)
-            lse_out[b] = (float)lse;
-    }
+    fls_finalize_item(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
 }
 
 cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,

@@ -91,12 +91,13 @@ echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
         gcc $CF -mavx2 -mfma -mf16c -DFLS_HAVE_AVX2_TU -c lib/cpu_avx2.c -o "$BUILD/obj/cpu_avx2.o" || ok=0
         gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c -DFLS_HAVE_AVX512_TU -c lib/cpu_avx512.c \
             -o "$BUILD/obj/cpu_avx512.o" || ok=0
-        for f in engine fused_mma sample; do
+        for f in engine fused_mma fused_stream sample; do
             "$NVCC" $NV -c "kernels/$f.cu" -o "$BUILD/obj/$f.o" &
         done
         "$NVCC" $NV -c tools/bench_cuda.cu -o "$BUILD/bench_cuda.o" &
         wait
-        ls "$BUILD/obj/engine.o" "$BUILD/obj/fused_mma.o" "$BUILD/obj/sample.o" "$BUILD/bench_cuda.o" || ok=0
+        ls "$BUILD/obj/engine.o" "$BUILD/obj/fused_mma.o" "$BUILD/obj/fused_stream.o" "$BUILD/obj/sample.o" \
+            "$BUILD/bench_cuda.o" || ok=0
         ar rcs "$BUILD/lib/libflashsample.a" "$BUILD"/obj/*.o || ok=0
         CUDALIBS="-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcurand -lcudart -lstdc++ -lm -lpthread"
         gcc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Ilib -Ikernels tests/gpu/gpu_tests.c -o "$BUILD/gpu_tests" \
