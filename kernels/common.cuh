@@ -36,7 +36,7 @@ struct fls_ws {
     unsigned *finite;         /* [B]: == epoch when the row has a logit > -inf */
     unsigned *nanflag;        /* [1]: == epoch when some logit is NaN */
     unsigned *status;         /* [2]: (epoch, code) written by the finalize kernel */
-    unsigned *counter;        /* [1]: CTAs done (fused stream kernel's last-CTA finalize); 0 between launches */
+    unsigned *counter; /* [1]: CTAs done (fused stream kernel's last-CTA finalize); 0 between launches */
     unsigned epoch;
     int nent;           /* segments per (b, j) */
     int nd;             /* draws in this pass */

@@ -95,6 +95,24 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
     }
 }
 
+/* 16 elements at column d of two W rows (lanes 0-7 in x, 8-15 in y); past
+ * the last full chunk, from the zero-padded tails t0 and t1 */
+static inline void load_w2(const char *w0, const char *w1, const float *t0, const float *t1, int64_t d,
+                           int64_t Dfull, size_t es, fls_dtype dt, __m256 *x0, __m256 *y0, __m256 *x1, __m256 *y1)
+{
+    if (d < Dfull) {
+        *x0 = load8(w0 + (size_t)d * es, dt);
+        *y0 = load8(w0 + (size_t)(d + 8) * es, dt);
+        *x1 = load8(w1 + (size_t)d * es, dt);
+        *y1 = load8(w1 + (size_t)(d + 8) * es, dt);
+    } else {
+        *x0 = _mm256_loadu_ps(t0);
+        *y0 = _mm256_loadu_ps(t0 + 8);
+        *x1 = _mm256_loadu_ps(t1);
+        *y1 = _mm256_loadu_ps(t1 + 8);
+    }
+}
+
 /* Register-blocked kernel for B >= 3: 2 W rows x 3 H rows, 12 accumulators
  * and 4 W registers; each W chunk is loaded (and converted) once per 3 H rows.
  * H is walked in blocks of HB rows so the block stays in L2 while the tile's
@@ -124,17 +142,7 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
                     __m256 c00 = a00, c01 = a00, c02 = a00, c10 = a00, c11 = a00, c12 = a00;                    \
                     for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                               \
                         __m256 x0, y0, x1, y1;                                                                  \
-                        if (d < Dfull) {                                                                        \
-                            x0 = load8(w0 + (size_t)d * es, DT);                                                \
-                            y0 = load8(w0 + (size_t)(d + 8) * es, DT);                                          \
-                            x1 = load8(w1 + (size_t)d * es, DT);                                                \
-                            y1 = load8(w1 + (size_t)(d + 8) * es, DT);                                          \
-                        } else {                                                                                \
-                            x0 = _mm256_loadu_ps(t0);                                                           \
-                            y0 = _mm256_loadu_ps(t0 + 8);                                                       \
-                            x1 = _mm256_loadu_ps(t1);                                                           \
-                            y1 = _mm256_loadu_ps(t1 + 8);                                                       \
-                        }                                                                                       \
+                        load_w2(w0, w1, t0, t1, d, Dfull, es, DT, &x0, &y0, &x1, &y1);                          \
                         __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);                  \
                         a00 = _mm256_fmadd_ps(x0, hv, a00);                                                     \
                         c00 = _mm256_fmadd_ps(y0, hw, c00);                                                     \
@@ -168,17 +176,7 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
                     __m256 c00 = a00, c01 = a00, c10 = a00, c11 = a00;                                          \
                     for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                               \
                         __m256 x0, y0, x1, y1;                                                                  \
-                        if (d < Dfull) {                                                                        \
-                            x0 = load8(w0 + (size_t)d * es, DT);                                                \
-                            y0 = load8(w0 + (size_t)(d + 8) * es, DT);                                          \
-                            x1 = load8(w1 + (size_t)d * es, DT);                                                \
-                            y1 = load8(w1 + (size_t)(d + 8) * es, DT);                                          \
-                        } else {                                                                                \
-                            x0 = _mm256_loadu_ps(t0);                                                           \
-                            y0 = _mm256_loadu_ps(t0 + 8);                                                       \
-                            x1 = _mm256_loadu_ps(t1);                                                           \
-                            y1 = _mm256_loadu_ps(t1 + 8);                                                       \
-                        }                                                                                       \
+                        load_w2(w0, w1, t0, t1, d, Dfull, es, DT, &x0, &y0, &x1, &y1);                          \
                         __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);                  \
                         a00 = _mm256_fmadd_ps(x0, hv, a00);                                                     \
                         c00 = _mm256_fmadd_ps(y0, hw, c00);                                                     \
@@ -362,15 +360,7 @@ static void gumbel_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t 
         memcpy(g + i, t, (size_t)(n - i) * sizeof(float));
         return;
     }
-    for (; i + 2 <= n; i += 2) {
-        uint32_t c[4], k[2];
-        fls_noise_counter(seed, offset, draw, v0 + (uint64_t)i, c, k);
-        fls_philox_block r = fls_philox4x32_10(c, k);
-        g[i] = fls_gumbel_from_bits(((uint64_t)r.r[1] << 32) | r.r[0]);
-        g[i + 1] = fls_gumbel_from_bits(((uint64_t)r.r[3] << 32) | r.r[2]);
-    }
-    if (i < n)
-        g[i] = fls_gumbel(seed, offset, draw, v0 + (uint64_t)i);
+    fls_gumbel_span_c(seed, offset, draw, v0 + (uint64_t)i, n - i, g + i);
 }
 
 static void convert_avx2(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad)

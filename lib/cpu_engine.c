@@ -185,6 +185,19 @@ typedef struct tile_job {
     thread_state *ts;
 } tile_job;
 
+/* a += (m, s): merge a partial log-sum-exp (max m, sum of exp(x - m)) */
+static void lse_merge(lse_acc *a, double m, double s)
+{
+    if (m == -INFINITY)
+        return;
+    if (m > a->m) {
+        a->s = a->s * exp(a->m - m) + s;
+        a->m = m;
+    } else {
+        a->s += s * exp(m - a->m);
+    }
+}
+
 static int beats(float key, int64_t idx, const winner *w)
 {
     return w->idx < 0 || key > w->key || (key == w->key && idx < w->idx);
@@ -234,16 +247,10 @@ static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_
         for (int64_t i = 0; i < nv; i++)
             m = x[i] > m ? x[i] : m;
         if (m > -INFINITY) {
-            lse_acc *a = &s->lse[b];
             double sum = 0.0;
             for (int64_t i = 0; i < nv; i++)
                 sum += exp((double)x[i] - (double)m);
-            if (m > a->m) {
-                a->s = a->s * exp(a->m - (double)m) + sum;
-                a->m = m;
-            } else {
-                a->s += sum * exp((double)m - a->m);
-            }
+            lse_merge(&s->lse[b], m, sum);
         }
     }
     winner *best = s->best + b * j->req->draws;
@@ -396,18 +403,8 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
             if (w->idx >= 0 && beats(w->key, w->idx, &ts[0].best[i]))
                 ts[0].best[i] = *w;
         }
-        for (int64_t b = 0; b < B; b++) {
-            lse_acc *a = &ts[0].lse[b];
-            const lse_acc *o = &ts[t].lse[b];
-            if (o->m == -INFINITY)
-                continue;
-            if (o->m > a->m) {
-                a->s = a->s * exp(a->m - o->m) + o->s;
-                a->m = o->m;
-            } else {
-                a->s += o->s * exp(o->m - a->m);
-            }
-        }
+        for (int64_t b = 0; b < B; b++)
+            lse_merge(&ts[0].lse[b], ts[t].lse[b].m, ts[t].lse[b].s);
     }
     for (int64_t i = 0; i < B * draws && st == FLS_OK; i++)
         if (ts[0].best[i].idx < 0)

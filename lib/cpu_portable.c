@@ -73,7 +73,7 @@ static void dot_direct_portable(const void *w, fls_dtype wd, int64_t ldw, int64_
     }
 }
 
-static void gumbel_portable(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g)
+void fls_gumbel_span_c(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g)
 {
     int64_t i = 0;
     if ((v0 & 1) && n > 0) { /* odd first token: the second half of its block */
@@ -95,6 +95,6 @@ void fls_cpu_kernels_portable(fls_cpu_kernels *k)
 {
     k->dot_direct = dot_direct_portable;
     k->dot_f32 = dot_f32_portable;
-    k->gumbel = gumbel_portable;
+    k->gumbel = fls_gumbel_span_c;
     k->convert = fls_convert_row;
 }

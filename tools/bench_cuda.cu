@@ -7,6 +7,8 @@
  *   cublas          cuBLAS GEMM only (B x V fp32 logits), launched eagerly
  *   cublas_graph    the same GEMM replayed from a CUDA graph
  *   fused_mma       the fused tensor-core kernel (logits stay on chip)
+ *   fused_stream    the small-B streaming kernel (fused_stream.cu; B <= 32 where H fits
+ *                   in shared memory; no row where it does not apply)
  *   fused_chunked   cuBLAS per 32k-row chunk into an L2-resident buffer + sampling
  *                   (bound-based skipping of the Gumbel logs, exact)
  *   fused_chunked_noskip   the same, every key computed (the sampler before skipping)
@@ -21,6 +23,8 @@
  * CSV (long format): device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu
  * gbps counts W + H read once (+ the logits written for cuBLAS/unfused);
  * tflops counts 2 B V D.
+ * --engines a,b,... times only those engines (plus floor, cublas and the
+ * dispatcher's pick, which every ratio needs); the rest print as "-".
  */
 #include "bench_cuda.h"
 #include "flashsample.h"
@@ -115,6 +119,7 @@ enum {
     E_CHUNK_GEMM,
     E_LOGITS,
     E_LOGITS_NS,
+    E_STREAM,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -127,7 +132,8 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "fused_chunked_noskip",
                                             "chunked_gemms_only",
                                             "logits_sampler",
-                                            "logits_sampler_noskip"};
+                                            "logits_sampler_noskip",
+                                            "fused_stream"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -156,6 +162,8 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     }
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
+    else if (engine == E_STREAM)
+        o.path = FLS_CUDA_PATH_STREAM;
     else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM)
         o.path = FLS_CUDA_PATH_CHUNKED;
     else if (engine == E_UGUMBEL)
@@ -224,14 +232,14 @@ static int parse_list(const char *s, int64_t *out, int max)
 static void bench_usage(void)
 {
     printf("usage: flashsample bench --device cuda [--csv PATH] [--quick] [--reps N]\n"
-           "                         [--shapes D:V,D:V,...] [--batches 1,2,4,...]\n"
+           "                         [--shapes D:V,D:V,...] [--batches 1,2,4,...] [--engines a,b,...]\n"
            "Times the fused GPU sampler against cuBLAS, the unfused baselines and a read floor.\n"
            "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
 }
 
 extern "C" int fls_tool_bench_cuda(int argc, char **argv)
 {
-    const char *csv = NULL, *shapes_s = NULL, *batches_s = NULL;
+    const char *csv = NULL, *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL;
     int quick = 0;
     long reps = 100;
     for (int i = 1; i < argc; i++) {
@@ -256,6 +264,9 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--batches") && v) {
             batches_s = v;
+            i++;
+        } else if (!strcmp(a, "--engines") && v) {
+            engines_s = v;
             i++;
         } else {
             fprintf(stderr, "flashsample bench: error: unknown or incomplete option '%s' for --device cuda\n",
@@ -307,6 +318,28 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             fprintf(stderr, "flashsample bench: error: B <= %d\n", MAXB);
             return 2;
         }
+
+    int want[E_COUNT];
+    for (int e = 0; e < E_COUNT; e++)
+        want[e] = engines_s == NULL;
+    if (engines_s) {
+        const char *p = engines_s;
+        while (*p) {
+            size_t n = strcspn(p, ",");
+            int found = 0;
+            for (int e = 0; e < E_COUNT; e++)
+                if (strlen(engine_names[e]) == n && !strncmp(p, engine_names[e], n))
+                    want[e] = found = 1;
+            if (!found) {
+                fprintf(stderr, "flashsample bench: error: unknown engine in --engines '%s'\n", engines_s);
+                return 2;
+            }
+            p += n;
+            if (*p == ',')
+                p++;
+        }
+        want[E_FLOOR] = want[E_CUBLAS] = want[E_GRAPH] = 1;
+    }
 
     int rc = 1;
     bench_ctx b;
@@ -411,9 +444,9 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
         CK(cudaDeviceSynchronize());
         printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
-        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B", "floor",
-               "cublas", "graph", "f_mma", "f_chunk", "f_noskip", "c_gemms", "l_samp", "l_noskip", "u_gumbel",
-               "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path", "agree");
+        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B",
+               "floor", "cublas", "graph", "f_mma", "f_stream", "f_chunk", "f_noskip", "c_gemms", "l_samp",
+               "l_noskip", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path", "agree");
         for (int bi = 0; bi < nb; bi++) {
             b.B = batches[bi];
             double med[E_COUNT], mn[E_COUNT];
@@ -433,7 +466,15 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                 cublasSetStream(b.blas, b.st);
                 cudaStreamDestroy(cs);
             }
+            fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
+            const int stream_ok = fls_cuda_stream_supported(b.B, b.D);
+            int fe = ap == FLS_CUDA_PATH_MMA
+                         ? E_MMA
+                         : (ap == FLS_CUDA_PATH_STREAM && stream_ok ? E_STREAM : E_CHUNKED);
             for (int e = 0; e < E_COUNT; e++) {
+                med[e] = mn[e] = -1.0;
+                if (!(want[e] || e == fe) || (e == E_STREAM && !stream_ok))
+                    continue;
                 if (bench_time(&b, e, &med[e], &mn[e])) {
                     fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e],
                             (long long)b.B, cudaGetErrorString(cudaGetLastError()));
@@ -443,9 +484,9 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             for (int r = 0; r < NROT; r++)
                 cudaGraphExecDestroy(b.graph[r]);
             /* token agreement between the GPU paths (same noise, same seeds) */
-            int64_t tk[4][MAXB];
-            int eng3[4] = {E_MMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS};
-            for (int k = 0; k < 4; k++) {
+            int64_t tk[5][MAXB];
+            int eng3[5] = {E_MMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS, stream_ok ? E_STREAM : E_CHUNKED};
+            for (int k = 0; k < 5; k++) {
                 fls_status st = bench_sample(&b, eng3[k], 0, 0, 1);
                 if (st != FLS_OK) {
                     fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
@@ -455,23 +496,27 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             }
             int agree = 0;
             for (int64_t i = 0; i < b.B; i++)
-                agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i];
-            fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
-            int fe = ap == FLS_CUDA_PATH_MMA ? E_MMA : E_CHUNKED;
+                agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i] &&
+                         tk[0][i] == tk[4][i];
             double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
             double flops = 2.0 * (double)b.B * (double)b.V * (double)b.D;
             double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
-            printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f | %8.3f "
-                   "%8.3f %8.1f %6s "
-                   "%5d/%-3lld\n",
-                   (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_CHUNKED],
-                   med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS], med[E_UGUMBEL],
-                   med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
-                   flops / (med[fe] * 1e-3) / 1e12, fe == E_MMA ? "mma" : "chunk", agree, (long long)b.B);
+            /* -1.000: not timed (--engines, or the stream kernel does not apply) */
+            printf(
+                "%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f | %8.3f "
+                "%8.3f %8.1f %6s "
+                "%5d/%-3lld\n",
+                (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_STREAM],
+                med[E_CHUNKED], med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS],
+                med[E_UGUMBEL], med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
+                flops / (med[fe] * 1e-3) / 1e12, fe == E_MMA ? "mma" : (fe == E_STREAM ? "stream" : "chunk"),
+                agree, (long long)b.B);
             if (fp) {
                 for (int e = 0; e <= E_COUNT; e++) {
                     int ee = e == E_COUNT ? fe : e;
                     const char *name = e == E_COUNT ? "fused" : engine_names[e];
+                    if (med[ee] < 0)
+                        continue;
                     double bytes = wbytes;
                     if (ee == E_FLOOR)
                         bytes = (double)b.V * (double)b.D * 2;

@@ -177,6 +177,7 @@ static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 16, 0, 0, "mma tb16", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 32, 0, 0, "mma tb32", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 64, 0, 0, "mma tb64", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_STREAM, 0, 0, 0, "stream", 0}, /* B <= 32; else chunked */
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 2048, 0, "chunked 2048", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1, "chunked simt", 0},
@@ -481,11 +482,15 @@ static void test_agreement_random(void)
     void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
     void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
     int64_t n = B * draws;
-    int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n), *tk = malloc(8 * (size_t)n);
+    int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n), *tk = malloc(8 * (size_t)n),
+            *ts = malloc(8 * (size_t)n);
+    /* the stream kernel takes B <= 16 at D = 4096 (H in shared memory): its
+     * run samples the first 16 rows (row seeds do not depend on B) */
+    const int64_t Bs = B < 16 ? B : 16, ns = Bs * draws;
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(B * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * (size_t)n);
-    if (!W || !H || !tc || !tg || !tk || !dW || !dH || !dt) {
+    if (!W || !H || !tc || !tg || !tk || !ts || !dW || !dH || !dt) {
         failf("memory");
         goto done;
     }
@@ -504,9 +509,10 @@ static void test_agreement_random(void)
         }
         fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
         fls_row_params *rows = resolve_rows(&p, B);
-        const fls_cuda_path paths[2] = {FLS_CUDA_PATH_MMA, FLS_CUDA_PATH_CHUNKED};
-        for (int k = 0; k < 2; k++) {
-            fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED};
+        const fls_cuda_path paths[3] = {FLS_CUDA_PATH_MMA, FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_STREAM};
+        for (int k = 0; k < 3; k++) {
+            fls_request req = {rows, k == 2 ? Bs : B, V, draws, FLS_METHOD_FUSED};
+            dHm.rows = req.batch;
             fls_outputs og = {(int64_t *)dt, NULL, NULL};
             fls_cuda_opts o;
             fls_cuda_opts_default(&o);
@@ -516,21 +522,25 @@ static void test_agreement_random(void)
                 failf("gpu: %s", fls_status_string(st));
                 break;
             }
-            fls_cuda_memcpy(k ? tk : tg, dt, 8 * (size_t)n, 0);
+            fls_cuda_memcpy(k == 0 ? tg : (k == 1 ? tk : ts), dt, 8 * (size_t)n, 0);
         }
         free(rows);
-        int64_t agree = 0, agree_k = 0, agree_paths = 0;
+        int64_t agree = 0, agree_k = 0, agree_paths = 0, agree_s = 0;
         for (int64_t i = 0; i < n; i++) {
             agree += tg[i] == tc[i];
             agree_k += tk[i] == tc[i];
             agree_paths += tk[i] == tg[i];
         }
+        for (int64_t i = 0; i < ns; i++)
+            agree_s += ts[i] == tc[i];
         printf("    AGREEMENT random bf16 D=%lld V=%lld T=0.7: mma vs cpu %lld/%lld (%.4f%%), "
                "chunked(cuBLAS) vs cpu "
                "%lld/%lld (%.4f%%), mma vs chunked %lld/%lld\n",
                (long long)D, (long long)V, (long long)agree, (long long)n, 100.0 * agree / n,
                (long long)agree_k, (long long)n, 100.0 * agree_k / n, (long long)agree_paths, (long long)n);
-        if (agree * 1000 < n * 999)
+        printf("    AGREEMENT stream (first %lld rows) vs cpu %lld/%lld (%.4f%%)\n", (long long)Bs,
+               (long long)agree_s, (long long)ns, 100.0 * agree_s / ns);
+        if (agree * 1000 < n * 999 || agree_s * 1000 < ns * 999)
             failf("agreement below 99.9%%");
     }
 done:
@@ -539,6 +549,7 @@ done:
     free(tc);
     free(tg);
     free(tk);
+    free(ts);
     fls_cuda_free(dW);
     fls_cuda_free(dH);
     fls_cuda_free(dt);
