@@ -29,9 +29,9 @@ static inline __m256 load8(const void *p, fls_dtype dt)
 /* The canonical reduction of lanes (lo = 0..7, hi = 8..15). */
 static inline float reduce(__m256 lo, __m256 hi)
 {
-    __m256 s = _mm256_add_ps(lo, hi);                                          /* s[j] = a[j] + a[j+8] */
+    __m256 s = _mm256_add_ps(lo, hi);                                              /* s[j] = a[j] + a[j+8] */
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)); /* t[j] = s[j] + s[j+4] */
-    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                             /* u[j] = t[j] + t[j+2] */
+    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                                 /* u[j] = t[j] + t[j+2] */
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
 }
 
@@ -98,7 +98,8 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
 /* 16 elements at column d of two W rows (lanes 0-7 in x, 8-15 in y); past
  * the last full chunk, from the zero-padded tails t0 and t1 */
 static inline void load_w2(const char *w0, const char *w1, const float *t0, const float *t1, int64_t d,
-                           int64_t Dfull, size_t es, fls_dtype dt, __m256 *x0, __m256 *y0, __m256 *x1, __m256 *y1)
+                           int64_t Dfull, size_t es, fls_dtype dt, __m256 *x0, __m256 *y0, __m256 *x1,
+                           __m256 *y1)
 {
     if (d < Dfull) {
         *x0 = load8(w0 + (size_t)d * es, dt);
@@ -118,99 +119,99 @@ static inline void load_w2(const char *w0, const char *w1, const float *t0, cons
  * H is walked in blocks of HB rows so the block stays in L2 while the tile's
  * W rows pass over it. One instance per dtype, so the load is not a branch. */
 #define HB 12
-#define DEFINE_DOT23(NAME, DT)                                                                                \
-    static void NAME(const void *w, int64_t ldw, int64_t nv, int64_t D, const float *h, int64_t B,              \
-                     int64_t Dp, float *out, int64_t ldo)                                                       \
-    {                                                                                                           \
-        const size_t es = fls_dtype_size(DT);                                                                   \
-        const int64_t Dfull = D / FLS_LANES * FLS_LANES;                                                        \
-        const int has_tail = Dfull < Dp;                                                                        \
-        for (int64_t b0 = 0; b0 < B; b0 += HB) {                                                                \
-            const int64_t b1 = b0 + HB < B ? b0 + HB : B;                                                       \
-            int64_t i = 0;                                                                                      \
-            for (; i + 2 <= nv; i += 2) {                                                                       \
-                const char *w0 = (const char *)w + (size_t)(i * ldw) * es, *w1 = w0 + (size_t)ldw * es;         \
-                float t0[FLS_LANES], t1[FLS_LANES];                                                             \
-                if (has_tail) {                                                                                 \
-                    fls_convert_row(w0 + (size_t)Dfull * es, DT, D - Dfull, t0, FLS_LANES);                     \
-                    fls_convert_row(w1 + (size_t)Dfull * es, DT, D - Dfull, t1, FLS_LANES);                     \
-                }                                                                                               \
-                int64_t b = b0;                                                                                 \
-                for (; b + 3 <= b1; b += 3) {                                                                   \
-                    const float *h0 = h + b * Dp, *h1 = h0 + Dp, *h2 = h1 + Dp;                                 \
-                    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;    \
-                    __m256 c00 = a00, c01 = a00, c02 = a00, c10 = a00, c11 = a00, c12 = a00;                    \
-                    for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                               \
-                        __m256 x0, y0, x1, y1;                                                                  \
-                        load_w2(w0, w1, t0, t1, d, Dfull, es, DT, &x0, &y0, &x1, &y1);                          \
-                        __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);                  \
-                        a00 = _mm256_fmadd_ps(x0, hv, a00);                                                     \
-                        c00 = _mm256_fmadd_ps(y0, hw, c00);                                                     \
-                        a10 = _mm256_fmadd_ps(x1, hv, a10);                                                     \
-                        c10 = _mm256_fmadd_ps(y1, hw, c10);                                                     \
-                        hv = _mm256_loadu_ps(h1 + d);                                                           \
-                        hw = _mm256_loadu_ps(h1 + d + 8);                                                       \
-                        a01 = _mm256_fmadd_ps(x0, hv, a01);                                                     \
-                        c01 = _mm256_fmadd_ps(y0, hw, c01);                                                     \
-                        a11 = _mm256_fmadd_ps(x1, hv, a11);                                                     \
-                        c11 = _mm256_fmadd_ps(y1, hw, c11);                                                     \
-                        hv = _mm256_loadu_ps(h2 + d);                                                           \
-                        hw = _mm256_loadu_ps(h2 + d + 8);                                                       \
-                        a02 = _mm256_fmadd_ps(x0, hv, a02);                                                     \
-                        c02 = _mm256_fmadd_ps(y0, hw, c02);                                                     \
-                        a12 = _mm256_fmadd_ps(x1, hv, a12);                                                     \
-                        c12 = _mm256_fmadd_ps(y1, hw, c12);                                                     \
-                    }                                                                                           \
-                    out[(b + 0) * ldo + i] = reduce(a00, c00);                                                  \
-                    out[(b + 1) * ldo + i] = reduce(a01, c01);                                                  \
-                    out[(b + 2) * ldo + i] = reduce(a02, c02);                                                  \
-                    out[(b + 0) * ldo + i + 1] = reduce(a10, c10);                                              \
-                    out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                              \
-                    out[(b + 2) * ldo + i + 1] = reduce(a12, c12);                                              \
-                }                                                                                               \
-                if (b < b1) {                                                                                   \
-                    /* 1 or 2 H rows left: 2 x r block, r chains per W row half */                              \
-                    const int r = (int)(b1 - b);                                                                \
-                    const float *h0 = h + b * Dp, *h1 = r > 1 ? h0 + Dp : h0;                                   \
-                    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                          \
-                    __m256 c00 = a00, c01 = a00, c10 = a00, c11 = a00;                                          \
-                    for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                               \
-                        __m256 x0, y0, x1, y1;                                                                  \
-                        load_w2(w0, w1, t0, t1, d, Dfull, es, DT, &x0, &y0, &x1, &y1);                          \
-                        __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);                  \
-                        a00 = _mm256_fmadd_ps(x0, hv, a00);                                                     \
-                        c00 = _mm256_fmadd_ps(y0, hw, c00);                                                     \
-                        a10 = _mm256_fmadd_ps(x1, hv, a10);                                                     \
-                        c10 = _mm256_fmadd_ps(y1, hw, c10);                                                     \
-                        if (r > 1) {                                                                            \
-                            hv = _mm256_loadu_ps(h1 + d);                                                       \
-                            hw = _mm256_loadu_ps(h1 + d + 8);                                                   \
-                            a01 = _mm256_fmadd_ps(x0, hv, a01);                                                 \
-                            c01 = _mm256_fmadd_ps(y0, hw, c01);                                                 \
-                            a11 = _mm256_fmadd_ps(x1, hv, a11);                                                 \
-                            c11 = _mm256_fmadd_ps(y1, hw, c11);                                                 \
-                        }                                                                                       \
-                    }                                                                                           \
-                    out[b * ldo + i] = reduce(a00, c00);                                                        \
-                    out[b * ldo + i + 1] = reduce(a10, c10);                                                    \
-                    if (r > 1) {                                                                                \
-                        out[(b + 1) * ldo + i] = reduce(a01, c01);                                              \
-                        out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                          \
-                    }                                                                                           \
-                }                                                                                               \
-            }                                                                                                   \
-            if (i < nv)                                                                                         \
-                dot_direct_avx2((const char *)w + (size_t)(i * ldw) * es, DT, ldw, nv - i, D, h + b0 * Dp,      \
-                                b1 - b0, Dp, out + b0 * ldo + i, ldo);                                          \
-        }                                                                                                       \
+#define DEFINE_DOT23(NAME, DT)                                                                               \
+    static void NAME(const void *w, int64_t ldw, int64_t nv, int64_t D, const float *h, int64_t B,           \
+                     int64_t Dp, float *out, int64_t ldo)                                                    \
+    {                                                                                                        \
+        const size_t es = fls_dtype_size(DT);                                                                \
+        const int64_t Dfull = D / FLS_LANES * FLS_LANES;                                                     \
+        const int has_tail = Dfull < Dp;                                                                     \
+        for (int64_t b0 = 0; b0 < B; b0 += HB) {                                                             \
+            const int64_t b1 = b0 + HB < B ? b0 + HB : B;                                                    \
+            int64_t i = 0;                                                                                   \
+            for (; i + 2 <= nv; i += 2) {                                                                    \
+                const char *w0 = (const char *)w + (size_t)(i * ldw) * es, *w1 = w0 + (size_t)ldw * es;      \
+                float t0[FLS_LANES], t1[FLS_LANES];                                                          \
+                if (has_tail) {                                                                              \
+                    fls_convert_row(w0 + (size_t)Dfull * es, DT, D - Dfull, t0, FLS_LANES);                  \
+                    fls_convert_row(w1 + (size_t)Dfull * es, DT, D - Dfull, t1, FLS_LANES);                  \
+                }                                                                                            \
+                int64_t b = b0;                                                                              \
+                for (; b + 3 <= b1; b += 3) {                                                                \
+                    const float *h0 = h + b * Dp, *h1 = h0 + Dp, *h2 = h1 + Dp;                              \
+                    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00; \
+                    __m256 c00 = a00, c01 = a00, c02 = a00, c10 = a00, c11 = a00, c12 = a00;                 \
+                    for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                            \
+                        __m256 x0, y0, x1, y1;                                                               \
+                        load_w2(w0, w1, t0, t1, d, Dfull, es, DT, &x0, &y0, &x1, &y1);                       \
+                        __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);               \
+                        a00 = _mm256_fmadd_ps(x0, hv, a00);                                                  \
+                        c00 = _mm256_fmadd_ps(y0, hw, c00);                                                  \
+                        a10 = _mm256_fmadd_ps(x1, hv, a10);                                                  \
+                        c10 = _mm256_fmadd_ps(y1, hw, c10);                                                  \
+                        hv = _mm256_loadu_ps(h1 + d);                                                        \
+                        hw = _mm256_loadu_ps(h1 + d + 8);                                                    \
+                        a01 = _mm256_fmadd_ps(x0, hv, a01);                                                  \
+                        c01 = _mm256_fmadd_ps(y0, hw, c01);                                                  \
+                        a11 = _mm256_fmadd_ps(x1, hv, a11);                                                  \
+                        c11 = _mm256_fmadd_ps(y1, hw, c11);                                                  \
+                        hv = _mm256_loadu_ps(h2 + d);                                                        \
+                        hw = _mm256_loadu_ps(h2 + d + 8);                                                    \
+                        a02 = _mm256_fmadd_ps(x0, hv, a02);                                                  \
+                        c02 = _mm256_fmadd_ps(y0, hw, c02);                                                  \
+                        a12 = _mm256_fmadd_ps(x1, hv, a12);                                                  \
+                        c12 = _mm256_fmadd_ps(y1, hw, c12);                                                  \
+                    }                                                                                        \
+                    out[(b + 0) * ldo + i] = reduce(a00, c00);                                               \
+                    out[(b + 1) * ldo + i] = reduce(a01, c01);                                               \
+                    out[(b + 2) * ldo + i] = reduce(a02, c02);                                               \
+                    out[(b + 0) * ldo + i + 1] = reduce(a10, c10);                                           \
+                    out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                           \
+                    out[(b + 2) * ldo + i + 1] = reduce(a12, c12);                                           \
+                }                                                                                            \
+                if (b < b1) {                                                                                \
+                    /* 1 or 2 H rows left: 2 x r block, r chains per W row half */                           \
+                    const int r = (int)(b1 - b);                                                             \
+                    const float *h0 = h + b * Dp, *h1 = r > 1 ? h0 + Dp : h0;                                \
+                    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                       \
+                    __m256 c00 = a00, c01 = a00, c10 = a00, c11 = a00;                                       \
+                    for (int64_t d = 0; d < Dp; d += FLS_LANES) {                                            \
+                        __m256 x0, y0, x1, y1;                                                               \
+                        load_w2(w0, w1, t0, t1, d, Dfull, es, DT, &x0, &y0, &x1, &y1);                       \
+                        __m256 hv = _mm256_loadu_ps(h0 + d), hw = _mm256_loadu_ps(h0 + d + 8);               \
+                        a00 = _mm256_fmadd_ps(x0, hv, a00);                                                  \
+                        c00 = _mm256_fmadd_ps(y0, hw, c00);                                                  \
+                        a10 = _mm256_fmadd_ps(x1, hv, a10);                                                  \
+                        c10 = _mm256_fmadd_ps(y1, hw, c10);                                                  \
+                        if (r > 1) {                                                                         \
+                            hv = _mm256_loadu_ps(h1 + d);                                                    \
+                            hw = _mm256_loadu_ps(h1 + d + 8);                                                \
+                            a01 = _mm256_fmadd_ps(x0, hv, a01);                                              \
+                            c01 = _mm256_fmadd_ps(y0, hw, c01);                                              \
+                            a11 = _mm256_fmadd_ps(x1, hv, a11);                                              \
+                            c11 = _mm256_fmadd_ps(y1, hw, c11);                                              \
+                        }                                                                                    \
+                    }                                                                                        \
+                    out[b * ldo + i] = reduce(a00, c00);                                                     \
+                    out[b * ldo + i + 1] = reduce(a10, c10);                                                 \
+                    if (r > 1) {                                                                             \
+                        out[(b + 1) * ldo + i] = reduce(a01, c01);                                           \
+                        out[(b + 1) * ldo + i + 1] = reduce(a11, c11);                                       \
+                    }                                                                                        \
+                }                                                                                            \
+            }                                                                                                \
+            if (i < nv)                                                                                      \
+                dot_direct_avx2((const char *)w + (size_t)(i * ldw) * es, DT, ldw, nv - i, D, h + b0 * Dp,   \
+                                b1 - b0, Dp, out + b0 * ldo + i, ldo);                                       \
+        }                                                                                                    \
     }
 
 DEFINE_DOT23(dot23_f32, FLS_DTYPE_F32)
 DEFINE_DOT23(dot23_f16, FLS_DTYPE_F16)
 DEFINE_DOT23(dot23_bf16, FLS_DTYPE_BF16)
 
-static void dot_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h, int64_t B,
-                     int64_t Dp, float *out, int64_t ldo)
+static void dot_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
+                     int64_t B, int64_t Dp, float *out, int64_t ldo)
 {
     if (B < 3) { /* memory-bound: 8 row streams, 16 independent chains per H row */
         dot_direct_avx2(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
@@ -240,7 +241,7 @@ static void dot_f32_avx2(const float *w, int64_t nv, const float *h, int64_t B, 
 /* hi and lo 32-bit halves of a * b for 8 unsigned lanes */
 static inline void mulhilo8(__m256i a, __m256i b, __m256i *lo, __m256i *hi)
 {
-    __m256i pe = _mm256_mul_epu32(a, b);                                       /* lanes 0,2,4,6 */
+    __m256i pe = _mm256_mul_epu32(a, b);                                               /* lanes 0,2,4,6 */
     __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32)); /* 1,3,5,7 */
     *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
     *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);

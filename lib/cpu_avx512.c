@@ -25,7 +25,8 @@ static inline __m512 load16(const void *p, fls_dtype dt)
 
 static inline float reduce(__m512 a)
 {
-    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(a),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
@@ -33,8 +34,8 @@ static inline float reduce(__m512 a)
 
 #define NR 4
 
-static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D,
-                              const float *h, int64_t B, int64_t Dp, float *out, int64_t ldo)
+static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
+                              int64_t B, int64_t Dp, float *out, int64_t ldo)
 {
     const size_t es = fls_dtype_size(wd);
     const int64_t Dfull = D / FLS_LANES * FLS_LANES;

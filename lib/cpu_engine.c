@@ -177,7 +177,7 @@ typedef struct tile_job {
     const float *Hf; /* B x Dp f32, zero padded */
     int64_t D, Dp;
     const fls_matrix *L;
-    float *store;    /* non-NULL: only materialize logits into this (B, V) buffer */
+    float *store; /* non-NULL: only materialize logits into this (B, V) buffer */
     int64_t tile_v, ntiles, dchunks, dchunk;
     int want_lse;
     int convert_w; /* convert each W tile to f32 first (kept for the portable path) */
@@ -221,8 +221,8 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
         const fls_matrix *L = j->L;
         const size_t es = fls_dtype_size(L->dtype);
         for (int64_t b = 0; b < B; b++)
-            j->k.convert((const char *)L->data + (size_t)(b * L->ld + v0) * es, L->dtype, nv, s->ltile + b * nv,
-                         nv);
+            j->k.convert((const char *)L->data + (size_t)(b * L->ld + v0) * es, L->dtype, nv,
+                         s->ltile + b * nv, nv);
     }
 }
 
@@ -572,8 +572,9 @@ static void multinomial_worker(void *arg, int thread)
         double lse = m + log(s);
         j->lse[b] = (float)lse;
         for (int64_t d = 0; d < draws; d++) {
-            double u = fls_uniform_from_bits(fls_noise_bits(rp->seed, rp->offset, (uint32_t)d,
-                                                            FLS_MULTINOMIAL_TOKEN)) * s;
+            double u = fls_uniform_from_bits(
+                           fls_noise_bits(rp->seed, rp->offset, (uint32_t)d, FLS_MULTINOMIAL_TOKEN)) *
+                       s;
             double c = 0.0;
             int64_t tok = -1;
             for (int64_t v = 0; v < V; v++) {

@@ -50,41 +50,37 @@ extern "C" {
 /* Status codes: 0 is success, negative values are errors. */
 typedef enum fls_status {
     FLS_OK = 0,
-    FLS_ERR_NULL = -1,          /* a required pointer is NULL */
-    FLS_ERR_ALIGN = -2,         /* a pointer is misaligned for its dtype */
-    FLS_ERR_SIZE = -3,          /* a size is zero, negative or overflows */
-    FLS_ERR_SHAPE = -4,         /* shapes or strides do not match */
-    FLS_ERR_DTYPE = -5,         /* unsupported dtype */
-    FLS_ERR_TEMPERATURE = -6,   /* temperature negative, NaN or infinite */
-    FLS_ERR_NAN = -7,           /* NaN in an input or in a computed logit */
-    FLS_ERR_ALL_MASKED = -8,    /* a row whose every logit is -inf */
-    FLS_ERR_PARAM = -9,         /* a parameter out of range (top-k > V, p outside [0,1], ...) */
-    FLS_ERR_POINTER = -10,      /* host pointer where device memory is expected, or the reverse */
-    FLS_ERR_UNSUPPORTED = -11,  /* valid request this build or engine does not implement yet */
-    FLS_ERR_NO_DEVICE = -12,    /* the CUDA engine was asked for and no usable GPU is present */
+    FLS_ERR_NULL = -1,         /* a required pointer is NULL */
+    FLS_ERR_ALIGN = -2,        /* a pointer is misaligned for its dtype */
+    FLS_ERR_SIZE = -3,         /* a size is zero, negative or overflows */
+    FLS_ERR_SHAPE = -4,        /* shapes or strides do not match */
+    FLS_ERR_DTYPE = -5,        /* unsupported dtype */
+    FLS_ERR_TEMPERATURE = -6,  /* temperature negative, NaN or infinite */
+    FLS_ERR_NAN = -7,          /* NaN in an input or in a computed logit */
+    FLS_ERR_ALL_MASKED = -8,   /* a row whose every logit is -inf */
+    FLS_ERR_PARAM = -9,        /* a parameter out of range (top-k > V, p outside [0,1], ...) */
+    FLS_ERR_POINTER = -10,     /* host pointer where device memory is expected, or the reverse */
+    FLS_ERR_UNSUPPORTED = -11, /* valid request this build or engine does not implement yet */
+    FLS_ERR_NO_DEVICE = -12,   /* the CUDA engine was asked for and no usable GPU is present */
     FLS_ERR_OUT_OF_MEMORY = -13,
-    FLS_ERR_CUDA = -14,         /* a CUDA, cuBLAS or cuRAND call failed */
-    FLS_ERR_IO = -15,           /* a file could not be read or written */
-    FLS_ERR_FORMAT = -16,       /* a malformed file */
+    FLS_ERR_CUDA = -14,   /* a CUDA, cuBLAS or cuRAND call failed */
+    FLS_ERR_IO = -15,     /* a file could not be read or written */
+    FLS_ERR_FORMAT = -16, /* a malformed file */
     FLS_ERR_INTERNAL = -17
 } fls_status;
 
 /* A static, human-readable string for every status (also unknown ones). */
 FLS_API const char *fls_status_string(fls_status status);
 
-typedef enum fls_dtype {
-    FLS_DTYPE_F32 = 0,
-    FLS_DTYPE_F16 = 1,
-    FLS_DTYPE_BF16 = 2
-} fls_dtype;
+typedef enum fls_dtype { FLS_DTYPE_F32 = 0, FLS_DTYPE_F16 = 1, FLS_DTYPE_BF16 = 2 } fls_dtype;
 
 /* Bytes of one element of dtype, 0 for an unknown dtype. */
 FLS_API size_t fls_dtype_size(fls_dtype dtype);
 FLS_API const char *fls_dtype_name(fls_dtype dtype);
 
 typedef enum fls_engine {
-    FLS_ENGINE_CPU = 0,  /* always built; the reference and embedded default */
-    FLS_ENGINE_CUDA = 1  /* built when nvcc was found; pointers are device memory */
+    FLS_ENGINE_CPU = 0, /* always built; the reference and embedded default */
+    FLS_ENGINE_CUDA = 1 /* built when nvcc was found; pointers are device memory */
 } fls_engine;
 
 /* CPU SIMD path. AUTO picks the best the processor has; forcing a path the
@@ -93,28 +89,28 @@ typedef enum fls_engine {
 typedef enum fls_simd {
     FLS_SIMD_AUTO = 0,
     FLS_SIMD_PORTABLE = 1,
-    FLS_SIMD_AVX2 = 2,   /* AVX2 + FMA + F16C */
-    FLS_SIMD_AVX512 = 3  /* AVX-512F/BW/VL (+ BF16 where present) */
+    FLS_SIMD_AVX2 = 2,  /* AVX2 + FMA + F16C */
+    FLS_SIMD_AVX512 = 3 /* AVX-512F/BW/VL (+ BF16 where present) */
 } fls_simd;
 
 /* Which algorithm computes the tokens. FUSED is the product; the others are
  * the unfused baselines of the paper's comparisons, in every engine. */
 typedef enum fls_method {
-    FLS_METHOD_FUSED = 0,               /* tile-streaming Gumbel-max, logits stay on chip */
-    FLS_METHOD_UNFUSED_GUMBEL = 1,      /* materialize B x V logits, then Gumbel argmax (same tokens as FUSED) */
-    FLS_METHOD_UNFUSED_MULTINOMIAL = 2  /* materialize logits, softmax, inverse-CDF multinomial */
+    FLS_METHOD_FUSED = 0,          /* tile-streaming Gumbel-max, logits stay on chip */
+    FLS_METHOD_UNFUSED_GUMBEL = 1, /* materialize B x V logits, then Gumbel argmax (same tokens as FUSED) */
+    FLS_METHOD_UNFUSED_MULTINOMIAL = 2 /* materialize logits, softmax, inverse-CDF multinomial */
 } fls_method;
 
 typedef struct fls_context fls_context_t; /* opaque */
 
 typedef struct fls_context_config {
-    fls_engine engine;       /* default FLS_ENGINE_CPU */
-    int threads;             /* CPU threads; 0 = one per online core */
-    fls_simd simd;           /* CPU SIMD path; default AUTO */
-    int64_t tile_v;          /* vocabulary rows per tile; 0 = engine's choice. Never changes tokens. */
-    int device;              /* CUDA device ordinal */
-    void *stream;            /* cudaStream_t for the CUDA engine; NULL = default stream */
-    size_t workspace_bytes;  /* 0 = the engine sizes its workspace itself */
+    fls_engine engine;      /* default FLS_ENGINE_CPU */
+    int threads;            /* CPU threads; 0 = one per online core */
+    fls_simd simd;          /* CPU SIMD path; default AUTO */
+    int64_t tile_v;         /* vocabulary rows per tile; 0 = engine's choice. Never changes tokens. */
+    int device;             /* CUDA device ordinal */
+    void *stream;           /* cudaStream_t for the CUDA engine; NULL = default stream */
+    size_t workspace_bytes; /* 0 = the engine sizes its workspace itself */
 } fls_context_config;
 
 FLS_API void fls_context_config_default(fls_context_config *config);
@@ -142,25 +138,25 @@ typedef struct fls_matrix {
  * Reserved fields must stay at their defaults until implemented: a
  * non-default value returns FLS_ERR_UNSUPPORTED, never a silent default. */
 typedef struct fls_params {
-    fls_method method;            /* default FLS_METHOD_FUSED */
+    fls_method method; /* default FLS_METHOD_FUSED */
     /* Temperature per row: temperature[b] if the array is given (B entries),
      * else temperature_value for every row. T = 0 is greedy (exact argmax,
      * lowest index on ties). T < 0, NaN or inf is FLS_ERR_TEMPERATURE. */
     const float *temperature;
-    float temperature_value;      /* default 1 */
+    float temperature_value; /* default 1 */
     /* Seeds: row_seeds[b] if given (B entries), else fls_row_seed(seed, b). */
     const uint64_t *row_seeds;
-    uint64_t seed;                /* default 0 */
+    uint64_t seed; /* default 0 */
     /* Offsets (the decode step): row_offsets[b] if given, else offset. */
     const uint64_t *row_offsets;
-    uint64_t offset;              /* default 0 */
+    uint64_t offset; /* default 0 */
     /* Independent draws per row, sharing one pass over W: draw index 0..draws-1. */
-    int64_t draws;                /* default 1; 1 <= draws < 2^32 */
+    int64_t draws; /* default 1; 1 <= draws < 2^32 */
     /* Reserved for later variants (see DESIGN.md); defaults mean "off". */
-    int64_t top_k;                /* 0 = off */
-    float top_p;                  /* 1 = off */
-    float min_p;                  /* 0 = off */
-    int64_t without_replacement_k;/* 0 = off */
+    int64_t top_k;                 /* 0 = off */
+    float top_p;                   /* 1 = off */
+    float min_p;                   /* 0 = off */
+    int64_t without_replacement_k; /* 0 = off */
 } fls_params;
 
 FLS_API void fls_params_default(fls_params *params);

@@ -42,19 +42,19 @@
 #endif
 
 #if defined(__CUDA_ARCH__)
-#define FLS_FMUL(a, b) __fmul_rn((a), (b))
-#define FLS_FADD(a, b) __fadd_rn((a), (b))
-#define FLS_FSUB(a, b) __fsub_rn((a), (b))
-#define FLS_FDIV(a, b) __fdiv_rn((a), (b))
+#define FLS_FMUL(a, b)   __fmul_rn((a), (b))
+#define FLS_FADD(a, b)   __fadd_rn((a), (b))
+#define FLS_FSUB(a, b)   __fsub_rn((a), (b))
+#define FLS_FDIV(a, b)   __fdiv_rn((a), (b))
 #define FLS_FMA(a, b, c) __fmaf_rn((a), (b), (c))
 #else
 #include <math.h>
 #include <string.h>
 /* Host code is built with -ffp-contract=off, so plain operators round once. */
-#define FLS_FMUL(a, b) ((a) * (b))
-#define FLS_FADD(a, b) ((a) + (b))
-#define FLS_FSUB(a, b) ((a) - (b))
-#define FLS_FDIV(a, b) ((a) / (b))
+#define FLS_FMUL(a, b)   ((a) * (b))
+#define FLS_FADD(a, b)   ((a) + (b))
+#define FLS_FSUB(a, b)   ((a) - (b))
+#define FLS_FDIV(a, b)   ((a) / (b))
 #define FLS_FMA(a, b, c) fmaf((a), (b), (c))
 #endif
 
@@ -99,8 +99,8 @@ FLS_HD fls_philox_block fls_philox4x32_10(const uint32_t c_in[4], const uint32_t
 }
 
 /* The counter and key of token v (see the layout above). */
-FLS_HD void fls_noise_counter(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t token,
-                              uint32_t c[4], uint32_t k[2])
+FLS_HD void fls_noise_counter(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t token, uint32_t c[4],
+                              uint32_t k[2])
 {
     k[0] = (uint32_t)seed;
     k[1] = (uint32_t)(seed >> 32);
@@ -147,15 +147,15 @@ FLS_HD float fls_u2f_(uint32_t u)
  * Every step is one IEEE operation or an explicit fma, so every engine (C,
  * AVX2, AVX-512, CUDA) produces the same bits. Not for 0, inf, NaN or
  * subnormals: the transform never passes those. */
-#define FLS_LOG_C0 7.0376836292e-2f
-#define FLS_LOG_C1 -1.1514610310e-1f
-#define FLS_LOG_C2 1.1676998740e-1f
-#define FLS_LOG_C3 -1.2420140846e-1f
-#define FLS_LOG_C4 1.4249322787e-1f
-#define FLS_LOG_C5 -1.6668057665e-1f
-#define FLS_LOG_C6 2.0000714765e-1f
-#define FLS_LOG_C7 -2.4999993993e-1f
-#define FLS_LOG_C8 3.3333331174e-1f
+#define FLS_LOG_C0     7.0376836292e-2f
+#define FLS_LOG_C1     -1.1514610310e-1f
+#define FLS_LOG_C2     1.1676998740e-1f
+#define FLS_LOG_C3     -1.2420140846e-1f
+#define FLS_LOG_C4     1.4249322787e-1f
+#define FLS_LOG_C5     -1.6668057665e-1f
+#define FLS_LOG_C6     2.0000714765e-1f
+#define FLS_LOG_C7     -2.4999993993e-1f
+#define FLS_LOG_C8     3.3333331174e-1f
 #define FLS_LOG_LN2_HI 0.693359375f
 #define FLS_LOG_LN2_LO -2.12194440e-4f
 
@@ -195,8 +195,8 @@ FLS_HD float fls_logf_(float x)
  * once to float, then takes logs in float. */
 FLS_HD float fls_exponential_from_bits(uint64_t k)
 {
-    int upper = (int)(k >> 63);                 /* U > 1/2 */
-    uint64_t q = upper ? ~k : k;                /* U = (q + 1/2)/2^64 or 1-U = that */
+    int upper = (int)(k >> 63);  /* U > 1/2 */
+    uint64_t q = upper ? ~k : k; /* U = (q + 1/2)/2^64 or 1-U = that */
     uint32_t hi = (uint32_t)(q >> 32), lo = (uint32_t)q;
     /* (hi 2^32 + lo + 1/2) 2^-64: hi 2^-32 and (lo + 1/2) 2^-64 are exact in
      * double, their sum rounds once (to 53 bits); then once more to float. */

@@ -18,16 +18,16 @@ extern "C" {
 typedef struct fls_row_params {
     float temperature; /* >= 0, finite; 0 = greedy */
     uint32_t pad_;
-    uint64_t seed;     /* the row seed (given or derived by fls_row_seed) */
-    uint64_t offset;   /* the row offset */
+    uint64_t seed;   /* the row seed (given or derived by fls_row_seed) */
+    uint64_t offset; /* the row offset */
 } fls_row_params;
 
 /* A validated request. rows has B entries (host memory). */
 typedef struct fls_request {
     const fls_row_params *rows;
-    int64_t batch;     /* B */
-    int64_t vocab;     /* V */
-    int64_t draws;     /* >= 1 */
+    int64_t batch; /* B */
+    int64_t vocab; /* V */
+    int64_t draws; /* >= 1 */
     fls_method method;
 } fls_request;
 
@@ -36,8 +36,8 @@ struct fls_cuda_state; /* defined by the CUDA engine */
 struct fls_context {
     fls_context_config config;
     fls_engine engine;
-    int threads;            /* resolved */
-    fls_simd simd;          /* resolved */
+    int threads;                 /* resolved */
+    fls_simd simd;               /* resolved */
     struct fls_cuda_state *cuda; /* NULL for the CPU engine */
 };
 

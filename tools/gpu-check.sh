@@ -13,6 +13,11 @@
 #   bench.log       the benchmark table
 #   bench_gpu.csv   the benchmark CSV (long format)
 #   summary.txt     the summary, also printed last
+#   ncu.txt         with FLS_GPU_NCU=1: Nsight Compute (--set full, clocks left alone) on one
+#                   B = 256 call of the chunked path's sampler and one B = 1 call of the
+#                   stream kernel: the details page and the stall / issue metrics
+# Environment: FLS_BENCH_ARGS (extra benchmark options, e.g. --engines ...),
+# FLS_GPU_SAN_RUNS ('tool args:test;...', the compute-sanitizer runs; empty: none).
 # GSL (for stats/ and the audit): taken from the system if present, else from
 # .deb files in .gpudeps/ (libgsl27, libgslcblas0, libgsl-dev), unpacked into
 # the build folder — never into /. Exit status: 0 when every step passed.
@@ -121,16 +126,32 @@ if [ "$status_build" = PASS ]; then
     rc=$?
     if [ $rc -eq 0 ]; then status_tests=PASS; elif [ $rc -eq 77 ]; then status_tests=SKIP; fi
     # ---- the benchmark ----
-    if "$BUILD/tools/flashsample" bench --device cuda $QUICK --csv "$OUT/bench_gpu.csv" >"$OUT/bench.log" 2>&1; then
+    if "$BUILD/tools/flashsample" bench --device cuda $QUICK ${FLS_BENCH_ARGS:-} --csv "$OUT/bench_gpu.csv" \
+        >"$OUT/bench.log" 2>&1; then
         status_bench=PASS
+    fi
+    # ---- Nsight Compute on single kernels (optional) ----
+    if [ "${FLS_GPU_NCU:-0}" = 1 ] && command -v ncu >/dev/null 2>&1; then
+        for prof in "fls_segments_kernel:256:fused_chunked" "fls_fused_stream_kernel:1:fused_stream"; do
+            IFS=: read -r kern pb eng <<<"$prof"
+            echo "=== ncu $kern B=$pb ($eng, D=4096, V=151936)" >>"$OUT/ncu.txt"
+            timeout 150 ncu --clock-control none --set full -k "regex:$kern" -c 1 -o "$BUILD/ncu_$kern" -f \
+                "$BUILD/tools/flashsample" bench --device cuda --quick --reps 1 --shapes 4096:151936 \
+                --batches "$pb" --engines "$eng" >>"$OUT/ncu.txt" 2>&1
+            ncu --import "$BUILD/ncu_$kern.ncu-rep" --page details >>"$OUT/ncu.txt" 2>&1
+            ncu --import "$BUILD/ncu_$kern.ncu-rep" --page raw 2>&1 |
+                grep -E "issue_stalled|issue_active|inst_executed.avg.per_cycle|warps_active|sm__throughput|dram__throughput|gpu__time_duration" \
+                    >>"$OUT/ncu.txt"
+        done
     fi
     # ---- compute-sanitizer on a quick subset (kernels run 10-100x slower under it),
     #      within FLS_GPU_DEADLINE seconds of the start (default 520) ----
     DEADLINE=${FLS_GPU_DEADLINE:-520}
     if [ "$status_tests" != SKIP ] && command -v compute-sanitizer >/dev/null 2>&1; then
         status_san=PASS
-        for run in "memcheck --leak-check full:logits_path" "memcheck:exact_tokens" "racecheck:exact_tokens" \
-            "synccheck:logits_path"; do
+        IFS=';' read -r -a san_runs <<<"${FLS_GPU_SAN_RUNS-memcheck --leak-check full:logits_path;memcheck:exact_tokens;racecheck:exact_tokens;synccheck:logits_path}"
+        [ ${#san_runs[@]} -eq 0 ] && status_san=SKIP
+        for run in "${san_runs[@]}"; do
             tool=${run%%:*}
             only=${run##*:}
             left=$((DEADLINE - SECONDS))

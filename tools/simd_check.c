@@ -46,7 +46,8 @@ static int check_path(fls_simd simd, const char *name)
                 char *w = malloc((size_t)(nv * ldw) * es);
                 float *wp = calloc((size_t)(nv * Dp), sizeof(float));
                 float *h = calloc((size_t)(B * Dp), sizeof(float));
-                float *o1 = malloc((size_t)(B * nv) * sizeof(float)), *o2 = malloc((size_t)(B * nv) * sizeof(float));
+                float *o1 = malloc((size_t)(B * nv) * sizeof(float)),
+                      *o2 = malloc((size_t)(B * nv) * sizeof(float));
                 for (int64_t i = 0; i < nv * ldw; i++) {
                     float x = unit_float();
                     if (dt == FLS_DTYPE_F32)
