@@ -202,17 +202,32 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
     return fls_stream_supported(B, D);
 }
 
-/* Dispatcher (docs/GPU.md, docs/PERF.md GPU v4; measured 2026-11-29 on an
- * H200): the stream kernel for small B where it fits (H in shared memory,
- * one draw), else the cuBLAS-chunked path, which beat the tensor-core
- * kernel at every benchmarked shape and B. The tensor-core kernel stays
- * selectable (FLS_CUDA_PATH_MMA) and is tested for identical tokens. */
+/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v4). Measured 2026-11-29 on an
+ * H200, paper_repro/results/gpu_bench_h200_2026-11-29_v4.csv (bf16, T = 0.7,
+ * one draw): the stream kernel beats the cuBLAS-chunked path only at
+ * D = 2880 (V = 201088), B <= 16 (0.281 vs 0.296 ms at B = 1, 0.285 vs 0.311
+ * at B = 8, 0.302 vs 0.318 at B = 16; 0.367 vs 0.345 at B = 32). At D = 2048
+ * it is within +-2 % (B 4-16) or slower (B <= 2), at D = 4096 slower or tied
+ * (0.325 vs 0.314 at B = 1, 0.334 vs 0.336 at B = 16), at D = 8192 8 % slower:
+ * there its 64-byte-per-row loads leave the L2 request rate, not DRAM, as the
+ * limit (ncu, PERF.md v4). So: STREAM for 2048 < D <= 3072, B <= 16 (the one
+ * measured winning band; shapes between the measured D are interpolated),
+ * else CHUNKED, which beat the tensor-core kernel at every benchmarked shape
+ * and B. The tensor-core kernel stays selectable (FLS_CUDA_PATH_MMA). */
+static const struct {
+    int64_t d_min, d_max, b_max;
+} k_stream_rules[] = {
+    {2049, 3072, 16},
+};
+
 extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
 {
     (void)V;
     const bool w16 = wd == hd && (wd == FLS_DTYPE_BF16 || wd == FLS_DTYPE_F16);
-    if (w16 && B <= 32 && fls_stream_supported(B, D))
-        return FLS_CUDA_PATH_STREAM;
+    for (size_t i = 0; w16 && i < sizeof k_stream_rules / sizeof k_stream_rules[0]; i++)
+        if (D >= k_stream_rules[i].d_min && D <= k_stream_rules[i].d_max && B <= k_stream_rules[i].b_max &&
+            fls_stream_supported(B, D))
+            return FLS_CUDA_PATH_STREAM;
     return FLS_CUDA_PATH_CHUNKED;
 }
 
