@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Quick start 2: set everything up and run every test suite.
+#  0. formatting check (clang-format);
 #  1. release build with warnings as errors: suites unit, cli, stats, gpu
 #     (gpu tests skip, saying so, where no GPU is present);
 #  2. AddressSanitizer + UndefinedBehaviorSanitizer build: the unit suite;
@@ -9,6 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh
 start=$(date +%s)
+
+# Formatting: every C, C++ and CUDA source as clang-format (.clang-format) has it.
+clang-format --dry-run --Werror $(git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' 2>/dev/null || find lib kernels stats tests tools variants -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp')
 
 [ -f build-ci/build.ninja ] || meson setup build-ci --buildtype=release --werror
 ninja -C build-ci

@@ -2,7 +2,7 @@
 # Installs what flashsample needs from Debian's packages (idempotent; quiet when
 # everything is already there). Used by the two quick-start scripts.
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config gcc libgsl-dev libcriterion-dev python3 valgrind)
+pkgs=(meson ninja-build pkg-config gcc libgsl-dev libcriterion-dev python3 valgrind clang-format)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
