@@ -34,6 +34,8 @@ def main():
         sys.exit("report: no rows")
     t = defaultdict(dict)  # (file, device, dtype, D, V, B) -> engine -> ms
     for r in rows:
+        if int(r["B"]) <= 0:  # run-level figures (e.g. the copy bandwidth) have no shape
+            continue
         key = (r["_file"], r["device"], r["dtype"], int(r["D"]), int(r["V"]), int(r["B"]))
         t[key][r["engine"]] = float(r["median_ms"])
     engines = sorted({e for v in t.values() for e in v})
@@ -60,8 +62,8 @@ def main():
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-        except ImportError:
-            print("report: matplotlib not installed; no PNG", file=sys.stderr)
+        except Exception as e:  # missing, or broken by a mismatched numpy
+            print(f"report: matplotlib unavailable ({e}); no PNG", file=sys.stderr)
             return
         groups = defaultdict(list)
         for key in sorted(t):
