@@ -58,6 +58,9 @@ static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
                 lo[r] = hi[r] = _mm256_setzero_ps();
             for (int64_t d = 0; d < Dfull; d += FLS_LANES) {
                 __m256 h0 = _mm256_loadu_ps(hb + d), h1 = _mm256_loadu_ps(hb + d + 8);
+                if (b == 0 && i + 2 * NR <= nv) /* the next block's rows, one line per 16 columns */
+                    for (int r = 0; r < NR; r++)
+                        _mm_prefetch(wr[r] + (size_t)(NR * ldw + d) * es, _MM_HINT_T0);
                 for (int r = 0; r < NR; r++) {
                     lo[r] = _mm256_fmadd_ps(load8(wr[r] + (size_t)d * es, wd), h0, lo[r]);
                     hi[r] = _mm256_fmadd_ps(load8(wr[r] + (size_t)(d + 8) * es, wd), h1, hi[r]);
