@@ -437,9 +437,11 @@ __device__ __forceinline__ void fls_finalize_item(const fls_row_params *rows, in
 
 /* Sampling over a logits block L (B rows, vn columns, row stride ldl) whose
  * column 0 is global token v_off (a multiple of FLS_SEG); entries e_off + segment,
- * segments of fls_segment_len(B) tokens. */
+ * segments of fls_segment_len(B) tokens. cap5: the variant compiled for 5
+ * blocks per SM (register cap 48; benchmark comparison). */
 cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, uint64_t v_off, int e_off,
-                                const fls_row_params *rows, const fls_ws &ws, int sm_count, cudaStream_t st);
+                                const fls_row_params *rows, const fls_ws &ws, int sm_count, int cap5,
+                                cudaStream_t st);
 /* Final reduction over the nent entries; writes tokens / logsumexp / logprobs
  * (row stride draws_total) unless a NaN or an all-masked row was seen. */
 cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,
@@ -465,12 +467,14 @@ cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int6
 /* The fused streaming kernel for small B (fused_stream.cu): W, H 16-bit of
  * one dtype, 16-byte aligned rows, D % 8 == 0, B <= 32 and H in shared
  * memory. One draw per launch (ws.nd == 1), nent == grid entries per row; its
- * last CTA runs the finalize reduction (no finalize launch). */
+ * last CTA runs the finalize reduction (no finalize launch). l2_prefetch: W
+ * loads carry the 256-byte L2 prefetch hint (the default; 0 for the
+ * benchmark's comparison). */
 int fls_stream_supported(int64_t B, int64_t D);
 int fls_stream_grid(int64_t V, int sm_count);
 cudaError_t fls_launch_fused_stream(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                     int B, int64_t V, int64_t D, const fls_row_params *rows, const fls_ws &ws,
                                     int grid, int64_t draws_total, int64_t *tokens, float *lse,
-                                    float *logprobs, cudaStream_t st);
+                                    float *logprobs, int l2_prefetch, cudaStream_t st);
 
 #endif /* FLS_COMMON_CUH */

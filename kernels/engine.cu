@@ -202,22 +202,29 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
     return fls_stream_supported(B, D);
 }
 
-/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v4). Measured 2026-11-29 on an
- * H200, paper_repro/results/gpu_bench_h200_2026-11-29_v4.csv (bf16, T = 0.7,
- * one draw): the stream kernel beats the cuBLAS-chunked path only at
- * D = 2880 (V = 201088), B <= 16 (0.281 vs 0.296 ms at B = 1, 0.285 vs 0.311
- * at B = 8, 0.302 vs 0.318 at B = 16; 0.367 vs 0.345 at B = 32). At D = 2048
- * it is within +-2 % (B 4-16) or slower (B <= 2), at D = 4096 slower or tied
- * (0.325 vs 0.314 at B = 1, 0.334 vs 0.336 at B = 16), at D = 8192 8 % slower:
- * there its 64-byte-per-row loads leave the L2 request rate, not DRAM, as the
- * limit (ncu, PERF.md v4). So: STREAM for 2048 < D <= 3072, B <= 16 (the one
- * measured winning band; shapes between the measured D are interpolated),
- * else CHUNKED, which beat the tensor-core kernel at every benchmarked shape
- * and B. The tensor-core kernel stays selectable (FLS_CUDA_PATH_MMA). */
+/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v5). Measured 2026-11-29 on an
+ * H200, paper_repro/results/gpu_bench_h200_2026-11-29_v5a.csv (bf16,
+ * T = 0.7, one draw; stream kernel with full-line loads vs the
+ * cuBLAS-chunked path, ms): the stream kernel wins at 8 <= B <= 16 for
+ * D = 2048, 2880 and 4096 (D = 2048: 0.173 vs 0.179 at B = 8, 0.185 vs 0.187
+ * at B = 16; D = 2880: 0.304 vs 0.310, 0.312 vs 0.318; D = 4096: 0.322 vs
+ * 0.327, 0.334 vs 0.337) and at D = 2048, B = 1 (0.165 vs 0.168); it ties
+ * (within 0.003 ms) at B = 2-4 and at B = 1 for D = 2880, 4096, loses at
+ * B = 32 (0.364 vs 0.343 at D = 2880, 0.224 vs 0.205 at D = 2048) and at
+ * D = 8192 (0.532 vs 0.509 at B = 1; B = 16 does not fit). So STREAM for
+ * 2048 <= D <= 4096 at 8 <= B <= 16 and for D = 2048 at B = 1 (shapes between
+ * the measured D interpolated, none extrapolated), else CHUNKED, which beat
+ * the tensor-core kernel at every benchmarked shape and B. The re-run with
+ * this rule (gpu_bench_h200_2026-11-29_v5.csv, another card) confirms B = 8
+ * (0.300 vs 0.305 at D = 2880, 0.171 vs 0.177 at D = 2048, tie at 4096) but
+ * has the stream kernel 1 % behind at B = 16 for D = 2880 and 4096: the
+ * margins there are within the card-to-card spread. The tensor-core kernel
+ * stays selectable (FLS_CUDA_PATH_MMA). */
 static const struct {
-    int64_t d_min, d_max, b_max;
+    int64_t d_min, d_max, b_min, b_max;
 } k_stream_rules[] = {
-    {2049, 3072, 16},
+    {2048, 4096, 8, 16},
+    {2048, 2048, 1, 1},
 };
 
 extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
@@ -225,8 +232,8 @@ extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls
     (void)V;
     const bool w16 = wd == hd && (wd == FLS_DTYPE_BF16 || wd == FLS_DTYPE_F16);
     for (size_t i = 0; w16 && i < sizeof k_stream_rules / sizeof k_stream_rules[0]; i++)
-        if (D >= k_stream_rules[i].d_min && D <= k_stream_rules[i].d_max && B <= k_stream_rules[i].b_max &&
-            fls_stream_supported(B, D))
+        if (D >= k_stream_rules[i].d_min && D <= k_stream_rules[i].d_max && B >= k_stream_rules[i].b_min &&
+            B <= k_stream_rules[i].b_max && fls_stream_supported(B, D))
             return FLS_CUDA_PATH_STREAM;
     return FLS_CUDA_PATH_CHUNKED;
 }
@@ -502,7 +509,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
             /* the kernel's last CTA writes the outputs and the status */
             ce = fls_launch_fused_stream(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, rows_d,
                                          ws, stream_grid, draws, out->tokens, out->logsumexp, out->logprobs,
-                                         str);
+                                         !opts.stream_no_l2_prefetch, str);
             if (ce != cudaSuccess)
                 return fls_from_cuda(ce);
             continue;
@@ -520,10 +527,10 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                 if (opts.gemm_only)
                     continue;
                 ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / fls_segment_len(B)),
-                                         rows_d, ws, s->sm_count, str);
+                                         rows_d, ws, s->sm_count, opts.seg_cap5, str);
             }
         } else {
-            ce = fls_launch_segments(Lp, ldl, (int)B, V, 0, 0, rows_d, ws, s->sm_count, str);
+            ce = fls_launch_segments(Lp, ldl, (int)B, V, 0, 0, rows_d, ws, s->sm_count, opts.seg_cap5, str);
         }
         if (ce != cudaSuccess)
             return fls_from_cuda(ce);

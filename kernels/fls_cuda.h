@@ -26,16 +26,20 @@ typedef enum fls_cuda_path {
 } fls_cuda_path;
 
 typedef struct fls_cuda_opts {
-    fls_cuda_path path; /* FUSED method only */
-    int tile_b;         /* MMA path: batch rows per tile (8, 16, 32, 64); 0 = auto */
-    int64_t chunk_v;    /* CHUNKED path: vocabulary rows per chunk (multiple of 1024); 0 = auto */
-    int force_simt;     /* CHUNKED / unfused: use the SIMT GEMM instead of cuBLAS */
-    int rows_cached;    /* the rows of the previous call are still on the device (benchmark) */
-    int no_sync;        /* enqueue only: no status check, return FLS_OK (benchmark) */
-    int no_skip;        /* compute every token's key (no bound-based skipping; tests,
-                           benchmark); also FLS_CUDA_NO_SKIP=1 in the environment */
-    int gemm_only;      /* CHUNKED path, benchmark only: the chunks' GEMMs without the
-                           sampler (outputs are garbage; use with no_sync) */
+    fls_cuda_path path;        /* FUSED method only */
+    int tile_b;                /* MMA path: batch rows per tile (8, 16, 32, 64); 0 = auto */
+    int64_t chunk_v;           /* CHUNKED path: vocabulary rows per chunk (multiple of 1024); 0 = auto */
+    int force_simt;            /* CHUNKED / unfused: use the SIMT GEMM instead of cuBLAS */
+    int rows_cached;           /* the rows of the previous call are still on the device (benchmark) */
+    int no_sync;               /* enqueue only: no status check, return FLS_OK (benchmark) */
+    int no_skip;               /* compute every token's key (no bound-based skipping; tests,
+                                  benchmark); also FLS_CUDA_NO_SKIP=1 in the environment */
+    int gemm_only;             /* CHUNKED path, benchmark only: the chunks' GEMMs without the
+                                  sampler (outputs are garbage; use with no_sync) */
+    int stream_no_l2_prefetch; /* STREAM path, benchmark: W loads without the 256-byte L2
+                                  prefetch hint (same tokens) */
+    int seg_cap5;              /* CHUNKED / from-logits, benchmark: the segment sampler compiled
+                                  for 5 blocks per SM (register cap 48; same tokens) */
 } fls_cuda_opts;
 
 void fls_cuda_opts_default(fls_cuda_opts *o);

@@ -8,14 +8,19 @@
  * tensor cores over that time). So the kernel is built like the read floor:
  *  - a persistent grid of one CTA per SM (16 warps); CTA c takes a contiguous
  *    range of 16-row groups of W, warp w of the CTA its groups w, w + 16, ...;
- *  - W goes from HBM straight into registers: each lane loads 16 bytes of two
- *    rows per 32-element k-block (ld.global.nc, no L1 allocation, 256-byte L2
- *    prefetch), 4 k-blocks (8 loads, 128 bytes per lane) per step, and the
- *    next step's loads are issued before the current step's products (double
- *    buffer), also across group boundaries, so the epilogue of a group runs
- *    while the next group's bytes are in flight: 4-8 KB per warp, 64-128 KB
- *    per SM in flight;
- *  - H (B padded to 8 NT rows, D padded to a multiple of 128) sits in shared
+ *  - W goes from HBM straight into registers in 64-element k-slabs (128
+ *    bytes of each of the group's 16 rows): 4 load instructions per slab,
+ *    each 16 bytes per lane with 8 lanes per row, so one instruction reads 4
+ *    rows x 128 contiguous bytes (4 full-line L2 requests, like the read
+ *    floor; the mma layout would put only 4 lanes on a row: 64-byte requests,
+ *    twice the L2 requests per byte, which v4 measured as the limit). 16
+ *    shuffles and 16 selects per slab move the bytes into the mma layout
+ *    (fs_to_frag). Steps of 4 slabs at NT = 1, 3 at NT = 2, 1 at NT = 4
+ *    (registers: 122-128, no spills); a slab's registers are reloaded with
+ *    the next step's slab as soon as they are shuffled out, so one step (up
+ *    to 8 KB per warp, 128 KB per SM) stays in flight, also across group
+ *    boundaries and during the epilogue;
+ *  - H (B padded to 8 NT rows, D padded to a multiple of the step) sits in shared
  *    memory for the whole kernel; its rows are padded by 64 bytes, so the
  *    16-byte fragment loads of a quarter warp hit 8 different bank groups;
  *  - the products run on mma.sync.m16n8k16 (W rows as A, H^T as B, fp32
@@ -23,7 +28,7 @@
  *    are paired, only that A and B pair them alike: lane (g, t) holds the
  *    8 contiguous elements t*8 .. t*8+7 of its rows' k-block, and the two
  *    k-steps of the block take elements 0-3 and 4-7 of every lane, for W and
- *    H alike. So each load is one 16-byte vector and no shuffle is needed;
+ *    H alike, so one 16-byte vector per row and k-block, no ldmatrix;
  *  - epilogue per group: one shuffle gives each lane two adjacent rows
  *    (v, v + 1, v even) of two batch columns, i.e. whole Philox pairs; every
  *    key is computed (fl(fl(l / T) + G), G = the contract's Gumbel of
@@ -44,10 +49,10 @@
 
 #define FS_WARPS   16
 #define FS_THREADS (FS_WARPS * 32)
-/* 32-element k-blocks per step: 4 (128 bytes per lane in flight, twice
- * with the double buffer); 2 at NT = 4, whose larger state would spill */
-#define FS_KU(NT)    ((NT) == 4 ? 2 : 4)
-#define FS_KSTEP(NT) (32 * FS_KU(NT)) /* elements of k per step */
+/* 64-element k-slabs per step: 4 (8 KB per warp in flight); 2 at NT = 4,
+ * whose larger state would spill */
+#define FS_NH(NT)    ((NT) == 1 ? 4 : ((NT) == 2 ? 3 : 1))
+#define FS_KSTEP(NT) (64 * FS_NH(NT)) /* elements of k per step */
 #define FS_HPAD      32               /* elements of padding per H row in shared memory (64 bytes) */
 #define FS_SMEM_MAX  (227 * 1024)
 
@@ -70,16 +75,54 @@ struct fls_stream_args {
     float *logprobs;
 };
 
-/* 16 bytes from global memory, read-only, no L1 allocation (W is read once),
- * with the 256-byte L2 prefetch hint (the next three steps read the rest of
- * those 256 bytes). */
-__device__ __forceinline__ uint4 fs_ldg(const char *p)
+/* 16 bytes from global memory, read-only, no L1 allocation (W is read once);
+ * PF: with the 256-byte L2 prefetch hint (the next slab reads the other
+ * half of those 256 bytes). */
+template <bool PF> __device__ __forceinline__ uint4 fs_ldg(const char *p)
 {
     uint4 r;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
+    if (PF)
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p));
+    else
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p));
     return r;
+}
+
+__device__ __forceinline__ uint4 fs_shfl4(uint4 v, int src)
+{
+    v.x = __shfl_sync(FLS_FULL_MASK, v.x, src);
+    v.y = __shfl_sync(FLS_FULL_MASK, v.y, src);
+    v.z = __shfl_sync(FLS_FULL_MASK, v.z, src);
+    v.w = __shfl_sync(FLS_FULL_MASK, v.w, src);
+    return v;
+}
+
+/*
+ * One slab, load layout -> mma layout. Loaded: w[q] (q = 0..3) holds, in
+ * lane L, the 8 elements of chunk c = (L & 7) ^ 4 (q & 1) (8-element chunks
+ * 0..7 of the slab) of row 4q + (L >> 3). Wanted (the v4 register layout):
+ * f[e][s] in lane (g, t) = chunk 4e + t of row g + 8s. Source of f[e][s]:
+ * row g + 8s sits in q = 2s + (g >> 2), lane (g & 3) * 8 + c' with
+ * c' = (4e + t) ^ 4 (g >> 2), i.e. lane (g & 3) * 8 + t + 4 (e ^ (g >> 2)).
+ * Each source lane feeds exactly one destination per (e, s), and it knows
+ * which q that destination needs: q = 2s + (e ^ bit 2 of its own lane), so
+ * the source selects the register and one shuffle per 32-bit word moves it.
+ */
+__device__ __forceinline__ void fs_to_frag(const uint4 (&w)[4], uint4 (&f)[2][2], int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const bool sb = (lane >> 2) & 1;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int src = (g & 3) * 8 + t + 4 * (e ^ (g >> 2));
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+            f[e][s] = fs_shfl4((sb != (e != 0)) ? w[2 * s + 1] : w[2 * s], src);
+    }
 }
 
 __device__ __forceinline__ uint4 fs_lds(uint32_t addr)
@@ -133,10 +176,10 @@ template <int NT> struct fs_state {
     float m[NT][2], s[NT][2];
 };
 
-template <int NT, bool BF16>
+template <int NT, bool BF16, bool PF>
 __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_stream_args a)
 {
-    constexpr int KU = FS_KU(NT), KS = FS_KSTEP(NT);
+    constexpr int NH = FS_NH(NT), KS = FS_KSTEP(NT);
     extern __shared__ __align__(128) unsigned char hsm[];
     __shared__ unsigned long long s_best[FS_WARPS][NT * 8];
     __shared__ float s_bx[FS_WARPS][NT * 8], s_m[FS_WARPS][NT * 8], s_s[FS_WARPS][NT * 8];
@@ -154,35 +197,46 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
     int st = 0;
     const bool tail_k = a.D % KS != 0;
 
-    /* 8 loads of one step: rows g and g + 8 of the group (clamped to V - 1;
-     * clamped rows are never sampled), 4 k-blocks; past D: zeros (H's padding
-     * is zero too, and garbage W times zero could be NaN). */
-    auto load = [&](uint4(&w)[KU][2], int64_t gr, int s) {
-        int64_t r0 = gr * 16 + g, r1 = r0 + 8;
-        r0 = r0 < a.V ? r0 : a.V - 1;
-        r1 = r1 < a.V ? r1 : a.V - 1;
-        const char *p0 = a.W + (r0 * a.ldw + (int64_t)s * KS + t * 8) * 2;
-        const char *p1 = a.W + (r1 * a.ldw + (int64_t)s * KS + t * 8) * 2;
-        if (!tail_k || s < a.nst - 1) {
+    /* Slab h of step s into w (fs_to_frag's load layout). lp: this lane's
+     * row (lane >> 3) of the group being loaded, at chunk lane & 7; row
+     * 4q + (lane >> 3) is q row quads further, at chunk (lane & 7) ^ 4 for
+     * odd q (cflip bytes away). Rows past V and columns past D read as zeros
+     * (H's padding is zero too, and garbage W times zero could be NaN; rows
+     * past V are never sampled); a slab wholly past D is not loaded (nor
+     * computed). */
+    const int64_t quad_bytes = 4 * a.ldw * 2;
+    const int cflip = (((lane & 7) ^ 4) - (lane & 7)) * 16;
+    const char *lp = a.W;
+    int lrows = 16; /* rows of the loaded group below V */
+    auto set_rows = [&](int64_t gr) {
+        const int64_t r = gr * 16;
+        lrows = a.V - r < 16 ? (int)(a.V - r) : 16;
+        lp = a.W + ((r + (lane >> 3)) * a.ldw + (lane & 7) * 8) * 2;
+    };
+    auto load = [&](uint4(&w)[4], int s, int h) {
+        const int k0 = s * KS + h * 64;
+        const char *p = lp + (int64_t)k0 * 2;
+        if (lrows == 16 && (!tail_k || s < a.nst - 1)) {
 #pragma unroll
-            for (int i = 0; i < KU; i++) {
-                w[i][0] = fs_ldg(p0 + i * 64);
-                w[i][1] = fs_ldg(p1 + i * 64);
-            }
-        } else {
+            for (int q = 0; q < 4; q++)
+                w[q] = fs_ldg<PF>(p + q * quad_bytes + (q & 1) * cflip);
+        } else if (k0 < a.D) {
 #pragma unroll
-            for (int i = 0; i < KU; i++) {
-                const bool ok = s * KS + i * 32 + t * 8 < a.D;
-                w[i][0] = ok ? fs_ldg(p0 + i * 64) : make_uint4(0, 0, 0, 0);
-                w[i][1] = ok ? fs_ldg(p1 + i * 64) : make_uint4(0, 0, 0, 0);
+            for (int q = 0; q < 4; q++) {
+                const bool ok = 4 * q + (lane >> 3) < lrows && k0 + (((lane & 7) ^ ((q & 1) << 2)) * 8) < a.D;
+                w[q] = ok ? fs_ldg<PF>(p + q * quad_bytes + (q & 1) * cflip) : make_uint4(0, 0, 0, 0);
             }
         }
     };
 
-    uint4 cur[KU][2], nxt[KU][2];
+    uint4 raw[NH][4];
     const bool active = grp < ge;
-    if (active)
-        load(cur, grp, 0);
+    if (active) {
+        set_rows(grp);
+#pragma unroll
+        for (int h = 0; h < NH; h++)
+            load(raw[h], 0, h);
+    }
 
     /* H -> shared memory (rows >= B and columns >= D are zero), while the
      * first W loads are in flight */
@@ -226,17 +280,29 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
             ngrp += FS_WARPS;
         }
         const bool more = ngrp < ge;
-        if (more)
-            load(nxt, ngrp, nst_);
+        if (more && ngrp != grp)
+            set_rows(ngrp);
 #pragma unroll
-        for (int i = 0; i < KU; i++) {
-            const uint32_t ha = hl + (uint32_t)((st * KS + i * 32) * 2);
+        for (int h = 0; h < NH; h++) {
+            /* warp-uniform: slab wholly past D (last step only) */
+            const bool hv = !tail_k || st * KS + h * 64 < a.D;
+            uint4 f[2][2];
+            if (hv)
+                fs_to_frag(raw[h], f, lane);
+            if (more)
+                load(raw[h], nst_, h);
+            if (!hv)
+                continue;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                if (nt * 8 < a.B) {
-                    const uint4 h = fs_lds(ha + (uint32_t)(nt * 8 * hpitch));
-                    fs_mma<BF16>(acc[nt], cur[i][0].x, cur[i][1].x, cur[i][0].y, cur[i][1].y, h.x, h.y);
-                    fs_mma<BF16>(acc[nt], cur[i][0].z, cur[i][1].z, cur[i][0].w, cur[i][1].w, h.z, h.w);
+            for (int e = 0; e < 2; e++) {
+                const uint32_t ha = hl + (uint32_t)((st * KS + h * 64 + e * 32) * 2);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    if (nt * 8 < a.B) {
+                        const uint4 hv4 = fs_lds(ha + (uint32_t)(nt * 8 * hpitch));
+                        fs_mma<BF16>(acc[nt], f[e][0].x, f[e][1].x, f[e][0].y, f[e][1].y, hv4.x, hv4.y);
+                        fs_mma<BF16>(acc[nt], f[e][0].z, f[e][1].z, f[e][0].w, f[e][1].w, hv4.z, hv4.w);
+                    }
                 }
             }
         }
@@ -299,11 +365,6 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
         }
         if (!more)
             break;
-#pragma unroll
-        for (int i = 0; i < KU; i++) {
-            cur[i][0] = nxt[i][0];
-            cur[i][1] = nxt[i][1];
-        }
         st = nst_;
         grp = ngrp;
     }
@@ -418,21 +479,30 @@ int fls_stream_grid(int64_t V, int sm_count)
     return (int)(ng < sm_count ? ng : sm_count);
 }
 
-template <int NT, bool BF16> static cudaError_t fs_launch(const fls_stream_args &a, int grid, cudaStream_t st)
+template <int NT, bool BF16, bool PF>
+static cudaError_t fs_launch(const fls_stream_args &a, int grid, cudaStream_t st)
 {
     const int bytes = (int)fs_dyn_smem(a.B, a.D);
-    cudaError_t e = cudaFuncSetAttribute(fls_fused_stream_kernel<NT, BF16>,
+    cudaError_t e = cudaFuncSetAttribute(fls_fused_stream_kernel<NT, BF16, PF>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess)
         return e;
-    fls_fused_stream_kernel<NT, BF16><<<(unsigned)grid, FS_THREADS, bytes, st>>>(a);
+    fls_fused_stream_kernel<NT, BF16, PF><<<(unsigned)grid, FS_THREADS, bytes, st>>>(a);
     return cudaGetLastError();
+}
+
+template <int NT>
+static cudaError_t fs_launch_nt(const fls_stream_args &a, bool bf, bool pf, int grid, cudaStream_t st)
+{
+    if (bf)
+        return pf ? fs_launch<NT, true, true>(a, grid, st) : fs_launch<NT, true, false>(a, grid, st);
+    return pf ? fs_launch<NT, false, true>(a, grid, st) : fs_launch<NT, false, false>(a, grid, st);
 }
 
 cudaError_t fls_launch_fused_stream(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                     int B, int64_t V, int64_t D, const fls_row_params *rows, const fls_ws &ws,
                                     int grid, int64_t draws_total, int64_t *tokens, float *lse,
-                                    float *logprobs, cudaStream_t st)
+                                    float *logprobs, int l2_prefetch, cudaStream_t st)
 {
     if (!fls_stream_supported(B, D) || ws.nd != 1 || grid < 1 || ws.nent != grid)
         return cudaErrorInvalidValue;
@@ -453,14 +523,14 @@ cudaError_t fls_launch_fused_stream(const void *W, int64_t ldw, const void *H, i
     a.tokens = tokens;
     a.lse = lse;
     a.logprobs = logprobs;
-    const bool bf = dt == FLS_DTYPE_BF16;
+    const bool bf = dt == FLS_DTYPE_BF16, pf = l2_prefetch != 0;
     switch (fs_nt(B)) {
     case 1:
-        return bf ? fs_launch<1, true>(a, grid, st) : fs_launch<1, false>(a, grid, st);
+        return fs_launch_nt<1>(a, bf, pf, grid, st);
     case 2:
-        return bf ? fs_launch<2, true>(a, grid, st) : fs_launch<2, false>(a, grid, st);
+        return fs_launch_nt<2>(a, bf, pf, grid, st);
     case 4:
-        return bf ? fs_launch<4, true>(a, grid, st) : fs_launch<4, false>(a, grid, st);
+        return fs_launch_nt<4>(a, bf, pf, grid, st);
     default:
         return cudaErrorInvalidValue;
     }

@@ -15,7 +15,11 @@
 
 #define FLS_SEG_WARPS 8
 
-__global__ void __launch_bounds__(FLS_SEG_WARPS * 32)
+/* MINB: blocks per SM the register allocation must allow: 1 (no cap; the
+ * default, 63 registers, 4 blocks fit) or 5 (the benchmark's capped variant,
+ * <= 48 registers; fls_cuda_opts.seg_cap) */
+template <int MINB>
+__global__ void __launch_bounds__(FLS_SEG_WARPS * 32, MINB)
     fls_segments_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t vn, uint64_t v_off,
                         int e_off, int seg, const fls_row_params *__restrict__ rows, fls_ws ws)
 {
@@ -51,7 +55,8 @@ int fls_segment_len(int64_t B)
 }
 
 cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, uint64_t v_off, int e_off,
-                                const fls_row_params *rows, const fls_ws &ws, int sm_count, cudaStream_t st)
+                                const fls_row_params *rows, const fls_ws &ws, int sm_count, int cap5,
+                                cudaStream_t st)
 {
     const int seg = fls_segment_len(B);
     int64_t items = ((vn + seg - 1) / seg) * B;
@@ -59,8 +64,12 @@ cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, 
     int64_t cap = (int64_t)sm_count * 8; /* 8 blocks of 8 warps per SM, grid-stride beyond */
     if (blocks > cap)
         blocks = cap;
-    fls_segments_kernel<<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg,
-                                                                         rows, ws);
+    if (cap5)
+        fls_segments_kernel<5>
+            <<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg, rows, ws);
+    else
+        fls_segments_kernel<1>
+            <<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg, rows, ws);
     return cudaGetLastError();
 }
 

@@ -9,6 +9,9 @@
  *   fused_mma       the fused tensor-core kernel (logits stay on chip)
  *   fused_stream    the small-B streaming kernel (fused_stream.cu; B <= 32 where H fits
  *                   in shared memory; no row where it does not apply)
+ *   fused_stream_nopf     the same without the 256-byte L2 prefetch hint on W's loads
+ *   fused_chunked_cap5    the chunked path with the sampler compiled for 5 blocks per SM
+ *                   (register cap 48 instead of 63)
  *   fused_chunked   cuBLAS per 32k-row chunk into an L2-resident buffer + sampling
  *                   (bound-based skipping of the Gumbel logs, exact)
  *   fused_chunked_noskip   the same, every key computed (the sampler before skipping)
@@ -120,6 +123,8 @@ enum {
     E_LOGITS,
     E_LOGITS_NS,
     E_STREAM,
+    E_STREAM_NOPF,
+    E_CHUNKED_CAP5,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -133,7 +138,9 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "chunked_gemms_only",
                                             "logits_sampler",
                                             "logits_sampler_noskip",
-                                            "fused_stream"};
+                                            "fused_stream",
+                                            "fused_stream_nopf",
+                                            "fused_chunked_cap5"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -155,6 +162,8 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     o.no_sync = !sync;
     o.no_skip = engine == E_CHUNKED_NS || engine == E_LOGITS_NS;
     o.gemm_only = engine == E_CHUNK_GEMM;
+    o.stream_no_l2_prefetch = engine == E_STREAM_NOPF;
+    o.seg_cap5 = engine == E_CHUNKED_CAP5;
     if (engine == E_LOGITS || engine == E_LOGITS_NS) {
         /* the sampler alone on the B x V fp32 logits the cuBLAS engine left (HBM) */
         fls_matrix L = {b->logits, FLS_DTYPE_F32, b->B, b->V, b->V};
@@ -162,9 +171,10 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     }
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
-    else if (engine == E_STREAM)
+    else if (engine == E_STREAM || engine == E_STREAM_NOPF)
         o.path = FLS_CUDA_PATH_STREAM;
-    else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM)
+    else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM ||
+             engine == E_CHUNKED_CAP5)
         o.path = FLS_CUDA_PATH_CHUNKED;
     else if (engine == E_UGUMBEL)
         req.method = FLS_METHOD_UNFUSED_GUMBEL;
@@ -444,9 +454,10 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
         CK(cudaDeviceSynchronize());
         printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
-        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B",
-               "floor", "cublas", "graph", "f_mma", "f_stream", "f_chunk", "f_noskip", "c_gemms", "l_samp",
-               "l_noskip", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path", "agree");
+        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B",
+               "floor", "cublas", "graph", "f_mma", "f_stream", "f_nopf", "f_chunk", "f_cap5", "f_noskip",
+               "c_gemms", "l_samp", "l_noskip", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor",
+               "TFLOP/s", "path", "agree");
         for (int bi = 0; bi < nb; bi++) {
             b.B = batches[bi];
             double med[E_COUNT], mn[E_COUNT];
@@ -473,7 +484,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                          : (ap == FLS_CUDA_PATH_STREAM && stream_ok ? E_STREAM : E_CHUNKED);
             for (int e = 0; e < E_COUNT; e++) {
                 med[e] = mn[e] = -1.0;
-                if (!(want[e] || e == fe) || (e == E_STREAM && !stream_ok))
+                if (!(want[e] || e == fe) || ((e == E_STREAM || e == E_STREAM_NOPF) && !stream_ok))
                     continue;
                 if (bench_time(&b, e, &med[e], &mn[e])) {
                     fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e],
@@ -484,9 +495,15 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             for (int r = 0; r < NROT; r++)
                 cudaGraphExecDestroy(b.graph[r]);
             /* token agreement between the GPU paths (same noise, same seeds) */
-            int64_t tk[5][MAXB];
-            int eng3[5] = {E_MMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS, stream_ok ? E_STREAM : E_CHUNKED};
-            for (int k = 0; k < 5; k++) {
+            int64_t tk[7][MAXB];
+            int eng3[7] = {E_MMA,
+                           E_CHUNKED,
+                           E_UGUMBEL,
+                           E_CHUNKED_NS,
+                           E_CHUNKED_CAP5,
+                           stream_ok ? E_STREAM : E_CHUNKED,
+                           stream_ok ? E_STREAM_NOPF : E_CHUNKED};
+            for (int k = 0; k < 7; k++) {
                 fls_status st = bench_sample(&b, eng3[k], 0, 0, 1);
                 if (st != FLS_OK) {
                     fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
@@ -497,20 +514,19 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             int agree = 0;
             for (int64_t i = 0; i < b.B; i++)
                 agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i] &&
-                         tk[0][i] == tk[4][i];
+                         tk[0][i] == tk[4][i] && tk[0][i] == tk[5][i] && tk[0][i] == tk[6][i];
             double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
             double flops = 2.0 * (double)b.B * (double)b.V * (double)b.D;
             double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
             /* -1.000: not timed (--engines, or the stream kernel does not apply) */
-            printf(
-                "%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f | %8.3f "
-                "%8.3f %8.1f %6s "
-                "%5d/%-3lld\n",
-                (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_STREAM],
-                med[E_CHUNKED], med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS],
-                med[E_UGUMBEL], med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
-                flops / (med[fe] * 1e-3) / 1e12, fe == E_MMA ? "mma" : (fe == E_STREAM ? "stream" : "chunk"),
-                agree, (long long)b.B);
+            printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
+                   "%9.3f %9.3f "
+                   "| %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
+                   (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_STREAM],
+                   med[E_STREAM_NOPF], med[E_CHUNKED], med[E_CHUNKED_CAP5], med[E_CHUNKED_NS],
+                   med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS], med[E_UGUMBEL], med[E_UMULT], med[fe],
+                   med[fe] / cub, med[fe] / med[E_FLOOR], flops / (med[fe] * 1e-3) / 1e12,
+                   fe == E_MMA ? "mma" : (fe == E_STREAM ? "stream" : "chunk"), agree, (long long)b.B);
             if (fp) {
                 for (int e = 0; e <= E_COUNT; e++) {
                     int ee = e == E_COUNT ? fe : e;

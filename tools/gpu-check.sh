@@ -16,6 +16,7 @@
 #   ncu.txt         with FLS_GPU_NCU=1: Nsight Compute (--set full, clocks left alone) on one
 #                   B = 256 call of the chunked path's sampler and one B = 1 call of the
 #                   stream kernel: the details page and the stall / issue metrics
+#                   (FLS_GPU_NCU=stream or =chunked: that one only)
 # Environment: FLS_BENCH_ARGS (extra benchmark options, e.g. --engines ...),
 # FLS_GPU_SAN_RUNS ('tool args:test;...', the compute-sanitizer runs; empty: none).
 # GSL (for stats/ and the audit): taken from the system if present, else from
@@ -131,9 +132,11 @@ if [ "$status_build" = PASS ]; then
         status_bench=PASS
     fi
     # ---- Nsight Compute on single kernels (optional) ----
-    if [ "${FLS_GPU_NCU:-0}" = 1 ] && command -v ncu >/dev/null 2>&1; then
+    NCU=${FLS_GPU_NCU:-0}
+    if [ "$NCU" != 0 ] && command -v ncu >/dev/null 2>&1; then
         for prof in "fls_segments_kernel:256:fused_chunked" "fls_fused_stream_kernel:1:fused_stream"; do
             IFS=: read -r kern pb eng <<<"$prof"
+            [ "$NCU" = 1 ] || [ "fused_$NCU" = "$eng" ] || continue
             echo "=== ncu $kern B=$pb ($eng, D=4096, V=151936)" >>"$OUT/ncu.txt"
             timeout 150 ncu --clock-control none --set full -k "regex:$kern" -c 1 -o "$BUILD/ncu_$kern" -f \
                 "$BUILD/tools/flashsample" bench --device cuda --quick --reps 1 --shapes 4096:151936 \

@@ -456,6 +456,10 @@ static void test_exact_tokens_shapes(void)
         {151936, 128, 64, 128, 128, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 9},
         {128256, 96, 17, 96, 96, 1, FLS_DTYPE_F16, FLS_DTYPE_F16, 0},
         {201088, 40, 2, 40, 40, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+        /* the stream kernel over several k-steps with a partial last slab and
+         * a partial last 16-row group (NT = 1 and 2) */
+        {20003, 328, 8, 328, 328, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+        {5001, 584, 16, 584, 584, 1, FLS_DTYPE_F16, FLS_DTYPE_F16, 3},
     };
     int nc = (int)(sizeof cases / sizeof cases[0]);
     int total_mis = 0;
