@@ -15,10 +15,10 @@
  * B*V*D fma per call (10 G at B=16, large shape) decides where the CPU turns
  * compute bound.
  *
- * Caches: when W is small (the small shape), consecutive runs cycle through
- * several copies of W so that the working set is at least 512 MiB and twice
- * the last-level cache; no run finds its W in cache (the copies hold the same
- * values, so every engine sees identical inputs).
+ * Caches: consecutive runs cycle through at least 3 copies of W, so that the
+ * working set is at least 2 GiB and 8 times the last-level cache; no run finds
+ * its W in cache (the copies hold the same values, so every engine sees
+ * identical inputs).
  *
  * Timing: CLOCK_MONOTONIC around one call, one warm-up call per
  * configuration, then the median of R calls (min reported too).
@@ -397,9 +397,8 @@ int cli_bench(int argc, char **argv)
     cpu_model(cpu, sizeof cpu);
     bench_ctx bc = {ctx, fls_context_threads(ctx), (int)reps, 0, nres * ENG_COUNT, times, tokens, NULL, 0, 1};
     const size_t llc = llc_bytes();
-    /* Re-reading one 1.24 GB copy ran 1.6x faster than rotating three on the
-     * development VM (2026-11-29): the host caches more than the guest's
-     * reported LLC. So rotate >= 3 copies over >= max(8 LLC, 2 GiB). */
+    /* Rotate >= 3 copies over >= max(8 LLC, 2 GiB): a guest's reported LLC
+     * need not be the host's, and no run may find W in a cache. */
     const size_t min_set = llc * 8 > ((size_t)2048 << 20) ? llc * 8 : ((size_t)2048 << 20);
     const char *simd = fls_simd_name(fls_context_simd(ctx));
     if (!res || !times || !tokens) {
