@@ -25,43 +25,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tmpdir.h"
+
 /* ---- running the tool ---- */
 
-static char tmpdir[256];
 static char out_text[1 << 16], err_text[1 << 16];
 
 static void make_tmpdir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fls_cli_test_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tmpdir_make("fls_cli_test_");
 }
 
-static void remove_tmpdir(void)
-{
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-TestSuite(cli, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 240);
-
-static const char *tpath(const char *name)
-{
-    static char p[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
+TestSuite(cli, .init = make_tmpdir, .fini = tmpdir_remove, .timeout = 240);
 
 static void slurp(const char *path, char *buf, size_t cap)
 {

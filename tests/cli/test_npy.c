@@ -14,42 +14,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- helpers ---- */
+#include "tmpdir.h"
 
-static char tmpdir[256];
+/* ---- helpers ---- */
 
 static void make_tmpdir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fls_npy_test_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tmpdir_make("fls_npy_test_");
 }
 
-static void remove_tmpdir(void)
-{
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-TestSuite(npy, .init = make_tmpdir, .fini = remove_tmpdir);
-
-static const char *tpath(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
+TestSuite(npy, .init = make_tmpdir, .fini = tmpdir_remove);
 
 static int dir_entries(void)
 {

@@ -1,0 +1,41 @@
+#include "tmpdir.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+char tmpdir[256];
+
+void tmpdir_make(const char *prefix)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/%sXXXXXX", prefix);
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+void tmpdir_remove(void)
+{
+    DIR *d = opendir(tmpdir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+const char *tpath(const char *name)
+{
+    static char p[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
