@@ -23,6 +23,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,7 +160,6 @@ typedef struct lse_acc {
 
 typedef struct thread_state {
     winner *best; /* B x draws */
-    lse_acc *lse; /* B */
     float *ltile; /* B x tile_v logits */
     float *wbuf;  /* tile_v x Dp converted W rows (when convert_w) */
     float *g;     /* tile_v noise */
@@ -180,10 +180,17 @@ typedef struct tile_job {
     float *store; /* non-NULL: only materialize logits into this (B, V) buffer */
     int64_t tile_v, ntiles, dchunks, dchunk;
     int want_lse;
-    int convert_w; /* convert each W tile to f32 first (kept for the portable path) */
+    lse_acc *lse_parts; /* ntiles x B partial log-sum-exps, merged in tile order */
+    int convert_w;      /* convert each W tile to f32 first (kept for the portable path) */
     atomic_llong next;
     thread_state *ts;
 } tile_job;
+
+/* a * b elements of size es do not fit in memory (so never malloc them) */
+static int too_big(int64_t a, int64_t b, size_t es)
+{
+    return a > 0 && b > 0 && (uint64_t)b > (uint64_t)(SIZE_MAX / es) / (uint64_t)a;
+}
 
 /* a += (m, s): merge a partial log-sum-exp (max m, sum of exp(x - m)) */
 static void lse_merge(lse_acc *a, double m, double s)
@@ -229,7 +236,7 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
 /* Samples one row of one tile: x holds the nv logits of row b, v0 the
  * global index of x[0]. Draws [d0, d1) of the row. */
 static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_t v0, int64_t nv, int64_t d0,
-                       int64_t d1, int lse)
+                       int64_t d1, lse_acc *lse)
 {
     const fls_row_params *rp = &j->req->rows[b];
     const float T = rp->temperature;
@@ -246,12 +253,11 @@ static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_
         float m = -INFINITY;
         for (int64_t i = 0; i < nv; i++)
             m = x[i] > m ? x[i] : m;
-        if (m > -INFINITY) {
-            double sum = 0.0;
+        double sum = 0.0;
+        if (m > -INFINITY)
             for (int64_t i = 0; i < nv; i++)
                 sum += exp((double)x[i] - (double)m);
-            lse_merge(&s->lse[b], m, sum);
-        }
+        *lse = (lse_acc){m, sum};
     }
     winner *best = s->best + b * j->req->draws;
     if (T == 0.0f) { /* greedy: every draw is the argmax */
@@ -305,7 +311,8 @@ static void tile_worker(void *arg, int thread)
         }
         int64_t d0 = dc * j->dchunk, d1 = d0 + j->dchunk < draws ? d0 + j->dchunk : draws;
         for (int64_t b = 0; b < B; b++)
-            sample_row(j, s, b, s->ltile + b * nv, v0, nv, d0, d1, j->want_lse && dc == 0);
+            sample_row(j, s, b, s->ltile + b * nv, v0, nv, d0, d1,
+                       j->want_lse && dc == 0 ? &j->lse_parts[tile * B + b] : NULL);
     }
 }
 
@@ -315,7 +322,6 @@ static void free_states(thread_state *ts, int n)
         return;
     for (int t = 0; t < n; t++) {
         free(ts[t].best);
-        free(ts[t].lse);
         free(ts[t].ltile);
         free(ts[t].wbuf);
         free(ts[t].g);
@@ -359,9 +365,23 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         threads = (int)(j->ntiles * j->dchunks);
     atomic_init(&j->next, 0);
 
+    j->lse_parts = NULL;
+    if (j->want_lse && !j->store) { /* every tile's dc == 0 item writes its B parts */
+        if ((size_t)j->ntiles > SIZE_MAX / sizeof(lse_acc) / (size_t)B)
+            return FLS_ERR_SIZE;
+        j->lse_parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(lse_acc));
+        if (!j->lse_parts)
+            return FLS_ERR_OUT_OF_MEMORY;
+    }
+    if (too_big(B, j->tile_v, sizeof(float)) || too_big(j->tile_v, j->Dp, sizeof(float))) {
+        free(j->lse_parts);
+        return FLS_ERR_SIZE;
+    }
     thread_state *ts = calloc((size_t)threads, sizeof *ts);
-    if (!ts)
+    if (!ts) {
+        free(j->lse_parts);
         return FLS_ERR_OUT_OF_MEMORY;
+    }
     int need_wbuf = j->src == SRC_FUSED && j->convert_w;
     for (int t = 0; t < threads; t++) {
         thread_state *s = &ts[t];
@@ -370,23 +390,22 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         s->wbuf = need_wbuf ? malloc((size_t)(j->tile_v * j->Dp) * sizeof(float)) : NULL;
         if (!j->store) {
             s->best = malloc((size_t)(B * draws) * sizeof(winner));
-            s->lse = malloc((size_t)B * sizeof(lse_acc));
         }
-        if (!s->ltile || !s->g || (need_wbuf && !s->wbuf) || (!j->store && (!s->best || !s->lse))) {
+        if (!s->ltile || !s->g || (need_wbuf && !s->wbuf) || (!j->store && !s->best)) {
             free_states(ts, threads);
+            free(j->lse_parts);
             return FLS_ERR_OUT_OF_MEMORY;
         }
         if (!j->store) {
             for (int64_t i = 0; i < B * draws; i++)
                 s->best[i] = (winner){-INFINITY, -INFINITY, -1};
-            for (int64_t b = 0; b < B; b++)
-                s->lse[b] = (lse_acc){-INFINITY, 0.0};
         }
     }
     j->ts = ts;
     fls_status st = run_threads(threads, tile_worker, j);
     if (st != FLS_OK || j->store) {
         free_states(ts, threads);
+        free(j->lse_parts);
         return st;
     }
 
@@ -403,8 +422,6 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
             if (w->idx >= 0 && beats(w->key, w->idx, &ts[0].best[i]))
                 ts[0].best[i] = *w;
         }
-        for (int64_t b = 0; b < B; b++)
-            lse_merge(&ts[0].lse[b], ts[t].lse[b].m, ts[t].lse[b].s);
     }
     for (int64_t i = 0; i < B * draws && st == FLS_OK; i++)
         if (ts[0].best[i].idx < 0)
@@ -412,8 +429,12 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
     if (st == FLS_OK) {
         for (int64_t b = 0; b < B; b++) {
             const float T = j->req->rows[b].temperature;
-            const lse_acc *a = &ts[0].lse[b];
-            double lse = T == 0.0f ? a->m : a->m + log(a->s);
+            /* merged in tile order: the same bits for any thread count */
+            lse_acc a = {-INFINITY, 0.0};
+            if (j->lse_parts)
+                for (int64_t t = 0; t < j->ntiles; t++)
+                    lse_merge(&a, j->lse_parts[t * B + b].m, j->lse_parts[t * B + b].s);
+            double lse = T == 0.0f ? a.m : a.m + log(a.s);
             if (out->logsumexp)
                 out->logsumexp[b] = (float)lse;
             for (int64_t d = 0; d < draws; d++) {
@@ -425,12 +446,15 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         }
     }
     free_states(ts, threads);
+    free(j->lse_parts);
     return st;
 }
 
 /* H (B, D) in any dtype -> f32 (B, Dp), zero padded to a multiple of 16. */
 static float *convert_hidden(const fls_matrix *H, int64_t Dp)
 {
+    if (too_big(H->rows, Dp, sizeof(float)))
+        return NULL;
     float *hf = malloc((size_t)(H->rows * Dp) * sizeof(float));
     if (!hf)
         return NULL;
@@ -471,7 +495,7 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
         st = run_tiles(ctx, &j, out);
     } else {
         /* unfused baselines: materialize B x V fp32 logits first */
-        float *logits = malloc((size_t)(B * V) * sizeof(float));
+        float *logits = too_big(B, V, sizeof(float)) ? NULL : malloc((size_t)(B * V) * sizeof(float));
         if (!logits) {
             free(hf);
             return FLS_ERR_OUT_OF_MEMORY;
@@ -510,10 +534,11 @@ typedef struct mn_job {
     const fls_request *req;
     const fls_outputs *out;
     atomic_llong next;
-    atomic_int status;
-    int64_t *tokens; /* staging, B x draws */
-    float *lse;      /* staging, B */
-    float *lp;       /* staging, B x draws */
+    atomic_int oom;
+    fls_status *row_status; /* per row, so the reported error does not depend on threads */
+    int64_t *tokens;        /* staging, B x draws */
+    float *lse;             /* staging, B */
+    float *lp;              /* staging, B x draws */
 } mn_job;
 
 static void multinomial_worker(void *arg, int thread)
@@ -525,7 +550,7 @@ static void multinomial_worker(void *arg, int thread)
     double *p = malloc((size_t)V * sizeof(double));
     float *x = malloc((size_t)V * sizeof(float));
     if (!p || !x) {
-        atomic_store(&j->status, FLS_ERR_OUT_OF_MEMORY);
+        atomic_store(&j->oom, 1);
         free(p);
         free(x);
         return;
@@ -538,26 +563,26 @@ static void multinomial_worker(void *arg, int thread)
         fls_convert_row((const char *)j->L->data + (size_t)(b * j->L->ld) * es, j->L->dtype, V, x, V);
         double m = -INFINITY;
         int64_t amax = -1;
+        int nan = 0, overflow = 0;
         for (int64_t v = 0; v < V; v++) {
-            if (x[v] != x[v] || x[v] == INFINITY) {
-                atomic_store(&j->status, FLS_ERR_NAN);
-                goto done;
-            }
+            if (x[v] != x[v] || x[v] == INFINITY)
+                nan = 1;
             float t = fls_temper(x[v], rp->temperature);
-            if (!isfinite(t) && isfinite(x[v])) {
-                atomic_store(&j->status, FLS_ERR_TEMPERATURE);
-                goto done;
-            }
+            if (!isfinite(t) && isfinite(x[v]))
+                overflow = 1;
             x[v] = t;
             if (t > m) {
                 m = t;
                 amax = v;
             }
         }
-        if (amax < 0) {
-            atomic_store(&j->status, FLS_ERR_ALL_MASKED);
-            goto done;
-        }
+        /* the tile engine's priority: NaN, then temperature, then all masked */
+        j->row_status[b] = nan        ? FLS_ERR_NAN
+                           : overflow ? FLS_ERR_TEMPERATURE
+                           : amax < 0 ? FLS_ERR_ALL_MASKED
+                                      : FLS_OK;
+        if (j->row_status[b] != FLS_OK)
+            continue;
         if (rp->temperature == 0.0f) {
             j->lse[b] = (float)m;
             for (int64_t d = 0; d < draws; d++) {
@@ -591,7 +616,6 @@ static void multinomial_worker(void *arg, int thread)
             j->lp[b * draws + d] = (float)((double)x[tok] - lse);
         }
     }
-done:
     free(p);
     free(x);
 }
@@ -606,18 +630,24 @@ static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, con
     j.req = req;
     j.out = out;
     atomic_init(&j.next, 0);
-    atomic_init(&j.status, FLS_OK);
+    atomic_init(&j.oom, 0);
+    j.row_status = calloc((size_t)B, sizeof *j.row_status);
     j.tokens = malloc((size_t)(B * draws) * sizeof(int64_t));
     j.lse = malloc((size_t)B * sizeof(float));
     j.lp = malloc((size_t)(B * draws) * sizeof(float));
     fls_status st = FLS_OK;
-    if (!j.tokens || !j.lse || !j.lp)
+    if (!j.tokens || !j.lse || !j.lp || !j.row_status)
         st = FLS_ERR_OUT_OF_MEMORY;
     if (st == FLS_OK) {
         int threads = ctx->threads < B ? ctx->threads : (int)B;
         st = run_threads(threads, multinomial_worker, &j);
-        if (st == FLS_OK)
-            st = (fls_status)atomic_load(&j.status);
+        if (st == FLS_OK && atomic_load(&j.oom))
+            st = FLS_ERR_OUT_OF_MEMORY;
+        const fls_status order[] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED};
+        for (int k = 0; k < 3 && st == FLS_OK; k++)
+            for (int64_t b = 0; b < B; b++)
+                if (j.row_status[b] == order[k])
+                    st = order[k];
     }
     if (st == FLS_OK) {
         memcpy(out->tokens, j.tokens, (size_t)(B * draws) * sizeof(int64_t));
@@ -629,5 +659,6 @@ static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, con
     free(j.tokens);
     free(j.lse);
     free(j.lp);
+    free(j.row_status);
     return st;
 }

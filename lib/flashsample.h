@@ -170,7 +170,9 @@ FLS_API uint64_t fls_row_seed(uint64_t seed, uint64_t row);
  *                  (for T = 0: max_v l_bv, the limit of T log-sum-exp);
  *   logprobs (B, draws): log-probability of each sampled token under the
  *                  rule, l_b,tok / T_b - logsumexp_b (0 for T = 0).
- * For the CUDA engine these are device pointers. */
+ * For the CUDA engine these are device pointers. On the CPU engine they are
+ * bit-identical for any thread count at a given tile_v (partials merge in
+ * tile order); across tile sizes and engines they agree to double rounding. */
 typedef struct fls_outputs {
     int64_t *tokens;
     float *logsumexp;

@@ -9,6 +9,7 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -118,7 +119,7 @@ static int parse_string(parser *p, char *out, size_t cap)
     size_t k = 0;
     while (p->i < p->n && p->s[p->i] != (char)q) {
         char c = p->s[p->i];
-        if (c == '\\' || c == '\n' || k + 1 >= cap)
+        if (c == '\\' || (unsigned char)c < 0x20 || c == 0x7f || k + 1 >= cap) /* numpy rejects these too */
             return -1;
         out[k++] = c;
         p->i++;
@@ -325,13 +326,18 @@ static fls_status parse_prefix(const unsigned char *b, size_t avail, size_t *hdr
 static fls_status finish_header(fls_npy_array *arr, uint64_t data_bytes, const char *name, char *err)
 {
     uint64_t count = 1;
-    for (int k = 0; k < arr->ndim; k++) {
+    int empty = 0;
+    for (int k = 0; k < arr->ndim; k++)
+        empty |= arr->shape[k] == 0;
+    for (int k = 0; k < arr->ndim && !empty; k++) { /* a zero dimension makes any shape empty */
         uint64_t d = (uint64_t)arr->shape[k];
-        if (d != 0 && count > (uint64_t)INT64_MAX / d)
+        if (count > (uint64_t)INT64_MAX / d)
             return fail(err, FLS_ERR_FORMAT, "%s: shape overflows (product of dimensions exceeds int64)",
                         name);
         count *= d;
     }
+    if (empty)
+        count = 0;
     arr->itemsize = fls_npy_dtype_size(arr->dtype);
     if (count > (uint64_t)INT64_MAX / arr->itemsize || count * arr->itemsize > (uint64_t)SIZE_MAX)
         return fail(err, FLS_ERR_FORMAT, "%s: shape overflows (data size exceeds the address space)", name);
@@ -553,12 +559,15 @@ void fls_npy_matrix_free(fls_npy_matrix *m)
 
 fls_status fls_npy_file_begin(fls_npy_file *f, const char *path, char err[FLS_NPY_ERR_LEN])
 {
-    static unsigned counter;
+    static atomic_uint counter;
     if (!f || !path)
         return fail(err, FLS_ERR_NULL, "fls_npy_file_begin: NULL argument");
     memset(f, 0, sizeof *f);
     if (!*path)
         return fail(err, FLS_ERR_IO, "empty output file name");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* fail before any work, not at rename */
+        return fail(err, FLS_ERR_IO, "%s: exists and is not a regular file", path);
     size_t len = strlen(path) + 64;
     char *tmp = malloc(len);
     char *dst = strdup(path);
@@ -570,7 +579,7 @@ fls_status fls_npy_file_begin(fls_npy_file *f, const char *path, char err[FLS_NP
     /* Same directory as the target, so rename() is atomic (no cross-device move). */
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, len, "%s.tmp-%ld-%u", path, (long)getpid(), counter++);
+        snprintf(tmp, len, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && errno != EEXIST)
             break;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void sample_help(void)
 {
@@ -116,6 +117,23 @@ static int copy_to_device(const void *host, size_t bytes, void **dev, const char
     return 0;
 }
 
+/* Whether two output paths name one file: the same directory (by device and
+ * inode) and the same last component. Either may not exist yet. */
+static int same_file(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0)
+        return 1;
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
+    if (strcmp(na, nb) != 0)
+        return 0;
+    char da[4096], db[4096];
+    snprintf(da, sizeof da, "%.*s", ba ? (int)(ba - a) + 1 : 1, ba ? a : ".");
+    snprintf(db, sizeof db, "%.*s", bb ? (int)(bb - b) + 1 : 1, bb ? b : ".");
+    struct stat sa, sb;
+    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int cli_sample(int argc, char **argv)
 {
     sample_opts o;
@@ -169,7 +187,7 @@ int cli_sample(int argc, char **argv)
         cli_error("--temperature must be >= 0 (0 is greedy), got %s", o.temperature);
         return CLI_USAGE;
     }
-    if (o.out && o.counts && strcmp(o.out, o.counts) == 0) {
+    if (o.out && o.counts && same_file(o.out, o.counts)) {
         cli_error("--out and --counts name the same file '%s'", o.out);
         return CLI_USAGE;
     }

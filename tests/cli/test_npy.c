@@ -296,6 +296,28 @@ Test(npy, rejects_huge_shapes_without_allocating)
     char err[FLS_NPY_ERR_LEN];
     cr_expect_eq(parse(&im, &a, err), FLS_OK, "%s", err);
     cr_expect_eq(a.count, 0);
+    /* ... wherever the zero stands (the overflow check must not run first) */
+    build(
+        &im, 1,
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4611686018427387904, 0), }",
+        0);
+    cr_expect_eq(parse(&im, &a, err), FLS_OK, "%s", err);
+    cr_expect_eq(a.count, 0);
+}
+
+Test(npy, rejects_control_characters_in_strings)
+{
+    /* numpy refuses these headers; a NUL must not truncate a key to a valid one */
+    image im;
+    build(&im, 1, "{'descrXjunk': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
+    unsigned char *k = memchr(im.buf, 'X', im.len);
+    cr_assert_not_null(k);
+    *k = '\0'; /* 'descr\0junk' reads as 'descr' to strcmp */
+    fls_npy_array a;
+    char err[FLS_NPY_ERR_LEN];
+    cr_expect_eq(parse(&im, &a, err), FLS_ERR_FORMAT, "%s", err);
+    build(&im, 1, "{'descr': '<f4\t', 'fortran_order': False, 'shape': (2, 3), }", 24);
+    cr_expect_eq(parse(&im, &a, err), FLS_ERR_FORMAT, "%s", err);
 }
 
 Test(npy, rejects_size_mismatch)
