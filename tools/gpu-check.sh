@@ -94,8 +94,8 @@ echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
         [ -n "$srcs" ] || srcs="api.c cpu_engine.c cpu_portable.c half.c npy.c"
         ok=1
         for f in $srcs; do gcc $CF -c "lib/$f" -o "$BUILD/obj/${f%.c}.o" || ok=0; done
-        gcc $CF -mavx2 -mfma -mf16c -DFLS_HAVE_AVX2_TU -c lib/cpu_avx2.c -o "$BUILD/obj/cpu_avx2.o" || ok=0
-        gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c -DFLS_HAVE_AVX512_TU -c lib/cpu_avx512.c \
+        gcc $CF -mavx2 -mfma -mf16c -c lib/cpu_avx2.c -o "$BUILD/obj/cpu_avx2.o" || ok=0
+        gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c -c lib/cpu_avx512.c \
             -o "$BUILD/obj/cpu_avx512.o" || ok=0
         for f in engine fused_mma fused_stream sample; do
             "$NVCC" $NV -c "kernels/$f.cu" -o "$BUILD/obj/$f.o" &

@@ -91,18 +91,6 @@ static int run_tool(const char *arg0, ...)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Files in tmpdir (temporary outputs would show here). */
-static int dir_entries(void)
-{
-    DIR *d = opendir(tmpdir);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
 static int exists(const char *p)
 {
     struct stat sb;

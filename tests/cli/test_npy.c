@@ -25,17 +25,6 @@ static void make_tmpdir(void)
 
 TestSuite(npy, .init = make_tmpdir, .fini = tmpdir_remove);
 
-static int dir_entries(void)
-{
-    DIR *d = opendir(tmpdir);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
 /* An .npy image: prefix for version major.0, the dict padded with spaces to
  * a 64-byte boundary and a newline, then data_bytes bytes of 0xAB. */
 typedef struct image {

@@ -31,6 +31,18 @@ void tmpdir_remove(void)
     rmdir(tmpdir);
 }
 
+int dir_entries(void)
+{
+    DIR *d = opendir(tmpdir);
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
 const char *tpath(const char *name)
 {
     static char p[8][512];

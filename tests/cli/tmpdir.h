@@ -9,6 +9,8 @@ extern char tmpdir[256];
 void tmpdir_make(const char *prefix);
 /* Removes the files in tmpdir, then tmpdir itself. */
 void tmpdir_remove(void);
+/* Files in tmpdir (a leftover temporary output would show here). */
+int dir_entries(void);
 /* tmpdir/name in one of 8 rotating buffers. */
 const char *tpath(const char *name);
 
