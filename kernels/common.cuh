@@ -393,14 +393,37 @@ __device__ __forceinline__ void fls_finalize_item(const fls_row_params *rows, in
     const int j = (int)(w - (int64_t)b * ws.nd);
     const int64_t base = w * ws.nent;
     unsigned long long best = 0;
-    float bx = -INFINITY;
-    for (int e = lane; e < ws.nent; e += 32) {
-        unsigned long long p = __ldcg(ws.best + base + e);
-        if (p > best) {
-            best = p;
-            bx = __ldcg(ws.xw + base + e);
+    int be = -1;
+    /* four independent loads in flight per lane; the winner's x is read once */
+    int e = lane;
+    for (; e + 96 < ws.nent; e += 128) {
+        const unsigned long long p0 = __ldcg(ws.best + base + e), p1 = __ldcg(ws.best + base + e + 32),
+                                 p2 = __ldcg(ws.best + base + e + 64), p3 = __ldcg(ws.best + base + e + 96);
+        if (p0 > best) {
+            best = p0;
+            be = e;
+        }
+        if (p1 > best) {
+            best = p1;
+            be = e + 32;
+        }
+        if (p2 > best) {
+            best = p2;
+            be = e + 64;
+        }
+        if (p3 > best) {
+            best = p3;
+            be = e + 96;
         }
     }
+    for (; e < ws.nent; e += 32) {
+        const unsigned long long p = __ldcg(ws.best + base + e);
+        if (p > best) {
+            best = p;
+            be = e;
+        }
+    }
+    const float bx = be >= 0 ? __ldcg(ws.xw + base + be) : -INFINITY;
     unsigned long long wbest = fls_warp_max_u64(best);
     unsigned ball = __ballot_sync(FLS_FULL_MASK, best == wbest);
     float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
@@ -464,6 +487,16 @@ cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int6
                                  int64_t V, int64_t D, int tile_b, const fls_row_params *rows,
                                  const fls_ws &ws, int sm_count, cudaStream_t st);
 #define FLS_MMA_TV 128
+/* The fused wgmma kernel (fused_wgmma.cu, sm_90a): same operand rules as
+ * the mma.sync kernel; entries: ceil(V / 128) per row. tile_n = batch rows
+ * per tile (16, 32, 64, 128), fls_wgmma_tile_n(B) by default; epi_warps =
+ * sampling warps (0: the default for tile_n); sample = 0 skips the sampler
+ * (benchmark only: outputs are garbage). */
+int fls_wgmma_tile_n(int64_t B);
+cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
+                                   int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
+                                   const fls_row_params *rows, const fls_ws &ws, int sm_count,
+                                   cudaStream_t st);
 /* The fused streaming kernel for small B (fused_stream.cu): W, H 16-bit of
  * one dtype, 16-byte aligned rows, D % 8 == 0, B <= 32 and H in shared
  * memory. One draw per launch (ws.nd == 1), nent == grid entries per row; its

@@ -202,40 +202,35 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
     return fls_stream_supported(B, D);
 }
 
-/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v5). Measured 2026-11-29 on an
- * H200, paper_repro/results/gpu_bench_h200_2026-11-29_v5a.csv (bf16,
- * T = 0.7, one draw; stream kernel with full-line loads vs the
- * cuBLAS-chunked path, ms): the stream kernel wins at 8 <= B <= 16 for
- * D = 2048, 2880 and 4096 (D = 2048: 0.173 vs 0.179 at B = 8, 0.185 vs 0.187
- * at B = 16; D = 2880: 0.304 vs 0.310, 0.312 vs 0.318; D = 4096: 0.322 vs
- * 0.327, 0.334 vs 0.337) and at D = 2048, B = 1 (0.165 vs 0.168); it ties
- * (within 0.003 ms) at B = 2-4 and at B = 1 for D = 2880, 4096, loses at
- * B = 32 (0.364 vs 0.343 at D = 2880, 0.224 vs 0.205 at D = 2048) and at
- * D = 8192 (0.532 vs 0.509 at B = 1; B = 16 does not fit). So STREAM for
- * 2048 <= D <= 4096 at 8 <= B <= 16 and for D = 2048 at B = 1 (shapes between
- * the measured D interpolated, none extrapolated), else CHUNKED, which beat
- * the tensor-core kernel at every benchmarked shape and B. The re-run with
- * this rule (gpu_bench_h200_2026-11-29_v5.csv, another card) confirms B = 8
- * (0.300 vs 0.305 at D = 2880, 0.171 vs 0.177 at D = 2048, tie at 4096) but
- * has the stream kernel 1 % behind at B = 16 for D = 2880 and 4096: the
- * margins there are within the card-to-card spread. The tensor-core kernel
- * stays selectable (FLS_CUDA_PATH_MMA). */
+/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v6). Measured 2026-11-29 on an
+ * H200 (run 7 of that day, bf16, T = 0.7, one draw, median of 100; the
+ * per-shape table is in docs/PERF.md): the warp-specialised wgmma kernel
+ * beats the cuBLAS-chunked path and the stream kernel at every benchmarked
+ * shape and B except
+ *   D = 8192, B <= 8 (chunked 0.486-0.497 ms vs wgmma 0.496-0.500),
+ *   D = 8192, B = 256 (1.099 vs 1.119) and D = 2048, B = 256 (0.567 vs 0.615),
+ * where chunked stays. D between the measured 2048..8192 is split at 6144;
+ * the stream and mma.sync kernels stay selectable (FLS_CUDA_PATH_STREAM,
+ * FLS_CUDA_PATH_MMA) but no longer win anywhere. */
 static const struct {
     int64_t d_min, d_max, b_min, b_max;
-} k_stream_rules[] = {
-    {2048, 4096, 8, 16},
-    {2048, 2048, 1, 1},
+} k_chunked_rules[] = {
+    {6144, INT64_MAX, 1, 8},
+    {6144, INT64_MAX, 129, INT64_MAX},
+    {0, 2048, 129, INT64_MAX},
 };
 
 extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
 {
     (void)V;
     const bool w16 = wd == hd && (wd == FLS_DTYPE_BF16 || wd == FLS_DTYPE_F16);
-    for (size_t i = 0; w16 && i < sizeof k_stream_rules / sizeof k_stream_rules[0]; i++)
-        if (D >= k_stream_rules[i].d_min && D <= k_stream_rules[i].d_max && B >= k_stream_rules[i].b_min &&
-            B <= k_stream_rules[i].b_max && fls_stream_supported(B, D))
-            return FLS_CUDA_PATH_STREAM;
-    return FLS_CUDA_PATH_CHUNKED;
+    if (!w16)
+        return FLS_CUDA_PATH_CHUNKED;
+    for (size_t i = 0; i < sizeof k_chunked_rules / sizeof k_chunked_rules[0]; i++)
+        if (D >= k_chunked_rules[i].d_min && D <= k_chunked_rules[i].d_max && B >= k_chunked_rules[i].b_min &&
+            B <= k_chunked_rules[i].b_max)
+            return FLS_CUDA_PATH_CHUNKED;
+    return FLS_CUDA_PATH_WGMMA;
 }
 
 static int fls_auto_tile_b(int64_t B)
@@ -327,7 +322,7 @@ struct fls_carve {
     }
 };
 
-enum fls_kind { K_MMA, K_STREAM, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
+enum fls_kind { K_MMA, K_WGMMA, K_STREAM, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
 
 extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                    const fls_matrix *L, const fls_request *req, const fls_outputs *out,
@@ -365,6 +360,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                               : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
         if (p == FLS_CUDA_PATH_MMA && fls_mma_eligible(W, H))
             kind = K_MMA;
+        else if (p == FLS_CUDA_PATH_WGMMA && fls_mma_eligible(W, H))
+            kind = K_WGMMA;
         else if (p == FLS_CUDA_PATH_STREAM && fls_mma_eligible(W, H) && fls_stream_supported(B, W->cols) &&
                  (draws == 1 || opts.path == FLS_CUDA_PATH_STREAM))
             kind = K_STREAM; /* an explicit STREAM with draws > 1 runs one pass per draw */
@@ -373,6 +370,10 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (kind == K_MMA) {
             tile_b = opts.tile_b ? opts.tile_b : fls_auto_tile_b(B);
             if (tile_b != 8 && tile_b != 16 && tile_b != 32 && tile_b != 64)
+                return FLS_ERR_PARAM;
+        } else if (kind == K_WGMMA) {
+            tile_b = opts.tile_b ? opts.tile_b : fls_wgmma_tile_n(B);
+            if (tile_b != 16 && tile_b != 32 && tile_b != 64 && tile_b != 128)
                 return FLS_ERR_PARAM;
         } else if (kind == K_CHUNKED) {
             chunk_v = opts.chunk_v;
@@ -391,6 +392,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     const int stream_grid = kind == K_STREAM ? fls_stream_grid(V, s->sm_count) : 0;
     if (kind == K_MMA)
         nent = ((V + FLS_MMA_TV - 1) / FLS_MMA_TV) * fls_mma_nseg((int)B);
+    else if (kind == K_WGMMA)
+        nent = (V + FLS_MMA_TV - 1) / FLS_MMA_TV;
     else if (kind == K_STREAM)
         nent = stream_grid; /* one partial per (row, CTA) */
     else
@@ -468,10 +471,11 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.nent = (int)nent;
     ws.want_lse = want_lse;
     /* Skipping (exact, common.cuh) on the chunked and from-logits samplers
-     * with segments long enough for it; the unfused Gumbel baseline keeps
-     * the plain loop. */
-    const bool skip =
-        !s->no_skip && !opts.no_skip && kind != K_UNFUSED_GUMBEL && fls_segment_len(B) >= FLS_SKIP_MIN_N;
+     * with segments long enough for it and on the wgmma kernel (its own
+     * per-row running bound, fused_wgmma.cu); the unfused Gumbel baseline
+     * keeps the plain loop. */
+    const bool skip = !s->no_skip && !opts.no_skip && kind != K_UNFUSED_GUMBEL &&
+                      (kind == K_WGMMA || fls_segment_len(B) >= FLS_SKIP_MIN_N);
     ws.gup = skip ? s->gbound : NULL;
     ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
 
@@ -517,6 +521,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (kind == K_MMA) {
             ce = fls_launch_fused_mma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
                                       rows_d, ws, s->sm_count, str);
+        } else if (kind == K_WGMMA) {
+            ce = fls_launch_fused_wgmma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
+                                        opts.wg_epi_warps, !opts.gemm_only, rows_d, ws, s->sm_count, str);
         } else if (kind == K_CHUNKED) {
             ce = cudaSuccess;
             for (int64_t c0 = 0; c0 < V && ce == cudaSuccess; c0 += chunk_v) {

@@ -23,19 +23,26 @@ typedef enum fls_cuda_path {
     FLS_CUDA_PATH_STREAM = 3,  /* small B: one streaming pass over W on tensor cores, H in
                                   shared memory, in-kernel finalize (fused_stream.cu); other
                                   shapes fall back to CHUNKED */
+    FLS_CUDA_PATH_WGMMA = 4,   /* one persistent warp-specialised kernel (fused_wgmma.cu):
+                                  TMA loads, wgmma products, the sampler in separate warps;
+                                  logits stay on chip */
 } fls_cuda_path;
 
 typedef struct fls_cuda_opts {
     fls_cuda_path path;        /* FUSED method only */
-    int tile_b;                /* MMA path: batch rows per tile (8, 16, 32, 64); 0 = auto */
+    int tile_b;                /* MMA path: batch rows per tile (8, 16, 32, 64); WGMMA path:
+                                  16, 32, 64, 128; 0 = auto */
     int64_t chunk_v;           /* CHUNKED path: vocabulary rows per chunk (multiple of 1024); 0 = auto */
     int force_simt;            /* CHUNKED / unfused: use the SIMT GEMM instead of cuBLAS */
     int rows_cached;           /* the rows of the previous call are still on the device (benchmark) */
     int no_sync;               /* enqueue only: no status check, return FLS_OK (benchmark) */
     int no_skip;               /* compute every token's key (no bound-based skipping; tests,
                                   benchmark); also FLS_CUDA_NO_SKIP=1 in the environment */
-    int gemm_only;             /* CHUNKED path, benchmark only: the chunks' GEMMs without the
+    int gemm_only;             /* CHUNKED / WGMMA path, benchmark only: the GEMMs without the
                                   sampler (outputs are garbage; use with no_sync) */
+    int wg_epi_warps;          /* WGMMA path: sampling warps per CTA (0: default: 7 at tile_b
+                                  16, 11 at 32 and 128, 15 at 64; 7 or 11 at 32, 11 or 15 at
+                                  64 and 128) */
     int stream_no_l2_prefetch; /* STREAM path, benchmark: W loads without the 256-byte L2
                                   prefetch hint (same tokens) */
     int seg_cap5;              /* CHUNKED / from-logits, benchmark: the segment sampler compiled

@@ -125,6 +125,11 @@ enum {
     E_STREAM,
     E_STREAM_NOPF,
     E_CHUNKED_CAP5,
+    E_WGMMA,
+    E_WGMMA_GEMM,
+    E_WGMMA_XE,
+    E_WGMMA_N64,
+    E_WGMMA_NS,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -140,7 +145,12 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "logits_sampler_noskip",
                                             "fused_stream",
                                             "fused_stream_nopf",
-                                            "fused_chunked_cap5"};
+                                            "fused_chunked_cap5",
+                                            "fused_wgmma",
+                                            "wgmma_gemm_only",
+                                            "fused_wgmma_xe",
+                                            "fused_wgmma_n64",
+                                            "fused_wgmma_noskip"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -171,7 +181,20 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     }
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
-    else if (engine == E_STREAM || engine == E_STREAM_NOPF)
+    else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_N64 ||
+             engine == E_WGMMA_NS) {
+        /* _gemm_only: the mainloop without the sampler; _xe: the other
+         * number of sampling warps (15 at tile 128, 11 at 64, 7 at 32);
+         * _n64: 64-row batch tiles */
+        o.path = FLS_CUDA_PATH_WGMMA;
+        o.gemm_only = engine == E_WGMMA_GEMM;
+        const int tile = b->B <= 16 ? 16 : (b->B <= 32 ? 32 : (b->B <= 64 ? 64 : 128));
+        if (engine == E_WGMMA_XE)
+            o.wg_epi_warps = tile == 128 ? 15 : (tile == 64 ? 11 : 7);
+        if (engine == E_WGMMA_N64)
+            o.tile_b = 64;
+        o.no_skip = engine == E_WGMMA_NS;
+    } else if (engine == E_STREAM || engine == E_STREAM_NOPF)
         o.path = FLS_CUDA_PATH_STREAM;
     else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM ||
              engine == E_CHUNKED_CAP5)
@@ -454,10 +477,10 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
         CK(cudaDeviceSynchronize());
         printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
-        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B",
-               "floor", "cublas", "graph", "f_mma", "f_stream", "f_nopf", "f_chunk", "f_cap5", "f_noskip",
-               "c_gemms", "l_samp", "l_noskip", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor",
-               "TFLOP/s", "path", "agree");
+        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n",
+               "B", "floor", "cublas", "graph", "f_mma", "f_wgmma", "f_stream", "f_nopf", "f_chunk", "f_cap5",
+               "f_noskip", "c_gemms", "l_samp", "l_noskip", "u_gumbel", "u_multi", "fused", "f/cublas",
+               "f/floor", "TFLOP/s", "path", "agree");
         for (int bi = 0; bi < nb; bi++) {
             b.B = batches[bi];
             double med[E_COUNT], mn[E_COUNT];
@@ -481,7 +504,9 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             const int stream_ok = fls_cuda_stream_supported(b.B, b.D);
             int fe = ap == FLS_CUDA_PATH_MMA
                          ? E_MMA
-                         : (ap == FLS_CUDA_PATH_STREAM && stream_ok ? E_STREAM : E_CHUNKED);
+                         : (ap == FLS_CUDA_PATH_WGMMA
+                                ? E_WGMMA
+                                : (ap == FLS_CUDA_PATH_STREAM && stream_ok ? E_STREAM : E_CHUNKED));
             for (int e = 0; e < E_COUNT; e++) {
                 med[e] = mn[e] = -1.0;
                 if (!(want[e] || e == fe) || ((e == E_STREAM || e == E_STREAM_NOPF) && !stream_ok))
@@ -495,15 +520,16 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             for (int r = 0; r < NROT; r++)
                 cudaGraphExecDestroy(b.graph[r]);
             /* token agreement between the GPU paths (same noise, same seeds) */
-            int64_t tk[7][MAXB];
-            int eng3[7] = {E_MMA,
+            int64_t tk[8][MAXB];
+            int eng3[8] = {E_MMA,
+                           E_WGMMA,
                            E_CHUNKED,
                            E_UGUMBEL,
                            E_CHUNKED_NS,
                            E_CHUNKED_CAP5,
                            stream_ok ? E_STREAM : E_CHUNKED,
                            stream_ok ? E_STREAM_NOPF : E_CHUNKED};
-            for (int k = 0; k < 7; k++) {
+            for (int k = 0; k < 8; k++) {
                 fls_status st = bench_sample(&b, eng3[k], 0, 0, 1);
                 if (st != FLS_OK) {
                     fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
@@ -514,19 +540,21 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             int agree = 0;
             for (int64_t i = 0; i < b.B; i++)
                 agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i] &&
-                         tk[0][i] == tk[4][i] && tk[0][i] == tk[5][i] && tk[0][i] == tk[6][i];
+                         tk[0][i] == tk[4][i] && tk[0][i] == tk[5][i] && tk[0][i] == tk[6][i] &&
+                         tk[0][i] == tk[7][i];
             double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
             double flops = 2.0 * (double)b.B * (double)b.V * (double)b.D;
             double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
             /* -1.000: not timed (--engines, or the stream kernel does not apply) */
             printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
-                   "%9.3f %9.3f "
+                   "%9.3f %9.3f %9.3f "
                    "| %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
-                   (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_STREAM],
-                   med[E_STREAM_NOPF], med[E_CHUNKED], med[E_CHUNKED_CAP5], med[E_CHUNKED_NS],
+                   (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_MMA], med[E_WGMMA],
+                   med[E_STREAM], med[E_STREAM_NOPF], med[E_CHUNKED], med[E_CHUNKED_CAP5], med[E_CHUNKED_NS],
                    med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS], med[E_UGUMBEL], med[E_UMULT], med[fe],
                    med[fe] / cub, med[fe] / med[E_FLOOR], flops / (med[fe] * 1e-3) / 1e12,
-                   fe == E_MMA ? "mma" : (fe == E_STREAM ? "stream" : "chunk"), agree, (long long)b.B);
+                   fe == E_MMA ? "mma" : (fe == E_WGMMA ? "wgmma" : (fe == E_STREAM ? "stream" : "chunk")),
+                   agree, (long long)b.B);
             if (fp) {
                 for (int e = 0; e <= E_COUNT; e++) {
                     int ee = e == E_COUNT ? fe : e;

@@ -12,12 +12,15 @@
 #   sanitizer.log   compute-sanitizer memcheck / racecheck
 #   bench.log       the benchmark table
 #   bench_gpu.csv   the benchmark CSV (long format)
+#   sass.txt        instruction counts of the tensor-core kernels' SASS (HGMMA, TMA, LDL/STL)
 #   summary.txt     the summary, also printed last
 #   ncu.txt         with FLS_GPU_NCU=1: Nsight Compute (--set full, clocks left alone) on one
 #                   B = 256 call of the chunked path's sampler and one B = 1 call of the
 #                   stream kernel: the details page and the stall / issue metrics
 #                   (FLS_GPU_NCU=stream or =chunked: that one only)
 # Environment: FLS_BENCH_ARGS (extra benchmark options, e.g. --engines ...),
+# FLS_GPU_TEST_ARGS (extra gpu_tests options, e.g. --only NAME), FLS_GPU_TEST_TIMEOUT and
+# FLS_GPU_BENCH_TIMEOUT (seconds; defaults 420 and 600: a hung kernel cannot eat the lease),
 # FLS_GPU_SAN_RUNS ('tool args:test;...', the compute-sanitizer runs; empty: none).
 # GSL (for stats/ and the audit): taken from the system if present, else from
 # .deb files in .gpudeps/ (libgsl27, libgslcblas0, libgsl-dev), unpacked into
@@ -100,9 +103,12 @@ echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
         for f in engine fused_mma fused_stream sample; do
             "$NVCC" $NV -c "kernels/$f.cu" -o "$BUILD/obj/$f.o" &
         done
+        "$NVCC" ${NV/compute_90,code=sm_90/compute_90a,code=sm_90a} -c kernels/fused_wgmma.cu \
+            -o "$BUILD/obj/fused_wgmma.o" &
         "$NVCC" $NV -c tools/bench_cuda.cu -o "$BUILD/bench_cuda.o" &
         wait
         ls "$BUILD/obj/engine.o" "$BUILD/obj/fused_mma.o" "$BUILD/obj/fused_stream.o" "$BUILD/obj/sample.o" \
+            "$BUILD/obj/fused_wgmma.o" \
             "$BUILD/bench_cuda.o" || ok=0
         ar rcs "$BUILD/lib/libflashsample.a" "$BUILD"/obj/*.o || ok=0
         CUDALIBS="-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcurand -lcudart -lstdc++ -lm -lpthread"
@@ -118,17 +124,23 @@ echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
 
 status_simd=SKIP
 if [ "$status_build" = PASS ]; then
+    # ---- SASS of the tensor-core kernels: instruction mix, no local memory ----
+    for o in $(find "$BUILD" -name 'fused_wgmma.o' -o -name 'fused_mma.o' -o -name 'fused_stream.o' | sort); do
+        echo "== $o"
+        cuobjdump -sass "$o" 2>&1 | grep -oE '\b(HGMMA|HMMA|UTMALDG|LDL|STL|SYNCS)[A-Z0-9._]*' | sort | uniq -c
+    done >"$OUT/sass.txt" 2>&1
     # ---- the CPU SIMD paths of this host (often AVX-512, which dev machines lack) ----
     if [ -x "$BUILD/tools/simd_check" ]; then
         if "$BUILD/tools/simd_check" >"$OUT/simd_check.log" 2>&1; then status_simd=PASS; else status_simd=FAIL; fi
     fi
     # ---- the gpu suite ----
-    "$BUILD/gpu_tests" $QUICK >"$OUT/gpu_tests.log" 2>&1
+    timeout "${FLS_GPU_TEST_TIMEOUT:-420}" "$BUILD/gpu_tests" $QUICK ${FLS_GPU_TEST_ARGS:-} >"$OUT/gpu_tests.log" 2>&1
     rc=$?
+    [ $rc -eq 124 ] && echo "gpu suite: timed out (FLS_GPU_TEST_TIMEOUT)" >>"$OUT/gpu_tests.log"
     if [ $rc -eq 0 ]; then status_tests=PASS; elif [ $rc -eq 77 ]; then status_tests=SKIP; fi
     # ---- the benchmark ----
-    if "$BUILD/tools/flashsample" bench --device cuda $QUICK ${FLS_BENCH_ARGS:-} --csv "$OUT/bench_gpu.csv" \
-        >"$OUT/bench.log" 2>&1; then
+    if timeout "${FLS_GPU_BENCH_TIMEOUT:-600}" "$BUILD/tools/flashsample" bench --device cuda $QUICK \
+        ${FLS_BENCH_ARGS:-} --csv "$OUT/bench_gpu.csv" >"$OUT/bench.log" 2>&1; then
         status_bench=PASS
     fi
     # ---- Nsight Compute on single kernels (optional) ----

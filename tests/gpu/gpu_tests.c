@@ -177,6 +177,11 @@ static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 16, 0, 0, "mma tb16", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 32, 0, 0, "mma tb32", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 64, 0, 0, "mma tb64", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 16, 0, 0, "wgmma n16", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 32, 0, 0, "wgmma n32", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 64, 0, 0, "wgmma n64", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 128, 0, 0, "wgmma n128", 0},
+    {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 0, 0, 0, "wgmma no-skip", 1},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_STREAM, 0, 0, 0, "stream", 0}, /* B <= 32; else chunked */
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 2048, 0, "chunked 2048", 0},
@@ -451,6 +456,8 @@ static void test_exact_tokens_shapes(void)
         {50257, 72, 5, 72, 72, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
         {50257, 64, 130, 64, 64, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 7},
         {2000, 32, 1024, 32, 32, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 11},
+        {3001, 40, 300, 40, 40, 4, FLS_DTYPE_BF16, FLS_DTYPE_BF16,
+         6}, /* B x draws > 1024: no running bound */
         {3001, 24, 6, 24, 24, 2, FLS_DTYPE_F32, FLS_DTYPE_F32, 0},
         {3001, 24, 6, 24, 24, 2, FLS_DTYPE_BF16, FLS_DTYPE_F32, 0},
         {151936, 128, 64, 128, 128, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 9},
@@ -487,14 +494,14 @@ static void test_agreement_random(void)
     void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
     int64_t n = B * draws;
     int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n), *tk = malloc(8 * (size_t)n),
-            *ts = malloc(8 * (size_t)n);
+            *ts = malloc(8 * (size_t)n), *tw = malloc(8 * (size_t)n);
     /* the stream kernel takes B <= 16 at D = 4096 (H in shared memory): its
      * run samples the first 16 rows (row seeds do not depend on B) */
     const int64_t Bs = B < 16 ? B : 16, ns = Bs * draws;
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(B * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * (size_t)n);
-    if (!W || !H || !tc || !tg || !tk || !ts || !dW || !dH || !dt) {
+    if (!W || !H || !tc || !tg || !tk || !ts || !tw || !dW || !dH || !dt) {
         failf("memory");
         goto done;
     }
@@ -513,8 +520,10 @@ static void test_agreement_random(void)
         }
         fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
         fls_row_params *rows = resolve_rows(&p, B);
-        const fls_cuda_path paths[3] = {FLS_CUDA_PATH_MMA, FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_STREAM};
-        for (int k = 0; k < 3; k++) {
+        const fls_cuda_path paths[4] = {FLS_CUDA_PATH_MMA, FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_STREAM,
+                                        FLS_CUDA_PATH_WGMMA};
+        int64_t *dst[4] = {tg, tk, ts, tw};
+        for (int k = 0; k < 4; k++) {
             fls_request req = {rows, k == 2 ? Bs : B, V, draws, FLS_METHOD_FUSED};
             dHm.rows = req.batch;
             fls_outputs og = {(int64_t *)dt, NULL, NULL};
@@ -526,11 +535,12 @@ static void test_agreement_random(void)
                 failf("gpu: %s", fls_status_string(st));
                 break;
             }
-            fls_cuda_memcpy(k == 0 ? tg : (k == 1 ? tk : ts), dt, 8 * (size_t)n, 0);
+            fls_cuda_memcpy(dst[k], dt, 8 * (size_t)n, 0);
         }
         free(rows);
-        int64_t agree = 0, agree_k = 0, agree_paths = 0, agree_s = 0;
+        int64_t agree = 0, agree_k = 0, agree_paths = 0, agree_s = 0, agree_w = 0;
         for (int64_t i = 0; i < n; i++) {
+            agree_w += tw[i] == tc[i];
             agree += tg[i] == tc[i];
             agree_k += tk[i] == tc[i];
             agree_paths += tk[i] == tg[i];
@@ -544,7 +554,9 @@ static void test_agreement_random(void)
                (long long)agree_k, (long long)n, 100.0 * agree_k / n, (long long)agree_paths, (long long)n);
         printf("    AGREEMENT stream (first %lld rows) vs cpu %lld/%lld (%.4f%%)\n", (long long)Bs,
                (long long)agree_s, (long long)ns, 100.0 * agree_s / ns);
-        if (agree * 1000 < n * 999 || agree_s * 1000 < ns * 999)
+        printf("    AGREEMENT wgmma vs cpu %lld/%lld (%.4f%%)\n", (long long)agree_w, (long long)n,
+               100.0 * agree_w / n);
+        if (agree * 1000 < n * 999 || agree_s * 1000 < ns * 999 || agree_w * 1000 < n * 999)
             failf("agreement below 99.9%%");
     }
 done:
@@ -554,6 +566,7 @@ done:
     free(tg);
     free(tk);
     free(ts);
+    free(tw);
     fls_cuda_free(dW);
     fls_cuda_free(dH);
     fls_cuda_free(dt);
@@ -995,6 +1008,9 @@ static void test_goodness_of_fit(void)
     gof_case("zipf fused mma", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
     gof_case("heavy-tail fused mma", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
     gof_case("masked fused mma", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
+    gof_case("zipf fused wgmma", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 1);
+    gof_case("heavy-tail fused wgmma", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 1);
+    gof_case("masked fused wgmma", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 1);
     gof_case("zipf fused chunked", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 1);
     gof_case("heavy-tail unfused gumbel", heavy, V, 0.7f, N, FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO,
              1);
