@@ -41,8 +41,8 @@ typedef struct fls_cuda_opts {
     int gemm_only;             /* CHUNKED / WGMMA path, benchmark only: the GEMMs without the
                                   sampler (outputs are garbage; use with no_sync) */
     int wg_epi_warps;          /* WGMMA path: sampling warps per CTA (0: default: 7 at tile_b
-                                  16, 11 at 32 and 128, 15 at 64; 7 or 11 at 32, 11 or 15 at
-                                  64 and 128) */
+                                  16, 11 at 32 and 128, 15 at 64; 7 or 11 at 32 and 128, 11
+                                  or 15 at 64) */
     int stream_no_l2_prefetch; /* STREAM path, benchmark: W loads without the 256-byte L2
                                   prefetch hint (same tokens) */
     int seg_cap5;              /* CHUNKED / from-logits, benchmark: the segment sampler compiled

@@ -39,9 +39,11 @@
 template <int N, int E_> struct fls_wg_cfg {
     static constexpr int E = E_;                       /* epilogue warps */
     static constexpr int NTHREADS = 128 + 32 + 32 * E; /* E = 7, 11 or 15: whole warpgroups */
-    /* With N = 128 the MMA warpgroup needs 128 accumulators: at 512 or 640
-     * threads (128 or 96 registers each at entry) it takes 184 and the other
-     * warpgroups give theirs up (104 or 72; the CTA's pool is unchanged). */
+    /* With N = 128 the MMA warpgroup needs 128 accumulators: at 512 threads
+     * (128 registers each at entry) it takes 184 and the other warpgroups
+     * give theirs up (104; the CTA's pool is unchanged). 640 threads (96 at
+     * entry, 72 after the split) spilled in the sampler and ran slower
+     * (docs/PERF.md GPU v6), so N = 128 has 7 or 11 sampling warps. */
     static constexpr bool REG_SPLIT = NTHREADS >= 512 && N >= 128;
     static constexpr int REG_MMA = 184;
     static constexpr int REG_REST = NTHREADS == 512 ? 104 : 72;
@@ -534,8 +536,8 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     FLS_WG_CASE(32, 11)
     FLS_WG_CASE(64, 11)
     FLS_WG_CASE(64, 15)
+    FLS_WG_CASE(128, 7)
     FLS_WG_CASE(128, 11)
-    FLS_WG_CASE(128, 15)
 #undef FLS_WG_CASE
     return cudaErrorInvalidValue;
 }

@@ -184,13 +184,13 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_N64 ||
              engine == E_WGMMA_NS) {
         /* _gemm_only: the mainloop without the sampler; _xe: the other
-         * number of sampling warps (15 at tile 128, 11 at 64, 7 at 32);
+         * number of sampling warps (7 at tiles 32 and 128, 11 at 64);
          * _n64: 64-row batch tiles */
         o.path = FLS_CUDA_PATH_WGMMA;
         o.gemm_only = engine == E_WGMMA_GEMM;
         const int tile = b->B <= 16 ? 16 : (b->B <= 32 ? 32 : (b->B <= 64 ? 64 : 128));
         if (engine == E_WGMMA_XE)
-            o.wg_epi_warps = tile == 128 ? 15 : (tile == 64 ? 11 : 7);
+            o.wg_epi_warps = tile == 64 ? 11 : 7;
         if (engine == E_WGMMA_N64)
             o.tile_b = 64;
         o.no_skip = engine == E_WGMMA_NS;
