@@ -40,13 +40,13 @@ template <int N, int E_> struct fls_wg_cfg {
     static constexpr int E = E_;                       /* epilogue warps */
     static constexpr int NTHREADS = 128 + 32 + 32 * E; /* E = 7, 11 or 15: whole warpgroups */
     /* With N = 128 the MMA warpgroup needs 128 accumulators: at 512 threads
-     * (128 registers each at entry) it takes 184 and the other warpgroups
-     * give theirs up (104; the CTA's pool is unchanged). 640 threads (96 at
+     * (128 registers each at entry) it takes 176 and the other warpgroups
+     * give theirs up (112; the CTA's pool is unchanged). 640 threads (96 at
      * entry, 72 after the split) spilled in the sampler and ran slower
      * (docs/PERF.md GPU v6), so N = 128 has 7 or 11 sampling warps. */
     static constexpr bool REG_SPLIT = NTHREADS >= 512 && N >= 128;
-    static constexpr int REG_MMA = 184;
-    static constexpr int REG_REST = NTHREADS == 512 ? 104 : 72;
+    static constexpr int REG_MMA = 176;
+    static constexpr int REG_REST = 112;
     static_assert(NTHREADS % 128 == 0, "roles are whole warpgroups (setmaxnreg)");
     static constexpr int W_BYTES = WG_TV * WG_BK * 2;
     static constexpr int H_BYTES = N * WG_BK * 2;
@@ -154,8 +154,8 @@ template <int R> __device__ __forceinline__ void fls_wg_pin(float (&d)[R])
 }
 
 /*
- * One warp samples row b of one tile: the 128 logits S[0..128) (shared
- * memory; tokens v0 + i, i < n valid), entry e of the row. Lane p holds
+ * One warp samples rows b[r] of one tile: the 128 logits S[r][0..128)
+ * (shared memory; tokens v0 + i, i < n valid), entry e of each row. Lane p holds
  * tokens 2p, 2p + 1, 64 + 2p, 65 + 2p: two Philox blocks per lane, all
  * straight-line code (no loop: two independent chains per lane).
  *
@@ -170,116 +170,138 @@ template <int R> __device__ __forceinline__ void fls_wg_pin(float (&d)[R])
  * whose tokens all skip writes the empty entry 0, which the finalize max
  * ignores; every key that is computed is the plain loop's key, bit for bit.
  */
-__device__ __forceinline__ void fls_wg_sample_row(const float *S, int n, uint64_t v0, int b, int e,
-                                                  const fls_row_params &rp, const fls_ws &ws, int lane,
-                                                  const float *gb, float *thr)
+template <int R>
+__device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], int n, uint64_t v0,
+                                                   const int (&b)[R], int e, const fls_row_params (&rp)[R],
+                                                   const fls_ws &ws, int lane, const float *gb,
+                                                   float *const (&thr)[R])
 {
-    const float T = rp.temperature;
+    /* R rows at once: their chains are independent, so the scheduler can
+     * interleave them (the sampler is latency-bound, docs/PERF.md GPU v6) */
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
-    const float2 ra = *(const float2 *)(S + i0), rc = *(const float2 *)(S + i1);
-    float l[4] = {ra.x, ra.y, rc.x, rc.y};
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
-    bool nan = false;
-    float lm = -INFINITY;
-    int li = -1;
+    float x[R][4], mx[R];
+    bool nan[R];
+    int i_seed[R];
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if (ix[k] >= n)
-            l[k] = -INFINITY;
-        nan |= isnan(l[k]);
-        if (l[k] > lm) {
-            lm = l[k];
-            li = ix[k];
+    for (int r = 0; r < R; r++) {
+        const float T = rp[r].temperature;
+        const float2 ra = *(const float2 *)(S[r] + i0), rc = *(const float2 *)(S[r] + i1);
+        float l[4] = {ra.x, ra.y, rc.x, rc.y};
+        bool nn = false;
+        float lm = -INFINITY;
+        int li = -1;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (ix[k] >= n)
+                l[k] = -INFINITY;
+            nn |= isnan(l[k]);
+            if (l[k] > lm) {
+                lm = l[k];
+                li = ix[k];
+            }
         }
-    }
-    nan = __any_sync(FLS_FULL_MASK, nan);
-    const float lmax = fls_warp_maxf(lm);
-    const float mx = fls_temper(lmax, T);
-    if (lane == 0) {
-        if (nan)
-            *ws.nanflag = ws.epoch;
-        if (mx > -INFINITY)
-            ws.finite[b] = ws.epoch;
-    }
-    float x[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        x[k] = fls_temper(l[k], T);
-    if (ws.want_lse) {
-        float s = 0.0f;
-        if (mx > -INFINITY) {
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                if (ix[k] < n)
-                    s = __fadd_rn(s, expf(__fsub_rn(x[k], mx)));
-        }
-        s = fls_warp_sumf(s);
+        nan[r] = __any_sync(FLS_FULL_MASK, nn);
+        const float lmax = fls_warp_maxf(lm);
+        mx[r] = fls_temper(lmax, T);
         if (lane == 0) {
-            ws.m[(int64_t)b * ws.nent + e] = mx;
-            ws.s[(int64_t)b * ws.nent + e] = s;
+            if (nan[r])
+                *ws.nanflag = ws.epoch;
+            if (mx[r] > -INFINITY)
+                ws.finite[b[r]] = ws.epoch;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            x[r][k] = fls_temper(l[k], T);
+        /* the tile's max-logit token (lowest lane holding it), for the seed */
+        const unsigned mball = __ballot_sync(FLS_FULL_MASK, li >= 0 && lm == lmax);
+        i_seed[r] = mball ? __shfl_sync(FLS_FULL_MASK, li, __ffs(mball) - 1) : -1;
+    }
+    if (ws.want_lse) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float s = 0.0f;
+            if (mx[r] > -INFINITY) {
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (ix[k] < n)
+                        s = __fadd_rn(s, expf(__fsub_rn(x[r][k], mx[r])));
+            }
+            s = fls_warp_sumf(s);
+            if (lane == 0) {
+                ws.m[(int64_t)b[r] * ws.nent + e] = mx[r];
+                ws.s[(int64_t)b[r] * ws.nent + e] = s;
+            }
         }
     }
-    /* the tile's max-logit token (lowest lane holding it), for the seed */
-    const unsigned mball = __ballot_sync(FLS_FULL_MASK, li >= 0 && lm == lmax);
-    const int i_seed = mball ? __shfl_sync(FLS_FULL_MASK, li, __ffs(mball) - 1) : -1;
     for (int j = 0; j < ws.nd; j++) {
         const uint32_t d = ws.draw_base + (uint32_t)j;
-        unsigned long long best = 0;
-        float bx = -INFINITY, bk = -INFINITY;
-        float t = -INFINITY;
-        if (!nan && T == 0.0f) {
+        unsigned long long best[R];
+        float bx[R], bk[R], t[R];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const unsigned long long pk = fls_pack(x[k], (uint32_t)(v0 + (uint64_t)ix[k]));
-                if (ix[k] < n && pk > best) {
-                    best = pk;
-                    bx = x[k];
+        for (int r = 0; r < R; r++) {
+            best[r] = 0;
+            bx[r] = bk[r] = t[r] = -INFINITY;
+            if (!nan[r] && rp[r].temperature == 0.0f) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const unsigned long long pk = fls_pack(x[r][k], (uint32_t)(v0 + (uint64_t)ix[k]));
+                    if (ix[k] < n && pk > best[r]) {
+                        best[r] = pk;
+                        bx[r] = x[r][k];
+                    }
                 }
+                continue;
             }
-        } else if (!nan) {
+            if (nan[r])
+                continue;
             if (gb) {
-                t = thr ? thr[j] : -INFINITY;
-                if (t == -INFINITY && i_seed >= 0 && mx > -INFINITY) {
-                    const uint64_t vs = v0 + (uint64_t)i_seed;
-                    const uint64_t ks = fls_pair_bits(fls_philox_pair(rp.seed, rp.offset, d, vs), vs);
-                    t = __fadd_rn(mx, gb[FLS_GB_N + (int)(ks >> FLS_GB_SHIFT)]);
+                t[r] = thr[r] ? thr[r][j] : -INFINITY;
+                if (t[r] == -INFINITY && i_seed[r] >= 0 && mx[r] > -INFINITY) {
+                    const uint64_t vs = v0 + (uint64_t)i_seed[r];
+                    const uint64_t ks = fls_pair_bits(fls_philox_pair(rp[r].seed, rp[r].offset, d, vs), vs);
+                    t[r] = __fadd_rn(mx[r], gb[FLS_GB_N + (int)(ks >> FLS_GB_SHIFT)]);
                 }
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const float xa = x[2 * h], xb = x[2 * h + 1];
-                if (ix[2 * h] < n && !(__fadd_rn(fmaxf(xa, xb), FLS_GUMBEL_MAX) < t)) {
-                    const uint4 r = fls_philox_pair(rp.seed, rp.offset, d, v0 + (uint64_t)ix[2 * h]);
-                    const uint64_t kk[2] = {((uint64_t)r.y << 32) | r.x, ((uint64_t)r.w << 32) | r.z};
+                const float xa = x[r][2 * h], xb = x[r][2 * h + 1];
+                if (ix[2 * h] < n && !(__fadd_rn(fmaxf(xa, xb), FLS_GUMBEL_MAX) < t[r])) {
+                    const uint4 q = fls_philox_pair(rp[r].seed, rp[r].offset, d, v0 + (uint64_t)ix[2 * h]);
+                    const uint64_t kk[2] = {((uint64_t)q.y << 32) | q.x, ((uint64_t)q.w << 32) | q.z};
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         const int k = 2 * h + u;
                         const bool cand =
-                            ix[k] < n && (!gb || !(__fadd_rn(x[k], gb[(int)(kk[u] >> FLS_GB_SHIFT)]) < t));
+                            ix[k] < n &&
+                            (!gb || !(__fadd_rn(x[r][k], gb[(int)(kk[u] >> FLS_GB_SHIFT)]) < t[r]));
                         if (cand) {
-                            const float key = __fadd_rn(x[k], fls_gumbel_dev(kk[u]));
+                            const float key = __fadd_rn(x[r][k], fls_gumbel_dev(kk[u]));
                             const unsigned long long pk = fls_pack(key, (uint32_t)(v0 + (uint64_t)ix[k]));
-                            if (pk > best) {
-                                best = pk;
-                                bx = x[k];
-                                bk = key;
+                            if (pk > best[r]) {
+                                best[r] = pk;
+                                bx[r] = x[r][k];
+                                bk[r] = key;
                             }
                         }
                     }
                 }
             }
         }
-        const unsigned long long w = fls_warp_max_u64(best);
-        const unsigned ball = __ballot_sync(FLS_FULL_MASK, best == w);
-        const int src = __ffs(ball) - 1;
-        const float wx = __shfl_sync(FLS_FULL_MASK, bx, src);
-        const float wk = __shfl_sync(FLS_FULL_MASK, bk, src);
-        if (lane == 0) {
-            const int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
-            ws.best[idx] = w;
-            ws.xw[idx] = wx;
-            if (thr && w != 0 && wk > thr[j])
-                thr[j] = wk; /* an exact key of this row: a lower bound of its winner's */
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const unsigned long long w = fls_warp_max_u64(best[r]);
+            const unsigned ball = __ballot_sync(FLS_FULL_MASK, best[r] == w);
+            const int src = __ffs(ball) - 1;
+            const float wx = __shfl_sync(FLS_FULL_MASK, bx[r], src);
+            const float wk = __shfl_sync(FLS_FULL_MASK, bk[r], src);
+            if (lane == 0) {
+                const int64_t idx = ((int64_t)b[r] * ws.nd + j) * ws.nent + e;
+                ws.best[idx] = w;
+                ws.xw[idx] = wx;
+                if (thr[r] && w != 0 && wk > thr[r][j])
+                    thr[r][j] = wk; /* an exact key of this row: a lower bound of its winner's */
+            }
         }
     }
     __syncwarp();
@@ -433,14 +455,26 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             const int64_t v0 = (int64_t)vt * WG_TV;
             const int n = (int)min((int64_t)WG_TV, a.V - v0);
             /* one entry per (row, tile): entry vt; row bl always goes to warp bl % E */
-            fls_row_params rn = ew < nb ? a.rows[bt * N + ew] : fls_row_params();
-            for (int bl = ew; bl < nb; bl += C::E) {
-                const int b = bt * N + bl;
-                const fls_row_params rp = rn;
-                if (bl + C::E < nb)
-                    rn = a.rows[b + C::E]; /* the next row's parameters load under this row's work */
-                fls_wg_sample_row(S + bl * C::SP, n, (uint64_t)v0, b, vt, rp, a.ws, lane, gb,
-                                  thr_all ? thr_all + (int64_t)b * a.ws.nd : NULL);
+            /* rows ew, ew + E, ... (one owner warp per row), two at a time
+             * for N <= 64; at N = 128 one at a time measured faster
+             * (docs/PERF.md GPU v6, run 9) */
+            constexpr int STEP = N <= 64 ? 2 : 1;
+            for (int bl = ew; bl < nb; bl += STEP * C::E) {
+                const int b0 = bt * N + bl;
+                float *t0 = thr_all ? thr_all + (int64_t)b0 * a.ws.nd : NULL;
+                if (STEP == 2 && bl + C::E < nb) {
+                    const int bb[2] = {b0, b0 + C::E};
+                    const fls_row_params rr[2] = {a.rows[bb[0]], a.rows[bb[1]]};
+                    const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
+                    float *const tt[2] = {t0, thr_all ? thr_all + (int64_t)bb[1] * a.ws.nd : NULL};
+                    fls_wg_sample_rows<2>(ss, n, (uint64_t)v0, bb, vt, rr, a.ws, lane, gb, tt);
+                } else {
+                    const int bb[1] = {b0};
+                    const fls_row_params rr[1] = {a.rows[b0]};
+                    const float *const ss[1] = {S + bl * C::SP};
+                    float *const tt[1] = {t0};
+                    fls_wg_sample_rows<1>(ss, n, (uint64_t)v0, bb, vt, rr, a.ws, lane, gb, tt);
+                }
             }
             fls_mbar_arrive(SFREE(buf));
         }
