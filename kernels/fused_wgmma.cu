@@ -14,11 +14,13 @@
  *              shared memory and goes straight on to the next tile;
  *   warp 4     the producer: one lane issues the TMA copies of W's and H's
  *              K-blocks (64 wide, 128-byte swizzle) into a ring of stages;
- *   warps 5..  E epilogue warps: the warp sampler of common.cuh
- *              (fls_warp_segment, the same code as every other path) turns
- *              S into one partial winner per (row, segment, draw) — so the
- *              noise runs on the CUDA cores while the tensor cores and the
- *              copy engine work on the next tile.
+ *   warps 5..  E = 7, 11 or 15 sampling warps: fls_wg_sample_rows turns S
+ *              into one partial winner per (row, tile, draw) with the
+ *              contract's noise and common.cuh's key, packing and bound
+ *              helpers (the same keys as every other path), skipping
+ *              exactly with a per-row running bound — so the noise runs on
+ *              the CUDA cores while the tensor cores and the copy engine
+ *              work on the next tile.
  *
  * Hand-offs are mbarriers: full/empty per stage (copy engine -> MMA ->
  * producer) and sfull/sfree per logits buffer (MMA -> epilogue -> MMA).
