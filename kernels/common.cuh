@@ -243,6 +243,35 @@ __device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0
     __syncwarp();
 }
 
+/* The row's NaN and finite marks for one segment or tile (lane 0 writes). */
+__device__ __forceinline__ void fls_row_marks(const fls_ws &ws, int b, bool nan, float mx, int lane)
+{
+    if (lane == 0) {
+        if (nan)
+            *ws.nanflag = ws.epoch;
+        if (mx > -INFINITY)
+            ws.finite[b] = ws.epoch;
+    }
+}
+
+/* Warp-collective: the warp's winner (max of the lanes' packed best) of row
+ * b, draw j of the pass, entry e into the workspace, with the winner's x;
+ * returns it, and in src the lowest lane holding it. */
+__device__ __forceinline__ unsigned long long fls_warp_put_winner(unsigned long long best, float bx,
+                                                                  const fls_ws &ws, int b, int j, int e,
+                                                                  int lane, int &src)
+{
+    const unsigned long long w = fls_warp_max_u64(best);
+    src = __ffs(__ballot_sync(FLS_FULL_MASK, best == w)) - 1;
+    const float wx = __shfl_sync(FLS_FULL_MASK, bx, src);
+    if (lane == 0) {
+        const int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
+        ws.best[idx] = w;
+        ws.xw[idx] = wx;
+    }
+    return w;
+}
+
 /*
  * One warp samples one segment: n logits S[0..n) (stride 1, generic memory:
  * shared or global) of row b, global token index v0 + i, v0 even. Writes the
@@ -286,12 +315,7 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
     nan = __any_sync(FLS_FULL_MASK, nan);
     const float lmax = fls_warp_maxf(lm);
     const float mx = fls_temper(lmax, T);
-    if (lane == 0) {
-        if (nan)
-            *ws.nanflag = ws.epoch;
-        if (mx > -INFINITY)
-            ws.finite[b] = ws.epoch;
-    }
+    fls_row_marks(ws, b, nan, mx, lane);
     if (ws.want_lse) {
         /* sum of exp(x - max) with the accurate expf (no fast math) */
         float s = 0.0f;
@@ -355,14 +379,8 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
                 }
             }
         }
-        unsigned long long w = fls_warp_max_u64(best);
-        unsigned ball = __ballot_sync(FLS_FULL_MASK, best == w);
-        float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
-        if (lane == 0) {
-            int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
-            ws.best[idx] = w;
-            ws.xw[idx] = wx;
-        }
+        int src;
+        (void)fls_warp_put_winner(best, bx, ws, b, j, e, lane, src);
     }
 }
 
@@ -489,10 +507,9 @@ cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int6
 #define FLS_MMA_TV 128
 /* The fused wgmma kernel (fused_wgmma.cu, sm_90a): same operand rules as
  * the mma.sync kernel; entries: ceil(V / 128) per row. tile_n = batch rows
- * per tile (16, 32, 64, 128), fls_wgmma_tile_n(B) by default; epi_warps =
+ * per tile (16, 32, 64, 128), fls_cuda_wgmma_tile_n(B) (fls_cuda.h) by default; epi_warps =
  * sampling warps (0: the default for tile_n); sample = 0 skips the sampler
  * (benchmark only: outputs are garbage). */
-int fls_wgmma_tile_n(int64_t B);
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,

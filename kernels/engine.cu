@@ -372,7 +372,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
             if (tile_b != 8 && tile_b != 16 && tile_b != 32 && tile_b != 64)
                 return FLS_ERR_PARAM;
         } else if (kind == K_WGMMA) {
-            tile_b = opts.tile_b ? opts.tile_b : fls_wgmma_tile_n(B);
+            tile_b = opts.tile_b ? opts.tile_b : fls_cuda_wgmma_tile_n(B);
             if (tile_b != 16 && tile_b != 32 && tile_b != 64 && tile_b != 128)
                 return FLS_ERR_PARAM;
         } else if (kind == K_CHUNKED) {

@@ -60,6 +60,9 @@ fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matri
  * dtype, 16-byte aligned rows are checked per call). */
 int fls_cuda_stream_supported(int64_t B, int64_t D);
 
+/* Batch rows per tile the WGMMA path takes by default for B rows (16, 32, 64, 128). */
+int fls_cuda_wgmma_tile_n(int64_t B);
+
 /* The path FLS_CUDA_PATH_AUTO picks for this shape (for logs and tests;
  * with draws > 1 a STREAM pick runs CHUNKED). */
 fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd);

@@ -206,12 +206,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
         nan[r] = __any_sync(FLS_FULL_MASK, nn);
         const float lmax = fls_warp_maxf(lm);
         mx[r] = fls_temper(lmax, T);
-        if (lane == 0) {
-            if (nan[r])
-                *ws.nanflag = ws.epoch;
-            if (mx[r] > -INFINITY)
-                ws.finite[b[r]] = ws.epoch;
-        }
+        fls_row_marks(ws, b[r], nan[r], mx[r], lane);
 #pragma unroll
         for (int k = 0; k < 4; k++)
             x[r][k] = fls_temper(l[k], T);
@@ -278,13 +273,11 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
                             ix[k] < n &&
                             (!gb || !(__fadd_rn(x[r][k], gb[(int)(kk[u] >> FLS_GB_SHIFT)]) < t[r]));
                         if (cand) {
-                            const float key = __fadd_rn(x[r][k], fls_gumbel_dev(kk[u]));
-                            const unsigned long long pk = fls_pack(key, (uint32_t)(v0 + (uint64_t)ix[k]));
-                            if (pk > best[r]) {
-                                best[r] = pk;
-                                bx[r] = x[r][k];
+                            const unsigned long long before = best[r];
+                            const float key = fls_exact_key(kk[u], x[r][k], (uint32_t)(v0 + (uint64_t)ix[k]),
+                                                            best[r], bx[r]);
+                            if (best[r] != before)
                                 bk[r] = key;
-                            }
                         }
                     }
                 }
@@ -292,18 +285,11 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const unsigned long long w = fls_warp_max_u64(best[r]);
-            const unsigned ball = __ballot_sync(FLS_FULL_MASK, best[r] == w);
-            const int src = __ffs(ball) - 1;
-            const float wx = __shfl_sync(FLS_FULL_MASK, bx[r], src);
+            int src;
+            const unsigned long long w = fls_warp_put_winner(best[r], bx[r], ws, b[r], j, e, lane, src);
             const float wk = __shfl_sync(FLS_FULL_MASK, bk[r], src);
-            if (lane == 0) {
-                const int64_t idx = ((int64_t)b[r] * ws.nd + j) * ws.nent + e;
-                ws.best[idx] = w;
-                ws.xw[idx] = wx;
-                if (thr[r] && w != 0 && wk > thr[r][j])
-                    thr[r][j] = wk; /* an exact key of this row: a lower bound of its winner's */
-            }
+            if (lane == 0 && thr[r] && w != 0 && wk > thr[r][j])
+                thr[r][j] = wk; /* an exact key of this row: a lower bound of its winner's */
         }
     }
     __syncwarp();
@@ -536,7 +522,7 @@ static cudaError_t fls_wg_launch(const fls_wg_args &a, int sm_count, cudaStream_
     return cudaGetLastError();
 }
 
-int fls_wgmma_tile_n(int64_t B)
+extern "C" int fls_cuda_wgmma_tile_n(int64_t B)
 {
     return B <= 16 ? 16 : (B <= 32 ? 32 : (B <= 64 ? 64 : 128));
 }

@@ -128,7 +128,6 @@ enum {
     E_WGMMA,
     E_WGMMA_GEMM,
     E_WGMMA_XE,
-    E_WGMMA_N64,
     E_WGMMA_NS,
     E_COUNT
 };
@@ -149,7 +148,6 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "fused_wgmma",
                                             "wgmma_gemm_only",
                                             "fused_wgmma_xe",
-                                            "fused_wgmma_n64",
                                             "fused_wgmma_noskip"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
@@ -181,19 +179,14 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     }
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
-    else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_N64 ||
-             engine == E_WGMMA_NS) {
+    else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_NS) {
         /* _gemm_only: the mainloop without the sampler; _xe: the other
-         * number of sampling warps (7 at tiles 32 and 128, 11 at 64);
-         * _n64: 64-row batch tiles */
+         * number of sampling warps (7 at tiles 32 and 128, 11 at 64) */
         o.path = FLS_CUDA_PATH_WGMMA;
         o.gemm_only = engine == E_WGMMA_GEMM;
-        const int tile = b->B <= 16 ? 16 : (b->B <= 32 ? 32 : (b->B <= 64 ? 64 : 128));
-        if (engine == E_WGMMA_XE)
-            o.wg_epi_warps = tile == 64 ? 11 : 7;
-        if (engine == E_WGMMA_N64)
-            o.tile_b = 64;
         o.no_skip = engine == E_WGMMA_NS;
+        if (engine == E_WGMMA_XE)
+            o.wg_epi_warps = fls_cuda_wgmma_tile_n(b->B) == 64 ? 11 : 7;
     } else if (engine == E_STREAM || engine == E_STREAM_NOPF)
         o.path = FLS_CUDA_PATH_STREAM;
     else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM ||

@@ -189,7 +189,7 @@ static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked no-skip", 1},
     {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel", 0},
 };
-#define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+#define N_CFGS    ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
 /* Resolve params into a request the way the front end does (for fls_cuda_run). */
 static fls_row_params *resolve_rows(const fls_params *p, int64_t B)
@@ -898,6 +898,11 @@ static double chisq_p(const int64_t *count, const double *prob, int64_t V, int64
     return bins > 1 ? gammq(0.5 * (bins - 1), 0.5 * chi2) : 1.0;
 }
 
+/* The goodness-of-fit cases of test_goodness_of_fit (the Bonferroni
+ * divisor; the test checks that it ran exactly this many). */
+#define GOF_CASES 15
+static int g_gof_runs;
+
 static void gof_case(const char *name, const float *logits, int64_t V, float T, int64_t N, fls_method method,
                      fls_cuda_path path, int fused)
 {
@@ -982,12 +987,14 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
     free(tok);
     CHECK(st == FLS_OK, "%s: %s", name, fls_status_string(st));
     CHECK(masked_hits == 0, "%s: a zero-probability token was sampled", name);
-    /* 12 cases, family-wise false-failure budget 1e-4 (Bonferroni) */
-    CHECK(pv >= 1e-4 / 12, "%s: chi-square p = %.3g", name, pv);
+    /* family-wise false-failure budget 1e-4 over the GOF_CASES cases (Bonferroni) */
+    g_gof_runs++;
+    CHECK(pv >= 1e-4 / GOF_CASES, "%s: chi-square p = %.3g", name, pv);
 }
 
 static void test_goodness_of_fit(void)
 {
+    g_gof_runs = 0;
     const int64_t N = g_quick ? 200000 : 1000000;
     const int64_t V = 3000;
     float *zipf = malloc(4 * V), *heavy = malloc(4 * V), *masked = malloc(4 * V);
@@ -1016,6 +1023,8 @@ static void test_goodness_of_fit(void)
              1);
     gof_case("masked fused multinomial", masked, V, 1.3f, N, FLS_METHOD_UNFUSED_MULTINOMIAL,
              FLS_CUDA_PATH_AUTO, 1);
+    CHECK(g_gof_runs == GOF_CASES, "%d goodness-of-fit cases ran, the Bonferroni divisor assumes %d",
+          g_gof_runs, GOF_CASES);
     free(zipf);
     free(heavy);
     free(masked);
