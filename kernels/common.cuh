@@ -35,6 +35,8 @@ struct fls_ws {
     float *m, *s;             /* [b * nent + e] log-sum-exp partials (max, sum exp(x - max)) */
     unsigned *finite;         /* [B]: == epoch when the row has a logit > -inf */
     unsigned *nanflag;        /* [1]: == epoch when some logit is NaN */
+    unsigned *tempflag;       /* [1]: == epoch when a finite logit's l / T overflowed (the CPU
+                                 engine's FLS_ERR_TEMPERATURE) */
     unsigned *status;         /* [2]: (epoch, code) written by the finalize kernel */
     unsigned *counter; /* [1]: CTAs done (fused stream kernel's last-CTA finalize); 0 between launches */
     unsigned epoch;
@@ -243,6 +245,13 @@ __device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0
     __syncwarp();
 }
 
+/* A finite logit whose tempered value l / T is infinite: the CPU engine's
+ * FLS_ERR_TEMPERATURE. */
+__device__ __forceinline__ bool fls_temper_overflows(float l, float x)
+{
+    return isfinite(l) && isinf(x);
+}
+
 /* The row's NaN and finite marks for one segment or tile (lane 0 writes). */
 __device__ __forceinline__ void fls_row_marks(const fls_ws &ws, int b, bool nan, float mx, int lane)
 {
@@ -254,16 +263,26 @@ __device__ __forceinline__ void fls_row_marks(const fls_ws &ws, int b, bool nan,
     }
 }
 
-/* Warp-collective: the warp's winner (max of the lanes' packed best) of row
- * b, draw j of the pass, entry e into the workspace, with the winner's x;
- * returns it, and in src the lowest lane holding it. */
+/* Warp-collective: the warp's winner (max of the lanes' packed best), the
+ * lowest lane holding it (src) and its x (wx). */
+__device__ __forceinline__ unsigned long long fls_warp_winner(unsigned long long best, float bx, int &src,
+                                                              float &wx)
+{
+    const unsigned long long w = fls_warp_max_u64(best);
+    src = __ffs(__ballot_sync(FLS_FULL_MASK, best == w)) - 1;
+    wx = __shfl_sync(FLS_FULL_MASK, bx, src);
+    return w;
+}
+
+/* Warp-collective: the warp's winner of row b, draw j of the pass, entry e
+ * into the workspace, with the winner's x; returns it, and in src the lowest
+ * lane holding it. */
 __device__ __forceinline__ unsigned long long fls_warp_put_winner(unsigned long long best, float bx,
                                                                   const fls_ws &ws, int b, int j, int e,
                                                                   int lane, int &src)
 {
-    const unsigned long long w = fls_warp_max_u64(best);
-    src = __ffs(__ballot_sync(FLS_FULL_MASK, best == w)) - 1;
-    const float wx = __shfl_sync(FLS_FULL_MASK, bx, src);
+    float wx;
+    const unsigned long long w = fls_warp_winner(best, bx, src, wx);
     if (lane == 0) {
         const int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
         ws.best[idx] = w;
@@ -292,13 +311,15 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
     const int np = (n + 1) >> 1;
     /* max x = fl(max l / T): division by T > 0 is monotone, so one division
      * per segment instead of one per token; lm is a logit of token li */
-    float lm = -INFINITY;
+    float lm = -INFINITY, ln = INFINITY; /* ln: the smallest finite logit */
     int li = -1;
     bool nan = false;
     for (int p = lane; p < np; p += 32) {
         int i = 2 * p;
         float l0 = S[i];
         nan |= isnan(l0);
+        if (l0 > -INFINITY)
+            ln = fminf(ln, l0);
         if (l0 > lm) {
             lm = l0;
             li = i;
@@ -306,6 +327,8 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
         if (i + 1 < n) {
             float l1 = S[i + 1];
             nan |= isnan(l1);
+            if (l1 > -INFINITY)
+                ln = fminf(ln, l1);
             if (l1 > lm) {
                 lm = l1;
                 li = i + 1;
@@ -316,6 +339,11 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
     const float lmax = fls_warp_maxf(lm);
     const float mx = fls_temper(lmax, T);
     fls_row_marks(ws, b, nan, mx, lane);
+    /* l / T of a finite l overflows at the extremes first (monotone) */
+    ln = -fls_warp_maxf(-ln);
+    if (lane == 0 &&
+        (fls_temper_overflows(lmax, mx) || (ln < INFINITY && fls_temper_overflows(ln, fls_temper(ln, T)))))
+        *ws.tempflag = ws.epoch;
     if (ws.want_lse) {
         /* sum of exp(x - max) with the accurate expf (no fast math) */
         float s = 0.0f;
@@ -388,17 +416,21 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
  * The final reduction, shared by the finalize kernel and the fused stream
  * kernel's last CTA. Loads go through L2 (ld.cg): in the stream kernel the
  * partials were written by other CTAs of the same launch.
- * fls_finalize_flags (warp-collective): a NaN was seen / some row has no
- * finite logit; either one means no output is written.
+ * fls_finalize_status (warp-collective): 1 a NaN was seen, 3 a finite
+ * logit's l / T overflowed, 2 some row has no finite logit (the CPU engine's
+ * order of FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED), 0 none;
+ * anything but 0 means no output is written.
  */
-__device__ __forceinline__ void fls_finalize_flags(int B, const fls_ws &ws, int lane, bool &bad_nan,
-                                                   bool &bad_mask)
+__device__ __forceinline__ unsigned fls_finalize_status(int B, const fls_ws &ws, int lane)
 {
-    bad_nan = __ldcg(ws.nanflag) == ws.epoch;
+    if (__ldcg(ws.nanflag) == ws.epoch)
+        return 1u;
+    if (__ldcg(ws.tempflag) == ws.epoch)
+        return 3u;
     bool m = false;
     for (int b = lane; b < B; b += 32)
         m |= __ldcg(ws.finite + b) != ws.epoch;
-    bad_mask = __any_sync(FLS_FULL_MASK, m);
+    return __any_sync(FLS_FULL_MASK, m) ? 2u : 0u;
 }
 
 /* One warp reduces item w = b * nd + j: max over the nent entries (ties:
@@ -506,10 +538,13 @@ cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int6
                                  const fls_ws &ws, int sm_count, cudaStream_t st);
 #define FLS_MMA_TV 128
 /* The fused wgmma kernel (fused_wgmma.cu, sm_90a): same operand rules as
- * the mma.sync kernel; entries: ceil(V / 128) per row. tile_n = batch rows
+ * the mma.sync kernel; entries: fls_wgmma_slots per row (one per CTA that
+ * works on the row), at most fls_wgmma_max_draws draws per pass. tile_n = batch rows
  * per tile (16, 32, 64, 128), fls_cuda_wgmma_tile_n(B) (fls_cuda.h) by default; epi_warps =
  * sampling warps (0: the default for tile_n); sample = 0 skips the sampler
  * (benchmark only: outputs are garbage). */
+int fls_wgmma_slots(int64_t B, int64_t V, int tile_n, int sm_count);
+int fls_wgmma_max_draws(int tile_n);
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,

@@ -202,22 +202,18 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
     return fls_stream_supported(B, D);
 }
 
-/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v6). Measured 2026-11-29 on an
- * H200 (run 7 of that day, bf16, T = 0.7, one draw, median of 100; the
- * per-shape table is in docs/PERF.md): the warp-specialised wgmma kernel
- * beats the cuBLAS-chunked path and the stream kernel at every benchmarked
- * shape and B except
- *   D = 8192, B <= 8 (chunked 0.486-0.497 ms vs wgmma 0.496-0.500),
- *   D = 8192, B = 256 (1.099 vs 1.119) and D = 2048, B = 256 (0.567 vs 0.615),
- * where chunked stays. D between the measured 2048..8192 is split at 6144;
- * the stream and mma.sync kernels stay selectable (FLS_CUDA_PATH_STREAM,
- * FLS_CUDA_PATH_MMA) but no longer win anywhere. */
+/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v7). Measured 2026-11-29 on an
+ * H200 (v7 runs 1-2 of that day, bf16, T = 0.7, one draw, median of 100;
+ * the per-shape table is in docs/PERF.md): the warp-specialised wgmma
+ * kernel beats the cuBLAS-chunked path and the stream kernel at every
+ * benchmarked shape and B except D = 8192, B = 256 (chunked 1.033 ms vs
+ * wgmma 1.061 in run 1), where chunked stays. D between the measured
+ * 2048..8192 is split at 6144; the stream and mma.sync kernels stay
+ * selectable (FLS_CUDA_PATH_STREAM, FLS_CUDA_PATH_MMA) but win nowhere. */
 static const struct {
     int64_t d_min, d_max, b_min, b_max;
 } k_chunked_rules[] = {
-    {6144, INT64_MAX, 1, 8},
     {6144, INT64_MAX, 129, INT64_MAX},
-    {0, 2048, 129, INT64_MAX},
 };
 
 extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
@@ -273,11 +269,12 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
     s->flags = NULL;
     s->flags_rows = 0;
     int64_t cap = B < 1024 ? 1024 : B;
-    /* [0..1] status, [2] NaN mark, [3, 3 + cap) finite marks, [3 + cap] the
-     * stream kernel's CTA counter (0 between launches) */
-    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 4) * sizeof(unsigned));
+    /* [0..1] status, [2] NaN mark, [3] temperature-overflow mark,
+     * [4, 4 + cap) finite marks, [4 + cap] the stream kernel's CTA counter
+     * (0 between launches) */
+    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 5) * sizeof(unsigned));
     if (e == cudaSuccess)
-        e = cudaMemset(s->flags, 0, (size_t)(cap + 4) * sizeof(unsigned));
+        e = cudaMemset(s->flags, 0, (size_t)(cap + 5) * sizeof(unsigned));
     if (e != cudaSuccess) {
         cudaFree(s->flags);
         s->flags = NULL;
@@ -393,7 +390,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     if (kind == K_MMA)
         nent = ((V + FLS_MMA_TV - 1) / FLS_MMA_TV) * fls_mma_nseg((int)B);
     else if (kind == K_WGMMA)
-        nent = (V + FLS_MMA_TV - 1) / FLS_MMA_TV;
+        nent = fls_wgmma_slots(B, V, tile_b, s->sm_count); /* one partial per (row, CTA) */
     else if (kind == K_STREAM)
         nent = stream_grid; /* one partial per (row, CTA) */
     else
@@ -409,6 +406,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         nd = 64;
     if (kind == K_STREAM)
         nd = 1;
+    if (kind == K_WGMMA && nd > fls_wgmma_max_draws(tile_b))
+        nd = fls_wgmma_max_draws(tile_b); /* the kernel keeps (row, draw) state in shared memory */
     if (nd > draws)
         nd = draws;
 
@@ -465,8 +464,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.s = ps;
     ws.status = s->flags;
     ws.nanflag = s->flags + 2;
-    ws.finite = s->flags + 3;
-    ws.counter = s->flags + 3 + s->flags_rows;
+    ws.tempflag = s->flags + 3;
+    ws.finite = s->flags + 4;
+    ws.counter = s->flags + 4 + s->flags_rows;
     ws.epoch = epoch;
     ws.nent = (int)nent;
     ws.want_lse = want_lse;
@@ -555,7 +555,10 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         return fls_from_cuda(ce);
     if (status[0] != epoch)
         return FLS_ERR_INTERNAL;
-    return status[1] == 1 ? FLS_ERR_NAN : (status[1] == 2 ? FLS_ERR_ALL_MASKED : FLS_OK);
+    return status[1] == 1   ? FLS_ERR_NAN
+           : status[1] == 3 ? FLS_ERR_TEMPERATURE
+           : status[1] == 2 ? FLS_ERR_ALL_MASKED
+                            : FLS_OK;
 }
 
 extern "C" fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,

@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
             S.m[nt][c] = -INFINITY;
             S.s[nt][c] = 0.0f;
         }
-    bool nan = false;
+    bool nan = false, ovf = false;
     unsigned fin = 0; /* bit nt * 2 + c: a logit > -inf seen in that column */
     float acc[NT][4];
 #pragma unroll
@@ -333,6 +333,7 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
                     nan |= isnan(l0) || (ok1 && isnan(l1));
                     const float x0 = fls_temper(l0, T);
                     const float x1 = ok1 ? fls_temper(l1, T) : -INFINITY;
+                    ovf |= fls_temper_overflows(l0, x0) || (ok1 && fls_temper_overflows(l1, x1));
                     float k0 = x0, k1 = x1;
                     if (T != 0.0f) {
                         const uint4 r = fls_philox_pair(__ldg(&a.rows[b].seed), __ldg(&a.rows[b].offset), d,
@@ -372,6 +373,8 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
     /* lanes -> one value per (warp, column): reduce over g (lane bits 2-4) */
     if (__any_sync(FLS_FULL_MASK, nan) && lane == 0)
         *a.ws.nanflag = a.ws.epoch;
+    if (__any_sync(FLS_FULL_MASK, ovf) && lane == 0)
+        *a.ws.tempflag = a.ws.epoch;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
@@ -436,13 +439,12 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
     __threadfence();
     if (tid == 0)
         *a.ws.counter = 0; /* ready for the next launch on this stream */
-    bool bad_nan, bad_mask;
-    fls_finalize_flags(a.B, a.ws, lane, bad_nan, bad_mask);
+    const unsigned code = fls_finalize_status(a.B, a.ws, lane);
     if (tid == 0) {
         a.ws.status[0] = a.ws.epoch;
-        a.ws.status[1] = bad_nan ? 1u : (bad_mask ? 2u : 0u);
+        a.ws.status[1] = code;
     }
-    if (bad_nan || bad_mask)
+    if (code)
         return;
     for (int64_t w = warp; w < (int64_t)a.B * a.ws.nd; w += FS_WARPS)
         fls_finalize_item(a.rows, a.draws_total, a.ws, a.tokens, a.lse, a.logprobs, w, lane);

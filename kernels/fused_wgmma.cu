@@ -15,17 +15,21 @@
  *   warp 4     the producer: one lane issues the TMA copies of W's and H's
  *              K-blocks (64 wide, 128-byte swizzle) into a ring of stages;
  *   warps 5..  E = 7, 11 or 15 sampling warps: fls_wg_sample_rows turns S
- *              into one partial winner per (row, tile, draw) with the
- *              contract's noise and common.cuh's key, packing and bound
- *              helpers (the same keys as every other path), skipping
- *              exactly with a per-row running bound — so the noise runs on
- *              the CUDA cores while the tensor cores and the copy engine
- *              work on the next tile.
+ *              into the CTA's running best per (row, draw) with the
+ *              contract's noise and common.cuh's key and packing helpers
+ *              (the same keys as every other path), skipping exactly: a
+ *              token whose key bound is below the row's best exact key so
+ *              far costs neither its division nor its logs — so the noise
+ *              runs on the CUDA cores while the tensor cores and the copy
+ *              engine work on the next tile.
  *
- * Hand-offs are mbarriers: full/empty per stage (copy engine -> MMA ->
- * producer) and sfull/sfree per logits buffer (MMA -> epilogue -> MMA).
- * Logits never reach HBM. Entries: one per (row, tile), ceil(V / 128) per
- * row; the finalize kernel is the one every path shares.
+ * CTA c takes batch tile c % nbt and vocabulary tiles c / nbt, + slots, ...
+ * (grid = slots x nbt <= SMs where it can), so a row's state stays in one
+ * CTA's shared memory for the whole launch and reaches global memory once:
+ * one entry per (row, draw, CTA of the row), fls_wgmma_slots per row; the
+ * finalize kernel is the one every path shares. Hand-offs are mbarriers:
+ * full/empty per stage (copy engine -> MMA -> producer) and sfull/sfree per
+ * logits buffer (MMA -> sampling warps -> MMA). Logits never reach HBM.
  */
 #include "common.cuh"
 
@@ -43,27 +47,39 @@ template <int N, int E_> struct fls_wg_cfg {
     static constexpr int NTHREADS = 128 + 32 + 32 * E; /* E = 7, 11 or 15: whole warpgroups */
     /* With N = 128 the MMA warpgroup needs 128 accumulators: at 512 threads
      * (128 registers each at entry) it takes 176 and the other warpgroups
-     * give theirs up (112; the CTA's pool is unchanged). 640 threads (96 at
-     * entry, 72 after the split) spilled in the sampler and ran slower
-     * (docs/PERF.md GPU v6), so N = 128 has 7 or 11 sampling warps. */
+     * give theirs up (112; the CTA's pool is unchanged). 640 threads at
+     * N = 128 would leave the sampler 76 (the static_assert below; a 15-warp
+     * variant asking for 80 deadlocked in setmaxnreg, docs/PERF.md GPU v7),
+     * so N = 128 has 7 or 11 sampling warps; 15 (one row per call) exists
+     * at N = 64 for the benchmark's comparison. */
     static constexpr bool REG_SPLIT = NTHREADS >= 512 && N >= 128;
     static constexpr int REG_MMA = 176;
     static constexpr int REG_REST = 112;
+    static constexpr int R = E >= 15 ? 1 : 2; /* rows per sampler call (registers) */
     static_assert(NTHREADS % 128 == 0, "roles are whole warpgroups (setmaxnreg)");
+    /* setmaxnreg redistributes the CTA's launch allocation (65536 / NTHREADS
+     * per thread, in units of 8); asking for more blocks forever */
+    static_assert(!REG_SPLIT ||
+                      128 * REG_MMA + (NTHREADS - 128) * REG_REST <= NTHREADS * (65536 / NTHREADS / 8 * 8),
+                  "register split exceeds the CTA's allocation");
     static constexpr int W_BYTES = WG_TV * WG_BK * 2;
     static constexpr int H_BYTES = N * WG_BK * 2;
     static constexpr int STAGE = W_BYTES + H_BYTES; /* a multiple of 1024 */
     static constexpr int SP = WG_TV + 4;            /* logits pitch: conflict-free fragment stores */
     static constexpr int S_BYTES = N * SP * 4;
     static constexpr int NS = N >= 128 ? 1 : 2; /* logits buffers */
-    static constexpr int NTHR = 1024;           /* running bounds: (row, draw) pairs per CTA */
-    static constexpr int EXTRA = NTHR * 4 + 2 * FLS_GB_N * 4;
+    /* the sampling warps' state (fls_wg_state): ST (row, draw) pairs of
+     * best (8 bytes) and bx (4), N rows of lse (8), T, rT (4 + 4), seed and
+     * offset (8 + 8); then the Gumbel upper-bound table */
+    static constexpr int ST = 512;
+    static constexpr int ST_BYTES = ST * 12 + N * 40;
+    static constexpr int EXTRA = ST_BYTES + FLS_GB_N * 4;
     static constexpr int BUDGET = 227 * 1024 - 1024 - 256 - EXTRA;
     static constexpr int STAGES_FIT = (BUDGET - NS * S_BYTES) / STAGE;
     static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
-    static constexpr int THR_OFF = STAGES * STAGE + NS * S_BYTES; /* float thr[NTHR] */
-    static constexpr int GB_OFF = THR_OFF + NTHR * 4;             /* float up[], lo[] */
-    static constexpr int BAR_OFF = GB_OFF + 2 * FLS_GB_N * 4;
+    static constexpr int ST_OFF = STAGES * STAGE + NS * S_BYTES; /* 8-byte aligned */
+    static constexpr int GB_OFF = ST_OFF + ST_BYTES;             /* float up[FLS_GB_N] */
+    static constexpr int BAR_OFF = GB_OFF + FLS_GB_N * 4;
     static constexpr int BYTES = 1024 + BAR_OFF + 256;
     static_assert(STAGE % 1024 == 0, "stages must keep the 1024-byte swizzle alignment");
     static_assert(STAGES >= 3, "too few stages");
@@ -75,6 +91,8 @@ struct fls_wg_args {
     int B;
     int64_t V;
     int nvt, nbt, KB;
+    int slots;  /* CTAs per batch tile: CTA c takes batch tile c % nbt and vocabulary tiles
+                   c / nbt, + slots, ...; its partial winners are entry c / nbt */
     int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone) */
     const fls_row_params *rows;
     fls_ws ws;
@@ -155,144 +173,227 @@ template <int R> __device__ __forceinline__ void fls_wg_pin(float (&d)[R])
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* The key of a packed (key, token), fls_pack's inverse; -inf for the empty 0. */
+__device__ __forceinline__ float fls_wg_key_of(unsigned long long p)
+{
+    const uint32_t u = (uint32_t)(p >> 32);
+    return p == 0 ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+/* An upper bound y >= x = fl(l / T) without the division, for the skip test
+ * only: x' = fl(l * rT) with rT = fl(1 / T) normal is within 3 ulp of
+ * l / T, so fl(x' + |x'| 2^-20) >= x wherever x' is normal; the 2^-100 covers
+ * the subnormal range; l = -inf gives -inf (masked tokens stay skippable);
+ * inf or NaN give inf or NaN, which the (negated) skip test never skips. */
+__device__ __forceinline__ float fls_wg_upper_x(float l, float rT)
+{
+    const float xp = __fmul_rn(l, rT);
+    const float y = __fadd_rn(__fmaf_rn(fabsf(xp), 0x1p-20f, xp), 0x1p-100f);
+    return l == -INFINITY ? -INFINITY : y;
+}
+
+/* The sampling warps' per-CTA shared state (fls_wg_cfg's ST_OFF region). */
+struct fls_wg_state {
+    unsigned long long *best; /* [bl * nd + j]: the CTA's best packed key of (row, draw) so far */
+    float *bx;                /* same index: that token's tempered logit */
+    float2 *lse;              /* [bl]: running (max, sum exp(x - max)) of the row's tempered logits */
+    float *T, *rT;            /* [bl]: temperature and fl(1 / T) (0: divide exactly) */
+    uint64_t *seed, *offset;  /* [bl] */
+};
+
 /*
- * One warp samples rows b[r] of one tile: the 128 logits S[r][0..128)
- * (shared memory; tokens v0 + i, i < n valid), entry e of each row. Lane p holds
- * tokens 2p, 2p + 1, 64 + 2p, 65 + 2p: two Philox blocks per lane, all
- * straight-line code (no loop: two independent chains per lane).
+ * The exact keys of the tokens k in the lane's mask cm (bit k: token ix[k]),
+ * one per iteration, so that the warp runs the two logs once for the lanes
+ * that have a candidate, not once per token slot; returns the largest key
+ * (-inf if none). x = y when y is exact, else fl(l / T).
+ */
+__device__ __forceinline__ float fls_wg_exact_keys(unsigned cm, const uint64_t (&bits)[4],
+                                                   const float (&l)[4], const float (&y)[4], bool exact_y,
+                                                   float T, uint64_t v0, const int (&ix)[4],
+                                                   unsigned long long &best, float &bx)
+{
+    float kmax = -INFINITY;
+    while (__any_sync(FLS_FULL_MASK, cm != 0)) {
+        if (cm) {
+            const int k = __ffs(cm) - 1;
+            cm &= cm - 1;
+            /* selects, not an indexed load: the arrays stay in registers */
+            const uint64_t kb = k == 0 ? bits[0] : (k == 1 ? bits[1] : (k == 2 ? bits[2] : bits[3]));
+            const float lk = k == 0 ? l[0] : (k == 1 ? l[1] : (k == 2 ? l[2] : l[3]));
+            const float yk = k == 0 ? y[0] : (k == 1 ? y[1] : (k == 2 ? y[2] : y[3]));
+            const int ik = k == 0 ? ix[0] : (k == 1 ? ix[1] : (k == 2 ? ix[2] : ix[3]));
+            const float key =
+                fls_exact_key(kb, exact_y ? yk : fls_temper(lk, T), (uint32_t)(v0 + (uint64_t)ik), best, bx);
+            kmax = fmaxf(kmax, key);
+        }
+    }
+    return kmax;
+}
+
+/*
+ * One warp samples R rows bl[r] of one tile: the 128 logits S[r][0..128)
+ * (shared memory; tokens v0 + i, i < n valid) against the CTA's running
+ * state of each (row, draw). Lane p holds tokens 2p, 2p + 1, 64 + 2p,
+ * 65 + 2p: two Philox blocks per lane and row, straight-line code, so the
+ * R x 2 chains interleave.
  *
- * Skipping, exact (gb = the Gumbel bound tables in shared memory, or NULL):
- * thr[j] is a lower bound of the final winning key of (b, draw j) — the best
- * exact key this warp has seen for the row in earlier tiles (one warp owns
- * a row for the whole launch), or, on the row's first tile here, the lower
- * bound fl(x_s + lo) of the key of the tile's max-logit token. A token with
- * fl(x + up[bucket]) < thr (strict) has key < thr <= the winner's key: it
- * cannot win, not even on a tie, and its logs are not computed; a pair with
- * fl(max x + FLS_GUMBEL_MAX) < thr skips its Philox block as well. A tile
- * whose tokens all skip writes the empty entry 0, which the finalize max
- * ignores; every key that is computed is the plain loop's key, bit for bit.
+ * Exact skipping (up = the Gumbel upper-bound table in shared memory, or
+ * NULL: every key computed): thr = the key of the state's best, an exact key
+ * of this row and draw, so a lower bound of the final winner's key (on the
+ * row's first tile here, each lane first computes the exact key of its
+ * largest logit, and thr is their maximum). A token with
+ * fl(y + up[bucket]) < thr (strict), y >= x (fls_wg_upper_x), has
+ * key <= fl(x + up) <= fl(y + up) < thr: it cannot win, not even on a tie,
+ * and neither its division nor its logs are computed. Every key that is
+ * computed is the plain loop's key, bit for bit (exact division,
+ * fls_exact_key). The warp reduces its lanes only when one of them beats
+ * the state, and writes the state back; entries reach global memory once,
+ * at the end of the launch.
  */
 template <int R>
 __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], int n, uint64_t v0,
-                                                   const int (&b)[R], int e, const fls_row_params (&rp)[R],
-                                                   const fls_ws &ws, int lane, const float *gb,
-                                                   float *const (&thr)[R])
+                                                   const int (&bl)[R], const fls_wg_state &st, int nd,
+                                                   uint32_t draw_base, bool want_lse, const float *up,
+                                                   int lane, bool &saw_nan, bool &saw_ovf)
 {
-    /* R rows at once: their chains are independent, so the scheduler can
-     * interleave them (the sampler is latency-bound, docs/PERF.md GPU v6) */
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
-    float x[R][4], mx[R];
-    bool nan[R];
-    int i_seed[R];
+    bool ok[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        ok[k] = ix[k] < n;
+    float l[R][4], y[R][4], T[R];
+    bool exact_y[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        const float T = rp[r].temperature;
         const float2 ra = *(const float2 *)(S[r] + i0), rc = *(const float2 *)(S[r] + i1);
-        float l[4] = {ra.x, ra.y, rc.x, rc.y};
-        bool nn = false;
-        float lm = -INFINITY;
-        int li = -1;
+        l[r][0] = ra.x;
+        l[r][1] = ra.y;
+        l[r][2] = rc.x;
+        l[r][3] = rc.y;
+        T[r] = st.T[bl[r]];
+        const float rT = st.rT[bl[r]];
+        exact_y[r] = want_lse || T[r] == 0.0f || rT == 0.0f;
+        bool big = false;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (ix[k] >= n)
-                l[k] = -INFINITY;
-            nn |= isnan(l[k]);
-            if (l[k] > lm) {
-                lm = l[k];
-                li = ix[k];
-            }
+            if (!ok[k])
+                l[r][k] = -INFINITY;
+            saw_nan |= isnan(l[r][k]);
+            y[r][k] = exact_y[r] ? fls_temper(l[r][k], T[r]) : fls_wg_upper_x(l[r][k], rT);
+            big |= !(fabsf(y[r][k]) < 0x1p126f) && isfinite(l[r][k]);
         }
-        nan[r] = __any_sync(FLS_FULL_MASK, nn);
-        const float lmax = fls_warp_maxf(lm);
-        mx[r] = fls_temper(lmax, T);
-        fls_row_marks(ws, b[r], nan[r], mx[r], lane);
+        if (big) /* rare: did l / T overflow for a finite l (FLS_ERR_TEMPERATURE)? */
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            x[r][k] = fls_temper(l[k], T);
-        /* the tile's max-logit token (lowest lane holding it), for the seed */
-        const unsigned mball = __ballot_sync(FLS_FULL_MASK, li >= 0 && lm == lmax);
-        i_seed[r] = mball ? __shfl_sync(FLS_FULL_MASK, li, __ffs(mball) - 1) : -1;
+            for (int k = 0; k < 4; k++)
+                saw_ovf |= fls_temper_overflows(l[r][k], fls_temper(l[r][k], T[r]));
     }
-    if (ws.want_lse) {
+    if (want_lse) {
+        /* y is x here: the tile's (max, sum exp(x - max)), merged into the row's */
 #pragma unroll
         for (int r = 0; r < R; r++) {
+            const float mt = fls_warp_maxf(fmaxf(fmaxf(y[r][0], y[r][1]), fmaxf(y[r][2], y[r][3])));
             float s = 0.0f;
-            if (mx[r] > -INFINITY) {
+            if (mt > -INFINITY) {
 #pragma unroll
                 for (int k = 0; k < 4; k++)
-                    if (ix[k] < n)
-                        s = __fadd_rn(s, expf(__fsub_rn(x[r][k], mx[r])));
+                    if (ok[k])
+                        s = __fadd_rn(s, expf(__fsub_rn(y[r][k], mt)));
             }
             s = fls_warp_sumf(s);
-            if (lane == 0) {
-                ws.m[(int64_t)b[r] * ws.nent + e] = mx[r];
-                ws.s[(int64_t)b[r] * ws.nent + e] = s;
+            if (lane == 0 && mt > -INFINITY) {
+                const float2 o = st.lse[bl[r]];
+                const float m = fmaxf(o.x, mt);
+                const float so = o.x > -INFINITY ? __fmul_rn(o.y, expf(__fsub_rn(o.x, m))) : 0.0f;
+                st.lse[bl[r]] = make_float2(m, __fadd_rn(so, __fmul_rn(s, expf(__fsub_rn(mt, m)))));
             }
         }
     }
-    for (int j = 0; j < ws.nd; j++) {
-        const uint32_t d = ws.draw_base + (uint32_t)j;
-        unsigned long long best[R];
-        float bx[R], bk[R], t[R];
+    for (int j = 0; j < nd; j++) {
+        const uint32_t d = draw_base + (uint32_t)j;
+        unsigned long long sb[R], best[R];
+        float bx[R], thr[R];
+        bool need[R][2], any_need = false;
 #pragma unroll
         for (int r = 0; r < R; r++) {
+            sb[r] = st.best[bl[r] * nd + j];
+            thr[r] = up ? fls_wg_key_of(sb[r]) : -INFINITY;
             best[r] = 0;
-            bx[r] = bk[r] = t[r] = -INFINITY;
-            if (!nan[r] && rp[r].temperature == 0.0f) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const unsigned long long pk = fls_pack(x[r][k], (uint32_t)(v0 + (uint64_t)ix[k]));
-                    if (ix[k] < n && pk > best[r]) {
-                        best[r] = pk;
-                        bx[r] = x[r][k];
-                    }
-                }
-                continue;
-            }
-            if (nan[r])
-                continue;
-            if (gb) {
-                t[r] = thr[r] ? thr[r][j] : -INFINITY;
-                if (t[r] == -INFINITY && i_seed[r] >= 0 && mx[r] > -INFINITY) {
-                    const uint64_t vs = v0 + (uint64_t)i_seed[r];
-                    const uint64_t ks = fls_pair_bits(fls_philox_pair(rp[r].seed, rp[r].offset, d, vs), vs);
-                    t[r] = __fadd_rn(mx[r], gb[FLS_GB_N + (int)(ks >> FLS_GB_SHIFT)]);
-                }
-            }
+            bx[r] = -INFINITY;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const float xa = x[r][2 * h], xb = x[r][2 * h + 1];
-                if (ix[2 * h] < n && !(__fadd_rn(fmaxf(xa, xb), FLS_GUMBEL_MAX) < t[r])) {
-                    const uint4 q = fls_philox_pair(rp[r].seed, rp[r].offset, d, v0 + (uint64_t)ix[2 * h]);
-                    const uint64_t kk[2] = {((uint64_t)q.y << 32) | q.x, ((uint64_t)q.w << 32) | q.z};
+                need[r][h] = T[r] != 0.0f && ok[2 * h] &&
+                             !(__fadd_rn(fmaxf(y[r][2 * h], y[r][2 * h + 1]), FLS_GUMBEL_MAX) < thr[r]);
+                any_need |= need[r][h];
+            }
+            if (T[r] == 0.0f) {
+                /* greedy: the largest logit, lowest index on ties; no noise */
 #pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const int k = 2 * h + u;
-                        const bool cand =
-                            ix[k] < n &&
-                            (!gb || !(__fadd_rn(x[r][k], gb[(int)(kk[u] >> FLS_GB_SHIFT)]) < t[r]));
-                        if (cand) {
-                            const unsigned long long before = best[r];
-                            const float key = fls_exact_key(kk[u], x[r][k], (uint32_t)(v0 + (uint64_t)ix[k]),
-                                                            best[r], bx[r]);
-                            if (best[r] != before)
-                                bk[r] = key;
-                        }
+                for (int k = 0; k < 4; k++) {
+                    const unsigned long long pk = fls_pack(l[r][k], (uint32_t)(v0 + (uint64_t)ix[k]));
+                    if (ok[k] && pk > best[r]) {
+                        best[r] = pk;
+                        bx[r] = l[r][k];
                     }
                 }
             }
         }
+        if (__any_sync(FLS_FULL_MASK, any_need)) {
+            /* every Philox block of the R rows, straight-line: R x 2 independent chains */
+            uint64_t bits[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint64_t s0 = st.seed[bl[r]], o0 = st.offset[bl[r]];
+                    const uint4 q = fls_philox_pair(s0, o0, d, v0 + (uint64_t)ix[2 * h]);
+                    bits[r][2 * h] = ((uint64_t)q.y << 32) | q.x;
+                    bits[r][2 * h + 1] = ((uint64_t)q.w << 32) | q.z;
+                }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (T[r] == 0.0f)
+                    continue;
+                unsigned seed_m = 0;
+                if (up && thr[r] == -INFINITY) {
+                    /* the row's first tile here: each lane's largest logit first */
+                    int ks = -1;
+                    float ym = -INFINITY;
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        if (ok[k] && (ks < 0 || y[r][k] > ym)) {
+                            ks = k;
+                            ym = y[r][k];
+                        }
+                    seed_m = ks >= 0 ? 1u << ks : 0u;
+                    thr[r] = fls_warp_maxf(fls_wg_exact_keys(seed_m, bits[r], l[r], y[r], exact_y[r], T[r],
+                                                             v0, ix, best[r], bx[r]));
+                }
+                unsigned cm = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (need[r][k >> 1] && ok[k] &&
+                        (!up || !(__fadd_rn(y[r][k], up[(int)(bits[r][k] >> FLS_GB_SHIFT)]) < thr[r])))
+                        cm |= 1u << k;
+                (void)fls_wg_exact_keys(cm & ~seed_m, bits[r], l[r], y[r], exact_y[r], T[r], v0, ix, best[r],
+                                        bx[r]);
+            }
+        }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            int src;
-            const unsigned long long w = fls_warp_put_winner(best[r], bx[r], ws, b[r], j, e, lane, src);
-            const float wk = __shfl_sync(FLS_FULL_MASK, bk[r], src);
-            if (lane == 0 && thr[r] && w != 0 && wk > thr[r][j])
-                thr[r][j] = wk; /* an exact key of this row: a lower bound of its winner's */
+            if (__any_sync(FLS_FULL_MASK, best[r] > sb[r])) {
+                int src;
+                float wx;
+                const unsigned long long w = fls_warp_winner(best[r], bx[r], src, wx);
+                __syncwarp(); /* every lane has read sb before lane 0 overwrites it */
+                if (lane == 0) {
+                    st.best[bl[r] * nd + j] = w;
+                    st.bx[bl[r] * nd + j] = wx;
+                }
+                __syncwarp();
+            }
         }
     }
-    __syncwarp();
 }
 
 template <int N, int E, bool BF16>
@@ -324,7 +425,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
     __syncthreads();
-    const int ntiles = a.nvt * a.nbt;
+    const int bt = (int)blockIdx.x % a.nbt, slot = (int)blockIdx.x / a.nbt;
 
     if (warp < 4) {
         /* ---- the MMA warpgroup ---- */
@@ -333,7 +434,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         float acc0[N / 2], acc1[N / 2];
         int stage = 0, prev = -1, it = 0;
         uint32_t phase = 0;
-        for (int t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
+        for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
 #pragma unroll
             for (int i = 0; i < N / 2; i++)
                 acc0[i] = acc1[i] = 0.0f;
@@ -397,8 +498,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&a.th) : "memory");
             int stage = 0;
             uint32_t phase = 0;
-            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-                const int vt = t / a.nbt, bt = t - vt * a.nbt;
+            for (int vt = slot; vt < a.nvt; vt += a.slots) {
                 for (int kb = 0; kb < a.KB; kb++) {
                     fls_mbar_wait(EMPTY(stage), phase ^ 1u);
                     const uint32_t dst = base + (uint32_t)(stage * C::STAGE);
@@ -413,59 +513,89 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             }
         }
     } else {
-        /* ---- the epilogue warps: the warp sampler on S ---- */
+        /* ---- the sampling warps ---- */
         if (C::REG_SPLIT)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::REG_REST) : "memory");
-        const int ew = warp - 5;
-        float *gb = NULL, *thr_all = NULL;
-        if (a.ws.gup) {
-            /* the bound tables and the running bounds, shared by the epilogue warps only */
-            gb = (float *)(smem + C::GB_OFF);
-            for (int i = tid - 160; i < FLS_GB_N; i += 32 * C::E) {
-                gb[i] = a.ws.gup[i];
-                gb[FLS_GB_N + i] = a.ws.glo[i];
-            }
-            if ((int64_t)a.B * a.ws.nd <= C::NTHR) {
-                thr_all = (float *)(smem + C::THR_OFF);
-                for (int i = tid - 160; i < a.B * a.ws.nd; i += 32 * C::E)
-                    thr_all[i] = -INFINITY;
-            }
-            asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
+        const int ew = warp - 5, et = tid - 160;
+        const int nb = a.sample ? min(N, a.B - bt * N) : 0;
+        const int nd = a.ws.nd;
+        unsigned char *sp = smem + C::ST_OFF;
+        fls_wg_state st;
+        st.best = (unsigned long long *)sp;
+        st.bx = (float *)(sp + C::ST * 8);
+        st.lse = (float2 *)(sp + C::ST * 12);
+        st.seed = (uint64_t *)(sp + C::ST * 12 + N * 8);
+        st.offset = st.seed + N;
+        st.T = (float *)(st.offset + N);
+        st.rT = st.T + N;
+        const float *up = a.ws.gup ? (const float *)(smem + C::GB_OFF) : NULL;
+        for (int i = et; i < nb * nd; i += 32 * C::E) {
+            st.best[i] = 0;
+            st.bx[i] = -INFINITY;
         }
+        for (int i = et; i < nb; i += 32 * C::E) {
+            const fls_row_params rp = a.rows[bt * N + i];
+            const float rT = rp.temperature > 0.0f ? __frcp_rn(rp.temperature) : 0.0f;
+            st.T[i] = rp.temperature;
+            /* 0: the bound needs fl(1 / T) normal (docs/GPU.md); else the exact division */
+            st.rT[i] = rT >= 0x1p-126f && rT <= 0x1p126f ? rT : 0.0f;
+            st.seed[i] = rp.seed;
+            st.offset[i] = rp.offset;
+            st.lse[i] = make_float2(-INFINITY, 0.0f);
+        }
+        if (a.ws.gup)
+            for (int i = et; i < FLS_GB_N; i += 32 * C::E)
+                ((float *)(smem + C::GB_OFF))[i] = a.ws.gup[i];
+        asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
+        bool saw_nan = false, saw_ovf = false;
         int it = 0;
-        for (int t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
-            const int vt = t / a.nbt, bt = t - vt * a.nbt;
+        for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
             const int buf = it % C::NS;
             fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
             __syncwarp();
             const float *S = (const float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
-            const int nb = a.sample ? min(N, a.B - bt * N) : 0;
             const int64_t v0 = (int64_t)vt * WG_TV;
             const int n = (int)min((int64_t)WG_TV, a.V - v0);
-            /* one entry per (row, tile): entry vt; row bl always goes to warp bl % E */
-            /* rows ew, ew + E, ... (one owner warp per row), two at a time
-             * for N <= 64; at N = 128 one at a time measured faster
-             * (docs/PERF.md GPU v6, run 9) */
-            constexpr int STEP = N <= 64 ? 2 : 1;
-            for (int bl = ew; bl < nb; bl += STEP * C::E) {
-                const int b0 = bt * N + bl;
-                float *t0 = thr_all ? thr_all + (int64_t)b0 * a.ws.nd : NULL;
-                if (STEP == 2 && bl + C::E < nb) {
-                    const int bb[2] = {b0, b0 + C::E};
-                    const fls_row_params rr[2] = {a.rows[bb[0]], a.rows[bb[1]]};
+            /* rows ew, ew + E, ...: one owner warp per row for the whole
+             * launch (it alone touches the row's state), two rows per call */
+            for (int bl = ew; bl < nb; bl += C::R * C::E) {
+                if (C::R == 2 && bl + C::E < nb) {
+                    const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    float *const tt[2] = {t0, thr_all ? thr_all + (int64_t)bb[1] * a.ws.nd : NULL};
-                    fls_wg_sample_rows<2>(ss, n, (uint64_t)v0, bb, vt, rr, a.ws, lane, gb, tt);
+                    fls_wg_sample_rows<2>(ss, n, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
+                                          up, lane, saw_nan, saw_ovf);
                 } else {
-                    const int bb[1] = {b0};
-                    const fls_row_params rr[1] = {a.rows[b0]};
+                    const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
-                    float *const tt[1] = {t0};
-                    fls_wg_sample_rows<1>(ss, n, (uint64_t)v0, bb, vt, rr, a.ws, lane, gb, tt);
+                    fls_wg_sample_rows<1>(ss, n, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
+                                          up, lane, saw_nan, saw_ovf);
                 }
             }
+            __syncwarp();
             fls_mbar_arrive(SFREE(buf));
         }
+        /* the CTA's partial winners: entry `slot` of each (row, draw); the
+         * row's marks (finite: its best key > -inf; NaN: any lane saw one) */
+        for (int bl = ew; bl < nb; bl += C::E) {
+            const int b = bt * N + bl;
+            for (int j = lane; j < nd; j += 32) {
+                const int64_t idx = ((int64_t)b * nd + j) * a.ws.nent + slot;
+                a.ws.best[idx] = st.best[bl * nd + j];
+                a.ws.xw[idx] = st.bx[bl * nd + j];
+            }
+            if (lane == 0) {
+                if (fls_wg_key_of(st.best[bl * nd]) > -INFINITY)
+                    a.ws.finite[b] = a.ws.epoch;
+                if (a.ws.want_lse) {
+                    a.ws.m[(int64_t)b * a.ws.nent + slot] = st.lse[bl].x;
+                    a.ws.s[(int64_t)b * a.ws.nent + slot] = st.lse[bl].y;
+                }
+            }
+        }
+        if (__any_sync(FLS_FULL_MASK, saw_nan) && lane == 0)
+            *a.ws.nanflag = a.ws.epoch;
+        if (__any_sync(FLS_FULL_MASK, saw_ovf) && lane == 0)
+            *a.ws.tempflag = a.ws.epoch;
     }
 #undef FULL
 #undef EMPTY
@@ -508,16 +638,14 @@ static bool fls_make_map(CUtensorMap *m, const void *p, fls_dtype dt, int64_t ro
     return r == CUDA_SUCCESS;
 }
 
-template <int N, int E, bool BF16>
-static cudaError_t fls_wg_launch(const fls_wg_args &a, int sm_count, cudaStream_t st)
+template <int N, int E, bool BF16> static cudaError_t fls_wg_launch(const fls_wg_args &a, cudaStream_t st)
 {
     typedef fls_wg_cfg<N, E> C;
     cudaError_t e = cudaFuncSetAttribute(fls_fused_wgmma_kernel<N, E, BF16>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::BYTES);
     if (e != cudaSuccess)
         return e;
-    int64_t ntiles = (int64_t)a.nvt * a.nbt;
-    int64_t grid = sm_count < ntiles ? sm_count : ntiles;
+    const int64_t grid = (int64_t)a.slots * a.nbt;
     fls_fused_wgmma_kernel<N, E, BF16><<<(unsigned)grid, C::NTHREADS, C::BYTES, st>>>(a);
     return cudaGetLastError();
 }
@@ -527,12 +655,27 @@ extern "C" int fls_cuda_wgmma_tile_n(int64_t B)
     return B <= 16 ? 16 : (B <= 32 ? 32 : (B <= 64 ? 64 : 128));
 }
 
+int fls_wgmma_slots(int64_t B, int64_t V, int tile_n, int sm_count)
+{
+    const int64_t nvt = (V + WG_TV - 1) / WG_TV, nbt = (B + tile_n - 1) / tile_n;
+    int64_t s = sm_count / nbt;
+    if (s < 1)
+        s = 1;
+    return (int)(s < nvt ? s : nvt);
+}
+
+int fls_wgmma_max_draws(int tile_n)
+{
+    return fls_wg_cfg<16, 7>::ST / tile_n;
+}
+
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,
                                    cudaStream_t st)
 {
-    if ((int64_t)((V + WG_TV - 1) / WG_TV) * ((B + tile_n - 1) / tile_n) > INT32_MAX)
+    if ((int64_t)((V + WG_TV - 1) / WG_TV) * ((B + tile_n - 1) / tile_n) > INT32_MAX ||
+        ws.nd > fls_wgmma_max_draws(tile_n) || ws.nent != fls_wgmma_slots(B, V, tile_n, sm_count))
         return cudaErrorInvalidValue;
     fls_wg_args a;
     memset(&a, 0, sizeof a);
@@ -543,20 +686,21 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     a.nvt = (int)((V + WG_TV - 1) / WG_TV);
     a.nbt = (B + tile_n - 1) / tile_n;
     a.KB = (int)((D + WG_BK - 1) / WG_BK);
+    a.slots = ws.nent;
     a.sample = sample;
     a.rows = rows;
     a.ws = ws;
     const bool bf = dt == FLS_DTYPE_BF16;
     if (epi_warps == 0) /* measured, docs/PERF.md GPU v6 */
-        epi_warps = tile_n == 64 ? 15 : (tile_n >= 32 ? 11 : 7);
+        epi_warps = tile_n >= 32 ? 11 : 7;
 #define FLS_WG_CASE(NN, EE)                                                                                  \
     if (tile_n == NN && epi_warps == EE)                                                                     \
-        return bf ? fls_wg_launch<NN, EE, true>(a, sm_count, st)                                             \
-                  : fls_wg_launch<NN, EE, false>(a, sm_count, st);
+        return bf ? fls_wg_launch<NN, EE, true>(a, st) : fls_wg_launch<NN, EE, false>(a, st);
     FLS_WG_CASE(16, 7)
     FLS_WG_CASE(32, 7)
     FLS_WG_CASE(32, 11)
     FLS_WG_CASE(64, 11)
+    FLS_WG_CASE(64, 7)
     FLS_WG_CASE(64, 15)
     FLS_WG_CASE(128, 7)
     FLS_WG_CASE(128, 11)

@@ -81,13 +81,12 @@ __global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     /* Errors are global: every warp checks them so that nothing is written. */
-    bool bad_nan, bad_mask;
-    fls_finalize_flags(B, ws, lane, bad_nan, bad_mask);
+    const unsigned code = fls_finalize_status(B, ws, lane);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         ws.status[0] = ws.epoch;
-        ws.status[1] = bad_nan ? 1u : (bad_mask ? 2u : 0u);
+        ws.status[1] = code;
     }
-    if (bad_nan || bad_mask || w >= (int64_t)B * ws.nd)
+    if (code || w >= (int64_t)B * ws.nd)
         return;
     fls_finalize_item(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
 }
@@ -217,13 +216,17 @@ __global__ void fls_softmax_kernel(const float *__restrict__ L, int64_t ldl, int
     const float *l = L + (int64_t)b * ldl;
     float *p = P + (int64_t)b * V;
     float mx = -INFINITY;
-    int nan = 0;
+    int nan = 0, ovf = 0;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
         float x = l[v];
         nan |= isnan(x);
-        mx = fmaxf(mx, fls_temper(x, T));
+        const float t = fls_temper(x, T);
+        ovf |= fls_temper_overflows(x, t);
+        mx = fmaxf(mx, t);
     }
     nan = __syncthreads_or(nan);
+    if (__syncthreads_or(ovf) && threadIdx.x == 0)
+        *ws.tempflag = ws.epoch;
     mx = fls_block_max_f(mx, redf);
     if (threadIdx.x == 0) {
         if (nan)
@@ -315,14 +318,14 @@ __global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl,
     __shared__ unsigned long long found[MN_MAX_DRAWS];
     __shared__ unsigned long long lastpos;
     const int b = blockIdx.x;
-    int bad_nan = *ws.nanflag == ws.epoch;
-    int bad = bad_nan;
+    const int bad_nan = *ws.nanflag == ws.epoch, bad_temp = *ws.tempflag == ws.epoch;
+    int bad = bad_nan || bad_temp;
     for (int i = threadIdx.x; i < B; i += blockDim.x)
         bad |= ws.finite[i] != ws.epoch;
     bad = __syncthreads_or(bad);
     if (b == 0 && threadIdx.x == 0) {
         ws.status[0] = ws.epoch;
-        ws.status[1] = bad_nan ? 1u : (bad ? 2u : 0u);
+        ws.status[1] = bad_nan ? 1u : (bad_temp ? 3u : (bad ? 2u : 0u));
     }
     if (bad)
         return;

@@ -129,6 +129,7 @@ enum {
     E_WGMMA_GEMM,
     E_WGMMA_XE,
     E_WGMMA_NS,
+    E_WGMMA_N64,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -148,7 +149,8 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "fused_wgmma",
                                             "wgmma_gemm_only",
                                             "fused_wgmma_xe",
-                                            "fused_wgmma_noskip"};
+                                            "fused_wgmma_noskip",
+                                            "fused_wgmma_n64"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -179,14 +181,20 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     }
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
-    else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_NS) {
-        /* _gemm_only: the mainloop without the sampler; _xe: the other
-         * number of sampling warps (7 at tiles 32 and 128, 11 at 64) */
+    else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_NS ||
+             engine == E_WGMMA_N64) {
+        /* _gemm_only: the mainloop without the sampler; _xe: 15 sampling
+         * warps of one row per call at tile 64, 7 at the others (the
+         * default is 11 warps of two rows per call at tiles 32-128, 7 at
+         * 16); _n64: 64-row batch
+         * tiles at every B (the dispatcher's choice at B > 64 is 128) */
         o.path = FLS_CUDA_PATH_WGMMA;
         o.gemm_only = engine == E_WGMMA_GEMM;
         o.no_skip = engine == E_WGMMA_NS;
         if (engine == E_WGMMA_XE)
-            o.wg_epi_warps = fls_cuda_wgmma_tile_n(b->B) == 64 ? 11 : 7;
+            o.wg_epi_warps = fls_cuda_wgmma_tile_n(b->B) == 64 ? 15 : 7;
+        if (engine == E_WGMMA_N64)
+            o.tile_b = 64;
     } else if (engine == E_STREAM || engine == E_STREAM_NOPF)
         o.path = FLS_CUDA_PATH_STREAM;
     else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM ||
@@ -502,7 +510,8 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                                 : (ap == FLS_CUDA_PATH_STREAM && stream_ok ? E_STREAM : E_CHUNKED));
             for (int e = 0; e < E_COUNT; e++) {
                 med[e] = mn[e] = -1.0;
-                if (!(want[e] || e == fe) || ((e == E_STREAM || e == E_STREAM_NOPF) && !stream_ok))
+                if (!(want[e] || e == fe) || ((e == E_STREAM || e == E_STREAM_NOPF) && !stream_ok) ||
+                    (e == E_WGMMA_N64 && b.B <= 64))
                     continue;
                 if (bench_time(&b, e, &med[e], &mn[e])) {
                     fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e],

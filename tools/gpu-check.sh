@@ -17,7 +17,9 @@
 #   ncu.txt         with FLS_GPU_NCU=1: Nsight Compute (--set full, clocks left alone) on one
 #                   B = 256 call of the chunked path's sampler and one B = 1 call of the
 #                   stream kernel: the details page and the stall / issue metrics
-#                   (FLS_GPU_NCU=stream or =chunked: that one only)
+#                   (FLS_GPU_NCU=stream, =chunked or =wgmma: that one only; the wgmma
+#                   kernel at B = FLS_NCU_B, default 128), and ncu_source_ENGINE.csv:
+#                   per-instruction SASS with stall samples
 # Environment: FLS_BENCH_ARGS (extra benchmark options, e.g. --engines ...),
 # FLS_GPU_TEST_ARGS (extra gpu_tests options, e.g. --only NAME), FLS_GPU_TEST_TIMEOUT and
 # FLS_GPU_BENCH_TIMEOUT (seconds; defaults 420 and 600: a hung kernel cannot eat the lease),
@@ -146,7 +148,8 @@ if [ "$status_build" = PASS ]; then
     # ---- Nsight Compute on single kernels (optional) ----
     NCU=${FLS_GPU_NCU:-0}
     if [ "$NCU" != 0 ] && command -v ncu >/dev/null 2>&1; then
-        for prof in "fls_segments_kernel:256:fused_chunked" "fls_fused_stream_kernel:1:fused_stream"; do
+        for prof in "fls_segments_kernel:256:fused_chunked" "fls_fused_stream_kernel:1:fused_stream" \
+            "fls_fused_wgmma_kernel:${FLS_NCU_B:-128}:fused_wgmma"; do
             IFS=: read -r kern pb eng <<<"$prof"
             [ "$NCU" = 1 ] || [ "fused_$NCU" = "$eng" ] || continue
             echo "=== ncu $kern B=$pb ($eng, D=4096, V=151936)" >>"$OUT/ncu.txt"
@@ -157,6 +160,9 @@ if [ "$status_build" = PASS ]; then
             ncu --import "$BUILD/ncu_$kern.ncu-rep" --page raw 2>&1 |
                 grep -E "issue_stalled|issue_active|inst_executed.avg.per_cycle|warps_active|sm__throughput|dram__throughput|gpu__time_duration" \
                     >>"$OUT/ncu.txt"
+            # per-instruction SASS with its stall samples (where the warps wait)
+            ncu --import "$BUILD/ncu_$kern.ncu-rep" --page source --print-source sass --csv \
+                >"$OUT/ncu_source_$eng.csv" 2>&1
         done
     fi
     # ---- compute-sanitizer on a quick subset (kernels run 10-100x slower under it),

@@ -206,8 +206,15 @@ static fls_row_params *resolve_rows(const fls_params *p, int64_t B)
 typedef struct case_spec {
     int64_t V, D, B, ldw, ldh, draws;
     fls_dtype wd, hd;
-    int greedy_rows; /* every k-th row T = 0 (0 = none) */
+    int greedy_rows; /* every k-th row T = 0 (0 = none; -1: the extreme temperatures below) */
 } case_spec;
+
+/* Temperatures at the edges of the float range that the integer logits of
+ * exact_case (|l| <= 144) survive: l / T near the overflow threshold (the
+ * wgmma sampler's rare exact check), fl(1 / T) at and below the normal
+ * range's end (its exact-division fallback), greedy. The overflowing ones
+ * are test_temperature_overflow's. */
+static const float k_extreme_T[] = {1e-30f, 1e-36f, 0.5f, 0.0f, 3e37f, 1e30f, 0x1p126f, 0x1.8p126f, 2.0f};
 
 /* GPU (every config) vs CPU on exactly computable logits: identical tokens. */
 static void exact_case(const case_spec *c, int *mismatch_out)
@@ -230,7 +237,10 @@ static void exact_case(const case_spec *c, int *mismatch_out)
         goto done;
     }
     for (int64_t b = 0; b < c->B; b++) {
-        temps[b] = (c->greedy_rows && b % c->greedy_rows == 0) ? 0.0f : (float)(0.3 + 1.7 * rndu());
+        if (c->greedy_rows < 0)
+            temps[b] = k_extreme_T[b % (int64_t)(sizeof k_extreme_T / sizeof k_extreme_T[0])];
+        else
+            temps[b] = (c->greedy_rows && b % c->greedy_rows == 0) ? 0.0f : (float)(0.3 + 1.7 * rndu());
         seeds[b] = rnd();
         offs[b] = rnd() % 1000;
     }
@@ -456,8 +466,9 @@ static void test_exact_tokens_shapes(void)
         {50257, 72, 5, 72, 72, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
         {50257, 64, 130, 64, 64, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 7},
         {2000, 32, 1024, 32, 32, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 11},
-        {3001, 40, 300, 40, 40, 4, FLS_DTYPE_BF16, FLS_DTYPE_BF16,
-         6}, /* B x draws > 1024: no running bound */
+        {3001, 40, 300, 40, 40, 4, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 6}, /* 3 wgmma batch tiles of 128 */
+        {4099, 72, 3, 72, 72, 40, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 2},  /* > 32 draws: 2 wgmma passes */
+        {3001, 24, 11, 24, 24, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, -1}, /* extreme temperatures */
         {3001, 24, 6, 24, 24, 2, FLS_DTYPE_F32, FLS_DTYPE_F32, 0},
         {3001, 24, 6, 24, 24, 2, FLS_DTYPE_BF16, FLS_DTYPE_F32, 0},
         {151936, 128, 64, 128, 128, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 9},
@@ -482,6 +493,88 @@ static void test_exact_tokens_shapes(void)
                mis ? "MISMATCH" : "identical to the CPU engine");
     }
     CHECK(total_mis == 0, "%d mismatching tokens on inputs without near-ties", total_mis);
+}
+
+/* A temperature so small that a finite logit's l / T overflows: the CPU
+ * engine's FLS_ERR_TEMPERATURE from every GPU configuration, the logits
+ * path and the multinomial baseline, with the outputs left as they were. */
+static void test_temperature_overflow(void)
+{
+    const int64_t V = 3001, D = 24, B = 5, draws = 2;
+    const float temps[5] = {0.7f, 1.0f, 1e-40f, 0.0f, 2.0f};
+    g_rng = 4242;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3), *H = make_int_matrix(B, D, D, FLS_DTYPE_BF16, 2);
+    CHECK(W && H, "host memory");
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature = temps;
+    p.seed = 99;
+    p.draws = draws;
+    int64_t tok[10];
+    fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+    fls_outputs oc = {tok, NULL, NULL};
+    CHECK(fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc) == FLS_ERR_TEMPERATURE,
+          "CPU engine accepted the temperature");
+    void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = to_dev(H, (size_t)(B * D) * 2), *dtok = NULL, *dL = NULL;
+    fls_cuda_malloc(&dtok, sizeof tok);
+    fls_cuda_malloc(&dL, sizeof(float) * (size_t)(B * V));
+    CHECK(dW && dH && dtok && dL, "device memory");
+    fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+    fls_row_params *rows = resolve_rows(&p, B);
+    int wrong = 0, touched = 0;
+    for (int k = 0; k < N_CFGS + 2; k++) {
+        int64_t guard[10];
+        for (int i = 0; i < 10; i++)
+            guard[i] = -3 - i;
+        fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
+        fls_outputs og = {(int64_t *)dtok, NULL, NULL};
+        fls_status st;
+        const char *label;
+        if (k < N_CFGS) {
+            fls_request req = {rows, B, V, draws, k_cfgs[k].method};
+            fls_cuda_opts o;
+            fls_cuda_opts_default(&o);
+            o.path = k_cfgs[k].path;
+            o.tile_b = k_cfgs[k].tile_b;
+            o.chunk_v = k_cfgs[k].chunk_v;
+            o.force_simt = k_cfgs[k].force_simt;
+            o.no_skip = k_cfgs[k].no_skip;
+            st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+            label = k_cfgs[k].label;
+        } else {
+            /* the logits path and the multinomial baseline, on logits that all fit in float */
+            float *L = malloc(sizeof(float) * (size_t)(B * V));
+            CHECK(L, "host memory");
+            for (int64_t i = 0; i < B * V; i++)
+                L[i] = (float)((int64_t)(i * 7919 % 201) - 100);
+            fls_cuda_memcpy(dL, L, sizeof(float) * (size_t)(B * V), 1);
+            free(L);
+            fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, V};
+            fls_params pl = p;
+            pl.method = k == N_CFGS ? FLS_METHOD_FUSED : FLS_METHOD_UNFUSED_MULTINOMIAL;
+            st = fls_sample_logits(g_gpu, &dLm, &pl, &og);
+            label = k == N_CFGS ? "logits" : "logits multinomial";
+        }
+        int64_t back[10];
+        fls_cuda_memcpy(back, dtok, sizeof back, 0);
+        if (st != FLS_ERR_TEMPERATURE) {
+            wrong++;
+            failf("%s: %s, expected the temperature error", label, fls_status_string(st));
+        }
+        if (memcmp(back, guard, sizeof back) != 0) {
+            touched++;
+            failf("%s: outputs written despite the error", label);
+        }
+    }
+    printf("    l / T overflow (T = 1e-40): %d configurations, %d wrong status, %d wrote outputs\n",
+           N_CFGS + 2, wrong, touched);
+    free(rows);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dtok);
+    fls_cuda_free(dL);
+    free(W);
+    free(H);
 }
 
 /* Random bf16 at D = 4096, V = 151936: agreement rate with the CPU engine. */
@@ -1087,6 +1180,7 @@ int main(int argc, char **argv)
     run_test("logits_path_masks_nan", test_logits_path);
     run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
+    run_test("temperature_overflow_is_an_error", test_temperature_overflow);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);
 #ifdef FLS_HAVE_AUDIT
