@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
             S.m[nt][c] = -INFINITY;
             S.s[nt][c] = 0.0f;
         }
-    bool nan = false, ovf = false;
+    unsigned bad = 0; /* bit 0: a NaN logit; bit 1: l / T overflowed (one register: no spill) */
     unsigned fin = 0; /* bit nt * 2 + c: a logit > -inf seen in that column */
     float acc[NT][4];
 #pragma unroll
@@ -330,10 +330,10 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
                         continue;
                     const float T = __ldg(&a.rows[b].temperature);
                     const float l0 = lo[c], l1 = hi[c];
-                    nan |= isnan(l0) || (ok1 && isnan(l1));
+                    bad |= (isnan(l0) || (ok1 && isnan(l1))) ? 1u : 0u;
                     const float x0 = fls_temper(l0, T);
                     const float x1 = ok1 ? fls_temper(l1, T) : -INFINITY;
-                    ovf |= fls_temper_overflows(l0, x0) || (ok1 && fls_temper_overflows(l1, x1));
+                    bad |= (fls_temper_overflows(l0, x0) || (ok1 && fls_temper_overflows(l1, x1))) ? 2u : 0u;
                     float k0 = x0, k1 = x1;
                     if (T != 0.0f) {
                         const uint4 r = fls_philox_pair(__ldg(&a.rows[b].seed), __ldg(&a.rows[b].offset), d,
@@ -371,9 +371,9 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
     }
 
     /* lanes -> one value per (warp, column): reduce over g (lane bits 2-4) */
-    if (__any_sync(FLS_FULL_MASK, nan) && lane == 0)
+    if (__any_sync(FLS_FULL_MASK, bad & 1u) && lane == 0)
         *a.ws.nanflag = a.ws.epoch;
-    if (__any_sync(FLS_FULL_MASK, ovf) && lane == 0)
+    if (__any_sync(FLS_FULL_MASK, bad & 2u) && lane == 0)
         *a.ws.tempflag = a.ws.epoch;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
