@@ -191,6 +191,19 @@ static const gpu_run_cfg k_cfgs[] = {
 };
 #define N_CFGS    ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
+/* The fls_cuda_run options of configuration k. */
+static fls_cuda_opts cfg_opts(int k)
+{
+    fls_cuda_opts o;
+    fls_cuda_opts_default(&o);
+    o.path = k_cfgs[k].path;
+    o.tile_b = k_cfgs[k].tile_b;
+    o.chunk_v = k_cfgs[k].chunk_v;
+    o.force_simt = k_cfgs[k].force_simt;
+    o.no_skip = k_cfgs[k].no_skip;
+    return o;
+}
+
 /* Resolve params into a request the way the front end does (for fls_cuda_run). */
 static fls_row_params *resolve_rows(const fls_params *p, int64_t B)
 {
@@ -272,13 +285,7 @@ static void exact_case(const case_spec *c, int *mismatch_out)
     for (int k = 0; k < N_CFGS; k++) {
         fls_request req = {rows, c->B, c->V, c->draws, k_cfgs[k].method};
         fls_outputs og = {(int64_t *)dtok, (float *)dlse, (float *)dlp};
-        fls_cuda_opts o;
-        fls_cuda_opts_default(&o);
-        o.path = k_cfgs[k].path;
-        o.tile_b = k_cfgs[k].tile_b;
-        o.chunk_v = k_cfgs[k].chunk_v;
-        o.force_simt = k_cfgs[k].force_simt;
-        o.no_skip = k_cfgs[k].no_skip;
+        fls_cuda_opts o = cfg_opts(k);
         for (int64_t i = 0; i < n; i++)
             tok_gpu[i] = -7;
         fls_cuda_memcpy(dtok, tok_gpu, sizeof(int64_t) * (size_t)n, 1);
@@ -532,13 +539,7 @@ static void test_temperature_overflow(void)
         const char *label;
         if (k < N_CFGS) {
             fls_request req = {rows, B, V, draws, k_cfgs[k].method};
-            fls_cuda_opts o;
-            fls_cuda_opts_default(&o);
-            o.path = k_cfgs[k].path;
-            o.tile_b = k_cfgs[k].tile_b;
-            o.chunk_v = k_cfgs[k].chunk_v;
-            o.force_simt = k_cfgs[k].force_simt;
-            o.no_skip = k_cfgs[k].no_skip;
+            fls_cuda_opts o = cfg_opts(k);
             st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
             label = k_cfgs[k].label;
         } else {
