@@ -180,18 +180,6 @@ __device__ __forceinline__ float fls_wg_key_of(unsigned long long p)
     return p == 0 ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
 }
 
-/* An upper bound y >= x = fl(l / T) without the division, for the skip test
- * only: x' = fl(l * rT) with rT = fl(1 / T) normal is within 3 ulp of
- * l / T, so fl(x' + |x'| 2^-20) >= x wherever x' is normal; the 2^-100 covers
- * the subnormal range; l = -inf gives -inf (masked tokens stay skippable);
- * inf or NaN give inf or NaN, which the (negated) skip test never skips. */
-__device__ __forceinline__ float fls_wg_upper_x(float l, float rT)
-{
-    const float xp = __fmul_rn(l, rT);
-    const float y = __fadd_rn(__fmaf_rn(fabsf(xp), 0x1p-20f, xp), 0x1p-100f);
-    return l == -INFINITY ? -INFINITY : y;
-}
-
 /* The sampling warps' per-CTA shared state (fls_wg_cfg's ST_OFF region). */
 struct fls_wg_state {
     unsigned long long *best; /* [bl * nd + j]: the CTA's best packed key of (row, draw) so far */
@@ -242,7 +230,7 @@ __device__ __forceinline__ float fls_wg_exact_keys(unsigned cm, const uint64_t (
  * of this row and draw, so a lower bound of the final winner's key (on the
  * row's first tile here, each lane first computes the exact key of its
  * largest logit, and thr is their maximum). A token with
- * fl(y + up[bucket]) < thr (strict), y >= x (fls_wg_upper_x), has
+ * fl(y + up[bucket]) < thr (strict), y >= x (fls_temper_upper, fls_gumbel_bound.h), has
  * key <= fl(x + up) <= fl(y + up) < thr: it cannot win, not even on a tie,
  * and neither its division nor its logs are computed. Every key that is
  * computed is the plain loop's key, bit for bit (exact division,
@@ -280,7 +268,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
             if (!ok[k])
                 l[r][k] = -INFINITY;
             saw_nan |= isnan(l[r][k]);
-            y[r][k] = exact_y[r] ? fls_temper(l[r][k], T[r]) : fls_wg_upper_x(l[r][k], rT);
+            y[r][k] = exact_y[r] ? fls_temper(l[r][k], T[r]) : fls_temper_upper(l[r][k], rT);
             big |= !(fabsf(y[r][k]) < 0x1p126f) && isfinite(l[r][k]);
         }
         if (big) /* rare: did l / T overflow for a finite l (FLS_ERR_TEMPERATURE)? */
@@ -535,10 +523,9 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         }
         for (int i = et; i < nb; i += 32 * C::E) {
             const fls_row_params rp = a.rows[bt * N + i];
-            const float rT = rp.temperature > 0.0f ? __frcp_rn(rp.temperature) : 0.0f;
+            const float rT = fls_temper_rcp(rp.temperature); /* 0: divide exactly */
             st.T[i] = rp.temperature;
-            /* 0: the bound needs fl(1 / T) normal (docs/GPU.md); else the exact division */
-            st.rT[i] = rT >= 0x1p-126f && rT <= 0x1p126f ? rT : 0.0f;
+            st.rT[i] = rT;
             st.seed[i] = rp.seed;
             st.offset[i] = rp.offset;
             st.lse[i] = make_float2(-INFINITY, 0.0f);

@@ -74,4 +74,37 @@ FLS_GB_HOST void fls_gumbel_bound_table(float *up, float *lo)
     }
 }
 
+/*
+ * A bound of the tempered logit without the division, for skip tests only
+ * (the CUDA wgmma sampler; tests/unit/test_gumbel_bound.c checks it against
+ * the exact quotient on a dense sweep and at the range edges).
+ *
+ * fls_temper_rcp(T): rT = fl(1 / T) when it is normal (2^-126 <= rT <=
+ * 2^126), else 0 (T = 0 greedy, or a T whose reciprocal leaves the normal
+ * range: the caller divides exactly).
+ *
+ * fls_temper_upper(l, rT), rT != 0: y >= x = fl(l / T). x' = fl(l rT) is
+ * within 3 ulp of l / T wherever x' is normal, so fl(x' + |x'| 2^-20) >= x
+ * there; adding 2^-100 covers the subnormal range; l = -inf gives -inf (a
+ * masked token stays skippable); an overflow or a NaN gives +inf or NaN,
+ * which a negated test (!(y + up < thr)) never skips. Monotone rounding then
+ * gives fl(x + up) <= fl(y + up), so fl(y + up) < thr proves the key < thr.
+ */
+FLS_HD float fls_temper_rcp(float T)
+{
+#if defined(__CUDA_ARCH__)
+    const float r = T > 0.0f ? __frcp_rn(T) : 0.0f;
+#else
+    const float r = T > 0.0f ? 1.0f / T : 0.0f;
+#endif
+    return r >= 0x1p-126f && r <= 0x1p126f ? r : 0.0f;
+}
+
+FLS_HD float fls_temper_upper(float l, float rT)
+{
+    const float xp = FLS_FMUL(l, rT);
+    const float y = FLS_FADD(FLS_FMA(fabsf(xp), 0x1p-20f, xp), 0x1p-100f);
+    return l == -INFINITY ? -INFINITY : y;
+}
+
 #endif /* FLS_GUMBEL_BOUND_H */

@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static float g_up[FLS_GB_N], g_lo[FLS_GB_N];
 
@@ -99,4 +100,109 @@ Test(gumbel_bound, random_words, .timeout = 120)
             mode == 0 ? r : (mode == 1 ? ~(r >> (r & 63)) : (mode == 2 ? r & trng_next(&s) : r >> (r & 63)));
         check_word(k);
     }
+}
+
+/* ---- fls_temper_upper: a division-free upper bound of fl(l / T) ---- */
+
+static int64_t g_upper_checked;
+
+/* y >= x = fl(l / T) in the order a negated skip test sees (a NaN y is never
+ * skipped, so it passes); and not loose: within |x| 2^-19 + 2^-99. */
+static void check_upper(float l, float T)
+{
+    const float rT = fls_temper_rcp(T);
+    const float r = 1.0f / T;
+    if (rT == 0.0f) {
+        cr_assert(!(r >= 0x1p-126f && r <= 0x1p126f), "T %a: fl(1/T) = %a is normal but rcp gave 0",
+                  (double)T, (double)r);
+        return;
+    }
+    cr_assert_eq(rT, r, "T %a: rcp %a, fl(1/T) %a", (double)T, (double)rT, (double)r);
+    const float x = l / T, y = fls_temper_upper(l, rT);
+    if (y < x)
+        cr_assert_fail("l %a T %a: bound %a below fl(l / T) = %a", (double)l, (double)T, (double)y,
+                       (double)x);
+    if (isfinite(x) && isfinite(y) && (double)y - (double)x > fabs((double)x) * 0x1p-19 + 0x1p-99)
+        cr_assert_fail("l %a T %a: bound %a too loose over %a", (double)l, (double)T, (double)y, (double)x);
+    if (l == -INFINITY)
+        cr_assert(y == -INFINITY, "a masked token must stay skippable");
+    g_upper_checked++;
+}
+
+static float float_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+Test(gumbel_bound, temper_upper_edges)
+{
+    /* T at the ends of the range where fl(1/T) is normal, and beyond */
+    const float Ts[] = {0x1p-126f,
+                        0x1.000002p-126f,
+                        0x1p-127f,
+                        1e-40f,
+                        1e-38f,
+                        1e-30f,
+                        1e-10f,
+                        0.3f,
+                        0.7f,
+                        1.0f,
+                        1.5f,
+                        3.0f,
+                        100.0f,
+                        1e30f,
+                        3e37f,
+                        0x1p126f,
+                        0x1.fffffep125f,
+                        0x1.000002p126f,
+                        0x1.8p126f,
+                        0x1p127f,
+                        3.4e38f};
+    const float Ls[] = {0.0f,    -0.0f,  0x1p-149f, -0x1p-149f, 0x1p-126f, -0x1p-126f, 1e-30f,
+                        -1e-30f, 1.0f,   -1.0f,     0.7f,       -12.5f,    1e30f,      -1e30f,
+                        1e38f,   -1e38f, 3.4e38f,   -3.4e38f,   INFINITY,  -INFINITY};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+        for (size_t j = 0; j < sizeof Ls / sizeof Ls[0]; j++) {
+            check_upper(Ls[j], Ts[i]);
+            /* the logits around the overflow threshold l = T * FLT_MAX, and
+             * around the subnormal edge of the quotient */
+            const float edges[] = {Ts[i] * 3.4028235e38f, Ts[i] * 0x1p-126f, Ts[i] * 0x1p-149f};
+            for (size_t e = 0; e < 3; e++) {
+                float l = edges[e];
+                for (int k = 0; k < 64 && isfinite(l); k++) {
+                    check_upper(l, Ts[i]);
+                    check_upper(-l, Ts[i]);
+                    l = nextafterf(l, INFINITY);
+                }
+                l = edges[e];
+                for (int k = 0; k < 64 && l > 0.0f; k++) {
+                    check_upper(l, Ts[i]);
+                    check_upper(-l, Ts[i]);
+                    l = nextafterf(l, 0.0f);
+                }
+            }
+        }
+    cr_assert(g_upper_checked > 10000, "only %lld pairs had a normal fl(1/T)", (long long)g_upper_checked);
+}
+
+Test(gumbel_bound, temper_upper_random, .timeout = 120)
+{
+    uint64_t s = 0x7e3e7e3e00c0ffeeull;
+    int64_t n = 0;
+    for (int i = 0; i < (1 << 22); i++) {
+        const uint64_t r = trng_next(&s);
+        /* every finite positive float as T, logits of every exponent and both signs;
+         * every fourth pair with logits of realistic size and T in (0, 4] */
+        float T = float_of_bits((uint32_t)(r % 0x7f7fffffu) + 1u);
+        float l = float_of_bits((uint32_t)(r >> 32) & 0xff7fffffu); /* finite, any sign */
+        if ((i & 3) == 0) {
+            T = (float)((double)(r & 0xffffff) * 0x1p-22) + 0x1p-10f;
+            l = trng_float(&s) * 40.0f;
+        }
+        check_upper(l, T);
+        n++;
+    }
+    cr_assert_eq(n, (int64_t)1 << 22);
 }
