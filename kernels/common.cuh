@@ -29,6 +29,15 @@
 int fls_segment_len(int64_t B);
 
 /* The device view of one request's workspace. */
+/* The status word's code (ws.status[1]), in the CPU engine's order of
+ * priority: NaN, then temperature overflow, then an all-masked row. */
+enum fls_status_code : unsigned {
+    FLS_SC_OK = 0,
+    FLS_SC_NAN = 1,         /* FLS_ERR_NAN */
+    FLS_SC_ALL_MASKED = 2,  /* FLS_ERR_ALL_MASKED */
+    FLS_SC_TEMPERATURE = 3, /* FLS_ERR_TEMPERATURE */
+};
+
 struct fls_ws {
     unsigned long long *best; /* [(b * nd + j) * nent + e] packed winners */
     float *xw;                /* same index: the winner's tempered logit */
@@ -72,6 +81,13 @@ __device__ __forceinline__ uint32_t fls_ord(float k)
 __device__ __forceinline__ unsigned long long fls_pack(float key, uint32_t token)
 {
     return ((unsigned long long)fls_ord(key) << 32) | (unsigned long long)(0xffffffffu - token);
+}
+
+/* The key of a packed (key, token), fls_pack's inverse; -inf for the empty 0. */
+__device__ __forceinline__ float fls_key_of(unsigned long long p)
+{
+    const uint32_t u = (uint32_t)(p >> 32);
+    return p == 0 ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
 }
 
 /* Philox4x32-10 block of the pair (token & ~1, token | 1) through cuRAND's
@@ -416,21 +432,20 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
  * The final reduction, shared by the finalize kernel and the fused stream
  * kernel's last CTA. Loads go through L2 (ld.cg): in the stream kernel the
  * partials were written by other CTAs of the same launch.
- * fls_finalize_status (warp-collective): 1 a NaN was seen, 3 a finite
- * logit's l / T overflowed, 2 some row has no finite logit (the CPU engine's
- * order of FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED), 0 none;
- * anything but 0 means no output is written.
+ * fls_finalize_status (warp-collective): the call's status code (a NaN was
+ * seen, a finite logit's l / T overflowed, some row has no finite logit, in
+ * that order); anything but FLS_SC_OK means no output is written.
  */
 __device__ __forceinline__ unsigned fls_finalize_status(int B, const fls_ws &ws, int lane)
 {
     if (__ldcg(ws.nanflag) == ws.epoch)
-        return 1u;
+        return FLS_SC_NAN;
     if (__ldcg(ws.tempflag) == ws.epoch)
-        return 3u;
+        return FLS_SC_TEMPERATURE;
     bool m = false;
     for (int b = lane; b < B; b += 32)
         m |= __ldcg(ws.finite + b) != ws.epoch;
-    return __any_sync(FLS_FULL_MASK, m) ? 2u : 0u;
+    return __any_sync(FLS_FULL_MASK, m) ? FLS_SC_ALL_MASKED : FLS_SC_OK;
 }
 
 /* One warp reduces item w = b * nd + j: max over the nent entries (ties:

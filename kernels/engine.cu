@@ -555,10 +555,10 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         return fls_from_cuda(ce);
     if (status[0] != epoch)
         return FLS_ERR_INTERNAL;
-    return status[1] == 1   ? FLS_ERR_NAN
-           : status[1] == 3 ? FLS_ERR_TEMPERATURE
-           : status[1] == 2 ? FLS_ERR_ALL_MASKED
-                            : FLS_OK;
+    return status[1] == FLS_SC_NAN           ? FLS_ERR_NAN
+           : status[1] == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
+           : status[1] == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
+                                             : FLS_OK;
 }
 
 extern "C" fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,

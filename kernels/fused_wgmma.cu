@@ -41,6 +41,7 @@
 
 #define WG_TV 128 /* vocabulary rows per tile: two m64 blocks */
 #define WG_BK 64  /* K per stage: 64 16-bit elements = one 128-byte swizzle row */
+#define WG_ST 512 /* (row, draw) pairs of sampler state per CTA: 512 / N draws per pass */
 
 template <int N, int E_> struct fls_wg_cfg {
     static constexpr int E = E_;                       /* epilogue warps */
@@ -71,7 +72,7 @@ template <int N, int E_> struct fls_wg_cfg {
     /* the sampling warps' state (fls_wg_state): ST (row, draw) pairs of
      * best (8 bytes) and bx (4), N rows of lse (8), T, rT (4 + 4), seed and
      * offset (8 + 8); then the Gumbel upper-bound table */
-    static constexpr int ST = 512;
+    static constexpr int ST = WG_ST;
     static constexpr int ST_BYTES = ST * 12 + N * 40;
     static constexpr int EXTRA = ST_BYTES + FLS_GB_N * 4;
     static constexpr int BUDGET = 227 * 1024 - 1024 - 256 - EXTRA;
@@ -171,13 +172,6 @@ template <int R> __device__ __forceinline__ void fls_wg_pin(float (&d)[R])
 #pragma unroll
     for (int i = 0; i < R; i++)
         asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/* The key of a packed (key, token), fls_pack's inverse; -inf for the empty 0. */
-__device__ __forceinline__ float fls_wg_key_of(unsigned long long p)
-{
-    const uint32_t u = (uint32_t)(p >> 32);
-    return p == 0 ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
 }
 
 /* The sampling warps' per-CTA shared state (fls_wg_cfg's ST_OFF region). */
@@ -305,7 +299,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
 #pragma unroll
         for (int r = 0; r < R; r++) {
             sb[r] = st.best[bl[r] * nd + j];
-            thr[r] = up ? fls_wg_key_of(sb[r]) : -INFINITY;
+            thr[r] = up ? fls_key_of(sb[r]) : -INFINITY;
             best[r] = 0;
             bx[r] = -INFINITY;
 #pragma unroll
@@ -571,7 +565,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                 a.ws.xw[idx] = st.bx[bl * nd + j];
             }
             if (lane == 0) {
-                if (fls_wg_key_of(st.best[bl * nd]) > -INFINITY)
+                if (fls_key_of(st.best[bl * nd]) > -INFINITY)
                     a.ws.finite[b] = a.ws.epoch;
                 if (a.ws.want_lse) {
                     a.ws.m[(int64_t)b * a.ws.nent + slot] = st.lse[bl].x;
@@ -653,7 +647,7 @@ int fls_wgmma_slots(int64_t B, int64_t V, int tile_n, int sm_count)
 
 int fls_wgmma_max_draws(int tile_n)
 {
-    return fls_wg_cfg<16, 7>::ST / tile_n;
+    return WG_ST / tile_n;
 }
 
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,

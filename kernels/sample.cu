@@ -325,7 +325,8 @@ __global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl,
     bad = __syncthreads_or(bad);
     if (b == 0 && threadIdx.x == 0) {
         ws.status[0] = ws.epoch;
-        ws.status[1] = bad_nan ? 1u : (bad_temp ? 3u : (bad ? 2u : 0u));
+        ws.status[1] =
+            bad_nan ? FLS_SC_NAN : (bad_temp ? FLS_SC_TEMPERATURE : (bad ? FLS_SC_ALL_MASKED : FLS_SC_OK));
     }
     if (bad)
         return;
