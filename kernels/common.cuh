@@ -261,6 +261,12 @@ __device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0
     __syncwarp();
 }
 
+/* A NaN or +inf logit: the CPU engine's FLS_ERR_NAN (docs/NOISE.md). */
+__device__ __forceinline__ bool fls_bad_logit(float l)
+{
+    return !(l <= __FLT_MAX__); /* one compare: true for NaN and +inf, false for -inf */
+}
+
 /* A finite logit whose tempered value l / T is infinite: the CPU engine's
  * FLS_ERR_TEMPERATURE. */
 __device__ __forceinline__ bool fls_temper_overflows(float l, float x)
@@ -333,7 +339,7 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
     for (int p = lane; p < np; p += 32) {
         int i = 2 * p;
         float l0 = S[i];
-        nan |= isnan(l0);
+        nan |= fls_bad_logit(l0);
         if (l0 > -INFINITY)
             ln = fminf(ln, l0);
         if (l0 > lm) {
@@ -342,7 +348,7 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
         }
         if (i + 1 < n) {
             float l1 = S[i + 1];
-            nan |= isnan(l1);
+            nan |= fls_bad_logit(l1);
             if (l1 > -INFINITY)
                 ln = fminf(ln, l1);
             if (l1 > lm) {

@@ -330,10 +330,14 @@ __global__ void __launch_bounds__(FS_THREADS, 1) fls_fused_stream_kernel(fls_str
                         continue;
                     const float T = __ldg(&a.rows[b].temperature);
                     const float l0 = lo[c], l1 = hi[c];
-                    bad |= (isnan(l0) || (ok1 && isnan(l1))) ? 1u : 0u;
                     const float x0 = fls_temper(l0, T);
                     const float x1 = ok1 ? fls_temper(l1, T) : -INFINITY;
-                    bad |= (fls_temper_overflows(l0, x0) || (ok1 && fls_temper_overflows(l1, x1))) ? 2u : 0u;
+                    /* rare: x = NaN or inf where l is not -inf (a NaN or +inf logit, or l / T
+                     * overflowed); which one is decided off the hot path */
+                    if (!(fabsf(x0) <= __FLT_MAX__) && l0 != -INFINITY)
+                        bad |= fls_bad_logit(l0) ? 1u : 2u;
+                    if (ok1 && !(fabsf(x1) <= __FLT_MAX__) && l1 != -INFINITY)
+                        bad |= fls_bad_logit(l1) ? 1u : 2u;
                     float k0 = x0, k1 = x1;
                     if (T != 0.0f) {
                         const uint4 r = fls_philox_pair(__ldg(&a.rows[b].seed), __ldg(&a.rows[b].offset), d,

@@ -261,7 +261,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
         for (int k = 0; k < 4; k++) {
             if (!ok[k])
                 l[r][k] = -INFINITY;
-            saw_nan |= isnan(l[r][k]);
+            saw_nan |= fls_bad_logit(l[r][k]);
             y[r][k] = exact_y[r] ? fls_temper(l[r][k], T[r]) : fls_temper_upper(l[r][k], rT);
             big |= !(fabsf(y[r][k]) < 0x1p126f) && isfinite(l[r][k]);
         }

@@ -219,7 +219,7 @@ __global__ void fls_softmax_kernel(const float *__restrict__ L, int64_t ldl, int
     int nan = 0, ovf = 0;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
         float x = l[v];
-        nan |= isnan(x);
+        nan |= fls_bad_logit(x);
         const float t = fls_temper(x, T);
         ovf |= fls_temper_overflows(x, t);
         mx = fmaxf(mx, t);

@@ -714,6 +714,12 @@ static void test_logits_path(void)
     int64_t back[21];
     fls_cuda_memcpy(back, dt, sizeof back, 0);
     int untouched_nan = memcmp(back, guard, sizeof back) == 0;
+    /* +inf is the same error (the CPU engine's rule, docs/NOISE.md) */
+    float pinf = INFINITY;
+    fls_cuda_memcpy((float *)dL + 3 * ld + 123, &pinf, 4, 1);
+    fls_status st_inf = fls_sample_logits(g_gpu, &dLm, &p, &og);
+    fls_cuda_memcpy(back, dt, sizeof back, 0);
+    untouched_nan &= memcmp(back, guard, sizeof back) == 0;
     /* all -inf row */
     fls_cuda_memcpy((float *)dL + 3 * ld + 123, &L[3 * ld + 123], 4, 1);
     for (int64_t v = 0; v < V; v++)
@@ -736,7 +742,8 @@ static void test_logits_path(void)
     CHECK(mism == 0, "%d tokens differ between the CPU and GPU from-logits samplers", mism);
     CHECK(masked_hit == 0, "a masked token was sampled");
     CHECK(st_nan == FLS_ERR_NAN, "NaN logit gave %s", fls_status_string(st_nan));
-    CHECK(untouched_nan, "outputs written despite FLS_ERR_NAN");
+    CHECK(st_inf == FLS_ERR_NAN, "+inf logit gave %s", fls_status_string(st_inf));
+    CHECK(untouched_nan, "outputs written despite FLS_ERR_NAN (NaN or +inf)");
     CHECK(st_mask == FLS_ERR_ALL_MASKED, "all -inf row gave %s", fls_status_string(st_mask));
     CHECK(untouched_mask, "outputs written despite FLS_ERR_ALL_MASKED");
     CHECK(st_mn == FLS_ERR_ALL_MASKED, "multinomial, all -inf row gave %s", fls_status_string(st_mn));
