@@ -152,6 +152,13 @@ __device__ __forceinline__ uint64_t fls_wg_desc(uint32_t saddr)
            ((uint64_t)1 << 62);
 }
 
+/* A descriptor whose start address moves by c 16-byte units (no carry out of
+ * the 14-bit field: fls_wg_desc's address is below 2^18). */
+__device__ __forceinline__ uint64_t fls_wg_desc_add(uint64_t d, uint32_t c)
+{
+    return (d & 0xFFFFFFFF00000000ull) | (uint64_t)((uint32_t)d + c);
+}
+
 __device__ __forceinline__ void fls_wg_fence()
 {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -183,16 +190,31 @@ struct fls_wg_state {
     uint64_t *seed, *offset;  /* [bl] */
 };
 
+/* max with NaN propagation (PTX max.NaN, sm_80+): a NaN tempered logit
+ * keeps its pair in the candidate set, where the error is detected. */
+__device__ __forceinline__ float fls_fmax_nan(float a, float b)
+{
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+
 /*
  * The exact keys of the tokens k in the lane's mask cm (bit k: token ix[k]),
  * one per iteration, so that the warp runs the two logs once for the lanes
  * that have a candidate, not once per token slot; returns the largest key
- * (-inf if none). x = y when y is exact, else fl(l / T).
+ * (-inf if none). x = y when y is exact, else fl(l / T). The input errors
+ * are detected here, off the hot path: a NaN or +inf logit (FLS_ERR_NAN), a
+ * finite logit whose l / T overflows to +inf (FLS_ERR_TEMPERATURE; to -inf:
+ * fls_wg_sample_rows' range check). Such tokens are always candidates: their
+ * y is NaN or +inf, and the skip tests are negated compares (NaN never
+ * skips) with fls_fmax_nan for the pair's bound.
  */
 __device__ __forceinline__ float fls_wg_exact_keys(unsigned cm, const uint64_t (&bits)[4],
                                                    const float (&l)[4], const float (&y)[4], bool exact_y,
                                                    float T, uint64_t v0, const int (&ix)[4],
-                                                   unsigned long long &best, float &bx)
+                                                   unsigned long long &best, float &bx, bool &saw_nan,
+                                                   bool &saw_ovf)
 {
     float kmax = -INFINITY;
     while (__any_sync(FLS_FULL_MASK, cm != 0)) {
@@ -204,48 +226,63 @@ __device__ __forceinline__ float fls_wg_exact_keys(unsigned cm, const uint64_t (
             const float lk = k == 0 ? l[0] : (k == 1 ? l[1] : (k == 2 ? l[2] : l[3]));
             const float yk = k == 0 ? y[0] : (k == 1 ? y[1] : (k == 2 ? y[2] : y[3]));
             const int ik = k == 0 ? ix[0] : (k == 1 ? ix[1] : (k == 2 ? ix[2] : ix[3]));
-            const float key =
-                fls_exact_key(kb, exact_y ? yk : fls_temper(lk, T), (uint32_t)(v0 + (uint64_t)ik), best, bx);
+            const float x = exact_y ? yk : fls_temper(lk, T);
+            saw_nan |= fls_bad_logit(lk);
+            saw_ovf |= fls_temper_overflows(lk, x);
+            const float key = fls_exact_key(kb, x, (uint32_t)(v0 + (uint64_t)ik), best, bx);
             kmax = fmaxf(kmax, key);
         }
     }
     return kmax;
 }
 
+/* The lane's valid tokens of a tile of n (bit k: token ix[k] < n, with
+ * ix = 2p, 2p + 1, 64 + 2p, 65 + 2p for lane p). */
+__device__ __forceinline__ unsigned fls_wg_lane_valid(int n, int lane)
+{
+    if (n >= WG_TV)
+        return 0xfu;
+    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
+    return (unsigned)(i0 < n) | (unsigned)(i0 + 1 < n) << 1 | (unsigned)(i1 < n) << 2 |
+           (unsigned)(i1 + 1 < n) << 3;
+}
+
 /*
  * One warp samples R rows bl[r] of one tile: the 128 logits S[r][0..128)
- * (shared memory; tokens v0 + i, i < n valid) against the CTA's running
+ * (shared memory; tokens v0 + i; bit k of okm: the lane's token k is valid,
+ * fls_wg_lane_valid) against the CTA's running
  * state of each (row, draw). Lane p holds tokens 2p, 2p + 1, 64 + 2p,
  * 65 + 2p: two Philox blocks per lane and row, straight-line code, so the
  * R x 2 chains interleave.
  *
- * Exact skipping (up = the Gumbel upper-bound table in shared memory, or
- * NULL: every key computed): thr = the key of the state's best, an exact key
- * of this row and draw, so a lower bound of the final winner's key (on the
- * row's first tile here, each lane first computes the exact key of its
- * largest logit, and thr is their maximum). A token with
- * fl(y + up[bucket]) < thr (strict), y >= x (fls_temper_upper, fls_gumbel_bound.h), has
- * key <= fl(x + up) <= fl(y + up) < thr: it cannot win, not even on a tie,
- * and neither its division nor its logs are computed. Every key that is
- * computed is the plain loop's key, bit for bit (exact division,
- * fls_exact_key). The warp reduces its lanes only when one of them beats
- * the state, and writes the state back; entries reach global memory once,
- * at the end of the launch.
+ * Exact skipping (up = the Gumbel upper-bound table in shared memory; all
+ * +inf when skip is off: every key computed): thr = the key of the state's
+ * best, an exact key of this row and draw, so a lower bound of the final
+ * winner's key (on the row's first tile here, each lane first computes the
+ * exact key of its largest logit, and thr is their maximum). A token with
+ * fl(y + up[bucket]) < thr (strict), y >= x (fls_temper_upper,
+ * fls_gumbel_bound.h), has key <= fl(x + up) <= fl(y + up) < thr: it cannot
+ * win, not even on a tie, and neither its division nor its logs are
+ * computed. Every key that is computed is the plain loop's key, bit for bit
+ * (exact division, fls_exact_key). The hot path is branch-free per token:
+ * the candidate mask is built from predicates, the rare cases (greedy rows,
+ * logsumexp, a tail tile, a very negative y) are warp-uniform or per-lane
+ * branches around it. The warp reduces its lanes only when one of them
+ * beats the state, and writes the state back; entries reach global memory
+ * once, at the end of the launch.
  */
 template <int R>
-__device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], int n, uint64_t v0,
+__device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0,
                                                    const int (&bl)[R], const fls_wg_state &st, int nd,
-                                                   uint32_t draw_base, bool want_lse, const float *up,
-                                                   int lane, bool &saw_nan, bool &saw_ovf)
+                                                   uint32_t draw_base, bool want_lse, bool skip,
+                                                   const float *up, int lane, bool &saw_nan, bool &saw_ovf)
 {
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
-    bool ok[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        ok[k] = ix[k] < n;
     float l[R][4], y[R][4], T[R];
     bool exact_y[R];
+    unsigned long long gb[R]; /* greedy rows (T = 0): the winner of every draw */
+    float gx[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float2 ra = *(const float2 *)(S[r] + i0), rc = *(const float2 *)(S[r] + i1);
@@ -253,22 +290,44 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
         l[r][1] = ra.y;
         l[r][2] = rc.x;
         l[r][3] = rc.y;
+        if (okm != 0xfu)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (!((okm >> k) & 1u))
+                    l[r][k] = -INFINITY;
         T[r] = st.T[bl[r]];
         const float rT = st.rT[bl[r]];
         exact_y[r] = want_lse || T[r] == 0.0f || rT == 0.0f;
-        bool big = false;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (!ok[k])
-                l[r][k] = -INFINITY;
-            saw_nan |= fls_bad_logit(l[r][k]);
-            y[r][k] = exact_y[r] ? fls_temper(l[r][k], T[r]) : fls_temper_upper(l[r][k], rT);
-            big |= !(fabsf(y[r][k]) < 0x1p126f) && isfinite(l[r][k]);
-        }
-        if (big) /* rare: did l / T overflow for a finite l (FLS_ERR_TEMPERATURE)? */
+        if (exact_y[r]) {
 #pragma unroll
             for (int k = 0; k < 4; k++)
-                saw_ovf |= fls_temper_overflows(l[r][k], fls_temper(l[r][k], T[r]));
+                y[r][k] = fls_temper(l[r][k], T[r]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                y[r][k] = fls_temper_upper(l[r][k], rT);
+        }
+        /* l / T overflowing to -inf for a finite l leaves y <= -2^126 (or NaN,
+         * which stays a candidate); -inf logits land here too (rare path) */
+        if (!(fminf(fminf(y[r][0], y[r][1]), fminf(y[r][2], y[r][3])) > -0x1p126f))
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (isfinite(l[r][k]) && !(y[r][k] > -0x1p126f))
+                    saw_ovf |= fls_temper_overflows(l[r][k], fls_temper(l[r][k], T[r]));
+        gb[r] = 0;
+        gx[r] = -INFINITY;
+        if (T[r] == 0.0f) {
+            /* greedy: the largest logit, lowest index on ties; no noise */
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                saw_nan |= fls_bad_logit(l[r][k]);
+                const unsigned long long pk = fls_pack(l[r][k], (uint32_t)(v0 + (uint64_t)ix[k]));
+                if (((okm >> k) & 1u) && pk > gb[r]) {
+                    gb[r] = pk;
+                    gx[r] = l[r][k];
+                }
+            }
+        }
     }
     if (want_lse) {
         /* y is x here: the tile's (max, sum exp(x - max)), merged into the row's */
@@ -279,7 +338,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
             if (mt > -INFINITY) {
 #pragma unroll
                 for (int k = 0; k < 4; k++)
-                    if (ok[k])
+                    if ((okm >> k) & 1u)
                         s = __fadd_rn(s, expf(__fsub_rn(y[r][k], mt)));
             }
             s = fls_warp_sumf(s);
@@ -291,34 +350,29 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
             }
         }
     }
+    /* the pairs' bounds: fl(max y + FLS_GUMBEL_MAX), NaN kept */
+    float pb[R][2];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            pb[r][h] = __fadd_rn(fls_fmax_nan(y[r][2 * h], y[r][2 * h + 1]), FLS_GUMBEL_MAX);
     for (int j = 0; j < nd; j++) {
         const uint32_t d = draw_base + (uint32_t)j;
         unsigned long long sb[R], best[R];
         float bx[R], thr[R];
-        bool need[R][2], any_need = false;
+        unsigned needm[R];
+        bool any_need = false;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             sb[r] = st.best[bl[r] * nd + j];
-            thr[r] = up ? fls_key_of(sb[r]) : -INFINITY;
-            best[r] = 0;
-            bx[r] = -INFINITY;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                need[r][h] = T[r] != 0.0f && ok[2 * h] &&
-                             !(__fadd_rn(fmaxf(y[r][2 * h], y[r][2 * h + 1]), FLS_GUMBEL_MAX) < thr[r]);
-                any_need |= need[r][h];
-            }
-            if (T[r] == 0.0f) {
-                /* greedy: the largest logit, lowest index on ties; no noise */
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const unsigned long long pk = fls_pack(l[r][k], (uint32_t)(v0 + (uint64_t)ix[k]));
-                    if (ok[k] && pk > best[r]) {
-                        best[r] = pk;
-                        bx[r] = l[r][k];
-                    }
-                }
-            }
+            thr[r] = skip ? fls_key_of(sb[r]) : -INFINITY;
+            best[r] = gb[r];
+            bx[r] = gx[r];
+            /* pairs that might hold a winner: the Philox block is needed */
+            const bool n0 = !(pb[r][0] < thr[r]), n1 = !(pb[r][1] < thr[r]);
+            needm[r] = T[r] != 0.0f ? ((n0 ? 0x3u : 0u) | (n1 ? 0xcu : 0u)) & okm : 0u;
+            any_need |= needm[r] != 0u;
         }
         if (__any_sync(FLS_FULL_MASK, any_need)) {
             /* every Philox block of the R rows, straight-line: R x 2 independent chains */
@@ -337,28 +391,29 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], i
                 if (T[r] == 0.0f)
                     continue;
                 unsigned seed_m = 0;
-                if (up && thr[r] == -INFINITY) {
+                if (skip && thr[r] == -INFINITY) {
                     /* the row's first tile here: each lane's largest logit first */
                     int ks = -1;
                     float ym = -INFINITY;
 #pragma unroll
                     for (int k = 0; k < 4; k++)
-                        if (ok[k] && (ks < 0 || y[r][k] > ym)) {
+                        if (((okm >> k) & 1u) && (ks < 0 || y[r][k] > ym)) {
                             ks = k;
                             ym = y[r][k];
                         }
                     seed_m = ks >= 0 ? 1u << ks : 0u;
                     thr[r] = fls_warp_maxf(fls_wg_exact_keys(seed_m, bits[r], l[r], y[r], exact_y[r], T[r],
-                                                             v0, ix, best[r], bx[r]));
+                                                             v0, ix, best[r], bx[r], saw_nan, saw_ovf));
                 }
+                /* branch-free candidate mask: one table load per token */
                 unsigned cm = 0;
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    if (need[r][k >> 1] && ok[k] &&
-                        (!up || !(__fadd_rn(y[r][k], up[(int)(bits[r][k] >> FLS_GB_SHIFT)]) < thr[r])))
-                        cm |= 1u << k;
-                (void)fls_wg_exact_keys(cm & ~seed_m, bits[r], l[r], y[r], exact_y[r], T[r], v0, ix, best[r],
-                                        bx[r]);
+                for (int k = 0; k < 4; k++) {
+                    const float u = up[(uint32_t)(bits[r][k] >> 32) >> (32 - FLS_GB_BITS)];
+                    cm |= !(__fadd_rn(y[r][k], u) < thr[r]) ? 1u << k : 0u;
+                }
+                (void)fls_wg_exact_keys(cm & needm[r] & ~seed_m, bits[r], l[r], y[r], exact_y[r], T[r], v0, ix,
+                                        best[r], bx[r], saw_nan, saw_ovf);
             }
         }
 #pragma unroll
@@ -428,11 +483,16 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                 fls_wg_pin(acc0);
                 fls_wg_pin(acc1);
                 fls_wg_fence();
+                /* the stage's descriptors once; a K-step of 16 moves the start
+                 * address by 32 bytes (2 in the descriptor's 16-byte units), the
+                 * second 64-row half by 8192 (512): additions to the low word,
+                 * which never carry (shared addresses < 2^18) */
+                const uint64_t dw = fls_wg_desc(ws_), dh = fls_wg_desc(hs_);
 #pragma unroll
                 for (int ks = 0; ks < WG_BK / 16; ks++) {
-                    const uint64_t db = fls_wg_desc(hs_ + 32u * ks);
-                    fls_wgmma_op<N, BF16>::run(acc0, fls_wg_desc(ws_ + 32u * ks), db);
-                    fls_wgmma_op<N, BF16>::run(acc1, fls_wg_desc(ws_ + 8192u + 32u * ks), db);
+                    const uint64_t db = fls_wg_desc_add(dh, 2u * ks);
+                    fls_wgmma_op<N, BF16>::run(acc0, fls_wg_desc_add(dw, 2u * ks), db);
+                    fls_wgmma_op<N, BF16>::run(acc1, fls_wg_desc_add(dw, 512u + 2u * ks), db);
                 }
                 fls_wg_commit();
                 fls_wg_wait<1>();
@@ -510,7 +570,9 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         st.offset = st.seed + N;
         st.T = (float *)(st.offset + N);
         st.rT = st.T + N;
-        const float *up = a.ws.gup ? (const float *)(smem + C::GB_OFF) : NULL;
+        /* the Gumbel upper-bound table; all +inf without skipping (every key computed) */
+        const bool skip = a.ws.gup != NULL;
+        float *up = (float *)(smem + C::GB_OFF);
         for (int i = et; i < nb * nd; i += 32 * C::E) {
             st.best[i] = 0;
             st.bx[i] = -INFINITY;
@@ -524,9 +586,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             st.offset[i] = rp.offset;
             st.lse[i] = make_float2(-INFINITY, 0.0f);
         }
-        if (a.ws.gup)
-            for (int i = et; i < FLS_GB_N; i += 32 * C::E)
-                ((float *)(smem + C::GB_OFF))[i] = a.ws.gup[i];
+        for (int i = et; i < FLS_GB_N; i += 32 * C::E)
+            up[i] = skip ? a.ws.gup[i] : INFINITY;
         asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
         bool saw_nan = false, saw_ovf = false;
         int it = 0;
@@ -536,20 +597,20 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             __syncwarp();
             const float *S = (const float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
             const int64_t v0 = (int64_t)vt * WG_TV;
-            const int n = (int)min((int64_t)WG_TV, a.V - v0);
+            const unsigned okm = fls_wg_lane_valid((int)min((int64_t)WG_TV, a.V - v0), lane);
             /* rows ew, ew + E, ...: one owner warp per row for the whole
              * launch (it alone touches the row's state), two rows per call */
             for (int bl = ew; bl < nb; bl += C::R * C::E) {
                 if (C::R == 2 && bl + C::E < nb) {
                     const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    fls_wg_sample_rows<2>(ss, n, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
-                                          up, lane, saw_nan, saw_ovf);
+                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
+                                          skip, up, lane, saw_nan, saw_ovf);
                 } else {
                     const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
-                    fls_wg_sample_rows<1>(ss, n, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
-                                          up, lane, saw_nan, saw_ovf);
+                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
+                                          skip, up, lane, saw_nan, saw_ovf);
                 }
             }
             __syncwarp();

@@ -502,6 +502,90 @@ static void test_exact_tokens_shapes(void)
     CHECK(total_mis == 0, "%d mismatching tokens on inputs without near-ties", total_mis);
 }
 
+/*
+ * Bad values in the fused paths, each alone in its matrix: a NaN logit, a
+ * +inf logit (FLS_ERR_NAN), one finite logit whose l / T overflows to +inf
+ * or to -inf (FLS_ERR_TEMPERATURE, with a normal fl(1 / T), so the wgmma
+ * sampler takes its division-free bound). The wgmma sampler detects these
+ * among its candidates and the -inf overflow in a range check: a single
+ * very negative token among zeros is the case a skip test would hide.
+ * Every configuration must give the CPU engine's status and leave the
+ * outputs as they were.
+ */
+static void test_fused_bad_values(void)
+{
+    const int64_t V = 3001, D = 24, B = 5, draws = 2, vbad = 1000;
+    const char *names[4] = {"NaN logit", "+inf logit", "l / T -> +inf", "l / T -> -inf"};
+    const fls_status want[4] = {FLS_ERR_NAN, FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_TEMPERATURE};
+    int wrong = 0, touched = 0, runs = 0;
+    for (int sc = 0; sc < 4; sc++) {
+        g_rng = 777 + (uint64_t)sc;
+        uint16_t *W = calloc((size_t)(V * D), 2), *H = calloc((size_t)(B * D), 2);
+        CHECK(W && H, "host memory");
+        /* NaN and +inf: small integers around the bad token; overflow: zeros
+         * around one token of 3s (logit +-72 against 0 elsewhere) */
+        for (int64_t i = 0; i < V * D; i++)
+            W[i] = fls_f32_to_bf16(sc < 2 ? (float)((int)(rnd() % 7) - 3) : 0.0f);
+        for (int64_t k = 0; k < D; k++)
+            W[vbad * D + k] = fls_f32_to_bf16(sc < 2 ? 1.0f : 3.0f);
+        if (sc == 0)
+            W[vbad * D + 5] = fls_f32_to_bf16(NAN);
+        if (sc == 1)
+            W[vbad * D + 5] = fls_f32_to_bf16(INFINITY);
+        for (int64_t i = 0; i < B * D; i++)
+            H[i] = fls_f32_to_bf16(sc == 3 ? -1.0f : 1.0f);
+        float temps[5] = {0.7f, 1.0f, 0.0f, 2.0f, 0.7f};
+        if (sc >= 2)
+            for (int b = 0; b < B; b++)
+                temps[b] = b == 3 ? 1e-37f : 1.0f; /* 1 / T = 1e37 is normal */
+        fls_params p;
+        fls_params_default(&p);
+        p.temperature = temps;
+        p.seed = 5;
+        p.draws = draws;
+        int64_t tok[10];
+        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+        fls_outputs oc = {tok, NULL, NULL};
+        const fls_status sc_cpu = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        CHECK(sc_cpu == want[sc], "%s: the CPU engine gave %s", names[sc], fls_status_string(sc_cpu));
+        void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = to_dev(H, (size_t)(B * D) * 2), *dtok = NULL;
+        fls_cuda_malloc(&dtok, sizeof tok);
+        CHECK(dW && dH && dtok, "device memory");
+        fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+        fls_row_params *rows = resolve_rows(&p, B);
+        CHECK(rows, "host memory");
+        for (int k = 0; k < N_CFGS; k++) {
+            int64_t guard[10], back[10];
+            for (int i = 0; i < 10; i++)
+                guard[i] = -3 - i;
+            fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
+            fls_outputs og = {(int64_t *)dtok, NULL, NULL};
+            fls_request req = {rows, B, V, draws, k_cfgs[k].method};
+            fls_cuda_opts o = cfg_opts(k);
+            const fls_status st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+            fls_cuda_memcpy(back, dtok, sizeof back, 0);
+            runs++;
+            if (st != want[sc]) {
+                wrong++;
+                failf("%s, %s: %s, expected %s", names[sc], k_cfgs[k].label, fls_status_string(st),
+                      fls_status_string(want[sc]));
+            }
+            if (memcmp(back, guard, sizeof back) != 0) {
+                touched++;
+                failf("%s, %s: outputs written despite the error", names[sc], k_cfgs[k].label);
+            }
+        }
+        free(rows);
+        fls_cuda_free(dW);
+        fls_cuda_free(dH);
+        fls_cuda_free(dtok);
+        free(W);
+        free(H);
+    }
+    printf("    bad values (NaN, +inf, l / T overflow to +-inf): %d runs, %d wrong status, %d wrote outputs\n",
+           runs, wrong, touched);
+}
+
 /* A temperature so small that a finite logit's l / T overflows: the CPU
  * engine's FLS_ERR_TEMPERATURE from every GPU configuration, the logits
  * path and the multinomial baseline, with the outputs left as they were. */
@@ -1189,6 +1273,7 @@ int main(int argc, char **argv)
     run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
     run_test("temperature_overflow_is_an_error", test_temperature_overflow);
+    run_test("fused_bad_values_are_errors", test_fused_bad_values);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);
 #ifdef FLS_HAVE_AUDIT
