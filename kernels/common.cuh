@@ -56,6 +56,14 @@ struct fls_ws {
     /* Gumbel bound tables (fls_gumbel_bound.h, device, FLS_GB_N floats each),
      * or NULL: no skipping (the plain loop computes every key). */
     const float *gup, *glo;
+    const float *gup2; /* the top bucket's sub-bucket bounds (FLS_GB2_N), or NULL */
+    /* The wgmma kernel's row thresholds shared across CTAs, [b * nd + j]:
+     * (tepoch << 32) | fls_ord(an exact key of row b, draw j in this pass),
+     * raised with 64-bit atomicMax; a value of another pass (another
+     * tepoch) reads as -inf, so the array is never cleared between passes.
+     * NULL: no sharing. */
+    unsigned long long *gthr;
+    unsigned tepoch;
 };
 
 /* Segments shorter than this never skip: the seed and the final drain cost
@@ -83,11 +91,16 @@ __device__ __forceinline__ unsigned long long fls_pack(float key, uint32_t token
     return ((unsigned long long)fls_ord(key) << 32) | (unsigned long long)(0xffffffffu - token);
 }
 
+/* fls_ord's inverse. */
+__device__ __forceinline__ float fls_unord(uint32_t u)
+{
+    return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
 /* The key of a packed (key, token), fls_pack's inverse; -inf for the empty 0. */
 __device__ __forceinline__ float fls_key_of(unsigned long long p)
 {
-    const uint32_t u = (uint32_t)(p >> 32);
-    return p == 0 ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+    return p == 0 ? -INFINITY : fls_unord((uint32_t)(p >> 32));
 }
 
 /* Philox4x32-10 block of the pair (token & ~1, token | 1) through cuRAND's
@@ -566,6 +579,8 @@ cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int6
  * (benchmark only: outputs are garbage). */
 int fls_wgmma_slots(int64_t B, int64_t V, int tile_n, int sm_count);
 int fls_wgmma_max_draws(int tile_n);
+/* fls_wgmma_max_draws at the smallest tile: the shared thresholds' draws per row */
+#define FLS_GTHR_DRAWS 32
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,

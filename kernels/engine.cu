@@ -25,8 +25,12 @@ struct fls_cuda_state {
     unsigned *flags;    /* [0..1] status, [2] NaN mark, [3..] finite marks per row */
     int64_t flags_rows; /* capacity of the finite marks */
     unsigned epoch;
-    float *gbound; /* [2 FLS_GB_N]: the Gumbel bound table (up, then lo), device */
-    int no_skip;   /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
+    unsigned long long *gthr; /* [flags_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row
+                                 thresholds (fls_ws.gthr), zero when allocated */
+    unsigned tepoch;          /* the last wgmma pass's tag in gthr */
+    float *gbound;            /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
+                                 bucket's up2), device */
+    int no_skip;              /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
     char name[256];
 };
 
@@ -103,8 +107,9 @@ extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
     }
     /* the bound table of fls_gumbel_bound.h, built on the host with the
      * contract's own transform (the unit test checks this very table) */
-    float table[2 * FLS_GB_N];
+    float table[2 * FLS_GB_N + FLS_GB2_N];
     fls_gumbel_bound_table(table, table + FLS_GB_N);
+    fls_gumbel_bound_top(table + 2 * FLS_GB_N);
     cudaError_t te = cudaMalloc((void **)&s->gbound, sizeof table);
     if (te == cudaSuccess)
         te = cudaMemcpy(s->gbound, table, sizeof table, cudaMemcpyHostToDevice);
@@ -132,6 +137,7 @@ extern "C" void fls_cuda_context_fini(fls_context_t *ctx)
         cudaDeviceSynchronize();
     cudaFree(s->ws);
     cudaFree(s->flags);
+    cudaFree(s->gthr);
     cudaFree(s->gbound);
     cublasDestroy(s->blas);
     free(s);
@@ -266,22 +272,32 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
     if (e != cudaSuccess)
         return fls_from_cuda(e);
     cudaFree(s->flags);
+    cudaFree(s->gthr);
     s->flags = NULL;
+    s->gthr = NULL;
     s->flags_rows = 0;
     int64_t cap = B < 1024 ? 1024 : B;
     /* [0..1] status, [2] NaN mark, [3] temperature-overflow mark,
      * [4, 4 + cap) finite marks, [4 + cap] the stream kernel's CTA counter
      * (0 between launches) */
+    const size_t gthr_bytes = (size_t)cap * FLS_GTHR_DRAWS * sizeof(unsigned long long);
     e = cudaMalloc((void **)&s->flags, (size_t)(cap + 5) * sizeof(unsigned));
     if (e == cudaSuccess)
         e = cudaMemset(s->flags, 0, (size_t)(cap + 5) * sizeof(unsigned));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&s->gthr, gthr_bytes);
+    if (e == cudaSuccess)
+        e = cudaMemset(s->gthr, 0, gthr_bytes);
     if (e != cudaSuccess) {
         cudaFree(s->flags);
+        cudaFree(s->gthr);
         s->flags = NULL;
+        s->gthr = NULL;
         return fls_from_cuda(e);
     }
     s->flags_rows = cap;
-    s->epoch = 0; /* marks are 0 now; epochs start at 1 */
+    s->epoch = 0;  /* marks are 0 now; epochs start at 1 */
+    s->tepoch = 0; /* likewise the thresholds' tags */
     return FLS_OK;
 }
 
@@ -478,6 +494,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                       (kind == K_WGMMA || fls_segment_len(B) >= FLS_SKIP_MIN_N);
     ws.gup = skip ? s->gbound : NULL;
     ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
+    ws.gup2 = skip ? s->gbound + 2 * FLS_GB_N : NULL;
+    ws.gthr = NULL;
+    ws.tepoch = 0;
 
     /* logits that every draw pass reuses */
     const float *Lp = NULL;
@@ -522,6 +541,18 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
             ce = fls_launch_fused_mma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
                                       rows_d, ws, s->sm_count, str);
         } else if (kind == K_WGMMA) {
+            if (skip) {
+                /* a fresh tag per pass; on the (4-billion-pass) wrap, clear the array */
+                if (s->tepoch == 0xffffffffu) {
+                    ce = cudaMemsetAsync(
+                        s->gthr, 0, (size_t)s->flags_rows * FLS_GTHR_DRAWS * sizeof(unsigned long long), str);
+                    if (ce != cudaSuccess)
+                        return fls_from_cuda(ce);
+                    s->tepoch = 0;
+                }
+                ws.gthr = s->gthr;
+                ws.tepoch = ++s->tepoch;
+            }
             ce = fls_launch_fused_wgmma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
                                         opts.wg_epi_warps, !opts.gemm_only, rows_d, ws, s->sm_count, str);
         } else if (kind == K_CHUNKED) {

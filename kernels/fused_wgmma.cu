@@ -74,13 +74,14 @@ template <int N, int E_> struct fls_wg_cfg {
      * offset (8 + 8); then the Gumbel upper-bound table */
     static constexpr int ST = WG_ST;
     static constexpr int ST_BYTES = ST * 12 + N * 40;
-    static constexpr int EXTRA = ST_BYTES + FLS_GB_N * 4;
+    static constexpr int GB_FLOATS = FLS_GB_N + FLS_GB2_N; /* up, then the top bucket's up2 */
+    static constexpr int EXTRA = ST_BYTES + GB_FLOATS * 4;
     static constexpr int BUDGET = 227 * 1024 - 1024 - 256 - EXTRA;
     static constexpr int STAGES_FIT = (BUDGET - NS * S_BYTES) / STAGE;
     static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
     static constexpr int ST_OFF = STAGES * STAGE + NS * S_BYTES; /* 8-byte aligned */
-    static constexpr int GB_OFF = ST_OFF + ST_BYTES;             /* float up[FLS_GB_N] */
-    static constexpr int BAR_OFF = GB_OFF + FLS_GB_N * 4;
+    static constexpr int GB_OFF = ST_OFF + ST_BYTES;             /* float up[GB_FLOATS] */
+    static constexpr int BAR_OFF = GB_OFF + GB_FLOATS * 4;
     static constexpr int BYTES = 1024 + BAR_OFF + 256;
     static_assert(STAGE % 1024 == 0, "stages must keep the 1024-byte swizzle alignment");
     static_assert(STAGES >= 3, "too few stages");
@@ -275,7 +276,8 @@ template <int R>
 __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0,
                                                    const int (&bl)[R], const fls_wg_state &st, int nd,
                                                    uint32_t draw_base, bool want_lse, bool skip,
-                                                   const float *up, int lane, bool &saw_nan, bool &saw_ovf)
+                                                   const float *up, unsigned long long *gthr, int row0,
+                                                   unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
 {
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
@@ -374,6 +376,14 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
             needm[r] = T[r] != 0.0f ? ((n0 ? 0x3u : 0u) | (n1 ? 0xcu : 0u)) & okm : 0u;
             any_need |= needm[r] != 0u;
         }
+        /* the other CTAs' thresholds of these rows (loaded here, used after
+         * the Philox blocks: the load's latency hides behind them) */
+        float gk[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const unsigned long long g = gthr ? __ldcg(gthr + (int64_t)(row0 + bl[r]) * nd + j) : 0ull;
+            gk[r] = gthr && (uint32_t)(g >> 32) == tep ? fls_unord((uint32_t)g) : -INFINITY;
+        }
         if (__any_sync(FLS_FULL_MASK, any_need)) {
             /* every Philox block of the R rows, straight-line: R x 2 independent chains */
             uint64_t bits[R][4];
@@ -390,6 +400,9 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
             for (int r = 0; r < R; r++) {
                 if (T[r] == 0.0f)
                     continue;
+                /* an exact key of this row and draw from any CTA of this pass is a
+                 * lower bound of the winner's key too */
+                thr[r] = fmaxf(thr[r], gk[r]);
                 unsigned seed_m = 0;
                 if (skip && thr[r] == -INFINITY) {
                     /* the row's first tile here: each lane's largest logit first */
@@ -412,8 +425,22 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
                     const float u = up[(uint32_t)(bits[r][k] >> 32) >> (32 - FLS_GB_BITS)];
                     cm |= !(__fadd_rn(y[r][k], u) < thr[r]) ? 1u << k : 0u;
                 }
-                (void)fls_wg_exact_keys(cm & needm[r] & ~seed_m, bits[r], l[r], y[r], exact_y[r], T[r], v0, ix,
-                                        best[r], bx[r], saw_nan, saw_ovf);
+                cm &= needm[r] & ~seed_m;
+                if (cm) {
+                    /* rare (per lane): a candidate of the top bucket against its
+                     * sub-bucket's bound, up + FLS_GB_N (the same argument) */
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const uint32_t hi = (uint32_t)(bits[r][k] >> 32);
+                        if (((cm >> k) & 1u) && (hi >> (32 - FLS_GB_BITS)) == FLS_GB_N - 1 &&
+                            __fadd_rn(y[r][k],
+                                      up[FLS_GB_N + ((hi >> (FLS_GB2_SHIFT - 32)) & (FLS_GB2_N - 1))]) <
+                                thr[r])
+                            cm &= ~(1u << k);
+                    }
+                }
+                (void)fls_wg_exact_keys(cm, bits[r], l[r], y[r], exact_y[r], T[r], v0, ix, best[r], bx[r],
+                                        saw_nan, saw_ovf);
             }
         }
 #pragma unroll
@@ -426,6 +453,9 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
                 if (lane == 0) {
                     st.best[bl[r] * nd + j] = w;
                     st.bx[bl[r] * nd + j] = wx;
+                    if (gthr) /* share the key with the row's other CTAs */
+                        atomicMax(gthr + (int64_t)(row0 + bl[r]) * nd + j,
+                                  ((unsigned long long)tep << 32) | (w >> 32));
                 }
                 __syncwarp();
             }
@@ -586,8 +616,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             st.offset[i] = rp.offset;
             st.lse[i] = make_float2(-INFINITY, 0.0f);
         }
-        for (int i = et; i < FLS_GB_N; i += 32 * C::E)
-            up[i] = skip ? a.ws.gup[i] : INFINITY;
+        for (int i = et; i < C::GB_FLOATS; i += 32 * C::E)
+            up[i] = !skip ? INFINITY : i < FLS_GB_N ? a.ws.gup[i] : a.ws.gup2[i - FLS_GB_N];
         asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
         bool saw_nan = false, saw_ovf = false;
         int it = 0;
@@ -604,13 +634,15 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                 if (C::R == 2 && bl + C::E < nb) {
                     const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
-                                          skip, up, lane, saw_nan, saw_ovf);
+                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                                          a.ws.want_lse != 0, skip, up, skip ? a.ws.gthr : NULL, bt * N,
+                                          a.ws.tepoch, lane, saw_nan, saw_ovf);
                 } else {
                     const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
-                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base, a.ws.want_lse != 0,
-                                          skip, up, lane, saw_nan, saw_ovf);
+                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                                          a.ws.want_lse != 0, skip, up, skip ? a.ws.gthr : NULL, bt * N,
+                                          a.ws.tepoch, lane, saw_nan, saw_ovf);
                 }
             }
             __syncwarp();

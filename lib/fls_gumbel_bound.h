@@ -34,6 +34,15 @@
 #define FLS_GB_SHIFT  (64 - FLS_GB_BITS)
 #define FLS_GB_MARGIN 0x1p-19
 
+/* The top bucket (FLS_GB_N - 1, where G spans [6.9, 45.1]) split again:
+ * sub-bucket j2 = (k >> FLS_GB2_SHIFT) & (FLS_GB2_N - 1) of a word k whose
+ * bucket is the top one, with its own upper bound up2[j2] (same margin). A
+ * sampler whose threshold is far above the logit can then skip most tokens
+ * of the top bucket too (fls_gumbel_bound_top). */
+#define FLS_GB2_BITS  8
+#define FLS_GB2_N     (1 << FLS_GB2_BITS)
+#define FLS_GB2_SHIFT (FLS_GB_SHIFT - FLS_GB2_BITS)
+
 #if defined(__CUDACC__)
 #define FLS_GB_HOST static inline __host__
 #else
@@ -71,6 +80,28 @@ FLS_GB_HOST void fls_gumbel_bound_table(float *up, float *lo)
         up[j] = j == FLS_GB_N - 1 ? FLS_GUMBEL_MAX
                                   : fls_gb_round_out_(gh + fabs(gh) * FLS_GB_MARGIN + FLS_GB_MARGIN, 1);
         lo[j] = fls_gb_round_out_(gl - fabs(gl) * FLS_GB_MARGIN - FLS_GB_MARGIN, -1);
+    }
+}
+
+/* First and last word of sub-bucket j2 of the top bucket. */
+FLS_GB_HOST uint64_t fls_gb2_first(int j2)
+{
+    return fls_gb_first(FLS_GB_N - 1) | ((uint64_t)j2 << FLS_GB2_SHIFT);
+}
+
+FLS_GB_HOST uint64_t fls_gb2_last(int j2)
+{
+    return j2 == FLS_GB2_N - 1 ? ~(uint64_t)0 : fls_gb2_first(j2 + 1) - 1;
+}
+
+/* Fills up2[FLS_GB2_N]: G(k) <= up2[j2] for every k of sub-bucket j2 (the
+ * margin and rounding of fls_gumbel_bound_table; the last is FLS_GUMBEL_MAX). */
+FLS_GB_HOST void fls_gumbel_bound_top(float *up2)
+{
+    for (int j = 0; j < FLS_GB2_N; j++) {
+        double gh = (double)fls_gumbel_from_bits(fls_gb2_last(j));
+        up2[j] = j == FLS_GB2_N - 1 ? FLS_GUMBEL_MAX
+                                    : fls_gb_round_out_(gh + fabs(gh) * FLS_GB_MARGIN + FLS_GB_MARGIN, 1);
     }
 }
 

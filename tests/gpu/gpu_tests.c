@@ -582,8 +582,9 @@ static void test_fused_bad_values(void)
         free(W);
         free(H);
     }
-    printf("    bad values (NaN, +inf, l / T overflow to +-inf): %d runs, %d wrong status, %d wrote outputs\n",
-           runs, wrong, touched);
+    printf(
+        "    bad values (NaN, +inf, l / T overflow to +-inf): %d runs, %d wrong status, %d wrote outputs\n",
+        runs, wrong, touched);
 }
 
 /* A temperature so small that a finite logit's l / T overflows: the CPU

@@ -4,7 +4,8 @@
  * lo[j] <= fls_gumbel_from_bits(k) <= up[j] for every k of bucket j, checked
  * at every bucket's endpoints and their neighbours, densely at both ends of
  * the word range and around 2^63, and at random words; plus the table's shape
- * (ordered, finite, tight enough to be useful).
+ * (ordered, finite, tight enough to be useful); likewise the top bucket's
+ * sub-bucket bounds (fls_gumbel_bound_top).
  */
 #include "common.h"
 #include "fls_gumbel_bound.h"
@@ -100,6 +101,59 @@ Test(gumbel_bound, random_words, .timeout = 120)
             mode == 0 ? r : (mode == 1 ? ~(r >> (r & 63)) : (mode == 2 ? r & trng_next(&s) : r >> (r & 63)));
         check_word(k);
     }
+}
+
+/* ---- the top bucket's sub-bucket bounds (fls_gumbel_bound_top) ---- */
+
+static void check_top_word(const float *up2, uint64_t k)
+{
+    cr_assert_eq((int)(k >> FLS_GB_SHIFT), FLS_GB_N - 1);
+    int j2 = (int)((k >> FLS_GB2_SHIFT) & (FLS_GB2_N - 1));
+    float g = fls_gumbel_from_bits(k);
+    if (!(g <= up2[j2]))
+        cr_assert_fail("k %016llx (top sub-bucket %d): G %.9g above %.9g", (unsigned long long)k, j2,
+                       (double)g, (double)up2[j2]);
+}
+
+Test(gumbel_bound, top_table, .timeout = 120)
+{
+    float up2[FLS_GB2_N];
+    fls_gumbel_bound_top(up2);
+    cr_assert_eq(fls_gb2_first(0), fls_gb_first(FLS_GB_N - 1));
+    cr_assert_eq(fls_gb2_last(FLS_GB2_N - 1), ~0ull);
+    cr_assert_eq(fls_gb2_last(7) + 1, fls_gb2_first(8));
+    cr_assert_eq(up2[FLS_GB2_N - 1], FLS_GUMBEL_MAX);
+    for (int j = 0; j < FLS_GB2_N; j++) {
+        cr_assert(isfinite(up2[j]), "sub-bucket %d not finite", j);
+        cr_assert(up2[j] <= g_up[FLS_GB_N - 1], "sub-bucket %d looser than the bucket", j);
+        if (j > 0)
+            cr_assert(up2[j] >= up2[j - 1], "up2 not non-decreasing at %d", j);
+        if (j < FLS_GB2_N - 1) {
+            /* tight: a few ulps above G at the sub-bucket's last word */
+            double gh = (double)fls_gumbel_from_bits(fls_gb2_last(j));
+            cr_assert(up2[j] - gh <= fabs(gh) * 0x1p-17 + 0x1p-17, "sub-bucket %d: %.9g too loose over %.9g",
+                      j, (double)up2[j], gh);
+        }
+        /* every sub-bucket's ends, their neighbours and steps into it */
+        uint64_t a = fls_gb2_first(j), z = fls_gb2_last(j);
+        for (uint64_t d = 0; d < 64; d++) {
+            check_top_word(up2, a + d);
+            check_top_word(up2, z - d);
+            check_top_word(up2, a + (d << 30));
+            check_top_word(up2, z - (d << 30));
+        }
+        check_top_word(up2, a + ((z - a) >> 1));
+        if (j > 0)
+            check_top_word(up2, a - 1);
+    }
+    /* densely at the very top, where G grows fastest with k */
+    for (uint64_t d = 0; d < ((uint64_t)1 << 20); d++)
+        check_top_word(up2, ~d);
+    uint64_t s = 0x70b70b70b70bull;
+    for (int i = 0; i < (1 << 20); i++)
+        check_top_word(up2, fls_gb_first(FLS_GB_N - 1) | (trng_next(&s) >> FLS_GB_BITS));
+    /* the split is useful: half the top bucket's words have a bound below 8.5 */
+    cr_assert(up2[FLS_GB2_N / 2] < 8.5f, "up2 middle %.9g", (double)up2[FLS_GB2_N / 2]);
 }
 
 /* ---- fls_temper_upper: a division-free upper bound of fl(l / T) ---- */
