@@ -25,12 +25,13 @@ struct fls_cuda_state {
     unsigned *flags;    /* [0..1] status, [2] NaN mark, [3..] finite marks per row */
     int64_t flags_rows; /* capacity of the finite marks */
     unsigned epoch;
-    unsigned long long *gthr; /* [flags_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row
+    unsigned long long *gthr; /* [gthr_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row
                                  thresholds (fls_ws.gthr), zero when allocated */
-    unsigned tepoch;          /* the last wgmma pass's tag in gthr */
-    float *gbound;            /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
-                                 bucket's up2), device */
-    int no_skip;              /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
+    int64_t gthr_rows;
+    unsigned tepoch; /* the last wgmma pass's tag in gthr */
+    float *gbound;   /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
+                        bucket's up2), device */
+    int no_skip;     /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
     char name[256];
 };
 
@@ -208,18 +209,19 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
     return fls_stream_supported(B, D);
 }
 
-/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v7). Measured 2026-11-29 on an
- * H200 (v7 runs 1-2 of that day, bf16, T = 0.7, one draw, median of 100;
- * the per-shape table is in docs/PERF.md): the warp-specialised wgmma
- * kernel beats the cuBLAS-chunked path and the stream kernel at every
- * benchmarked shape and B except D = 8192, B = 256 (chunked 1.033 ms vs
- * wgmma 1.061 in run 1), where chunked stays. D between the measured
- * 2048..8192 is split at 6144; the stream and mma.sync kernels stay
- * selectable (FLS_CUDA_PATH_STREAM, FLS_CUDA_PATH_MMA) but win nowhere. */
+/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v8). Measured 2026-11-29 on an
+ * H200 (bf16, T = 0.7, one draw, median of 100; the per-shape table is in
+ * docs/PERF.md): the warp-specialised wgmma kernel beats the cuBLAS-chunked
+ * path and the stream kernel at every benchmarked shape and B <= 256 (since
+ * v8 also D = 8192, B = 256: 0.998 vs 1.075 ms in session 4 run 3). Above
+ * B = 256 nothing is measured; there the chunked path (cuBLAS at its best
+ * with large B) stays at D >= 6144, split between the measured 4096 and
+ * 8192. The stream and mma.sync kernels stay selectable
+ * (FLS_CUDA_PATH_STREAM, FLS_CUDA_PATH_MMA) but win nowhere. */
 static const struct {
     int64_t d_min, d_max, b_min, b_max;
 } k_chunked_rules[] = {
-    {6144, INT64_MAX, 129, INT64_MAX},
+    {6144, INT64_MAX, 257, INT64_MAX},
 };
 
 extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls_dtype wd, fls_dtype hd)
@@ -272,32 +274,63 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
     if (e != cudaSuccess)
         return fls_from_cuda(e);
     cudaFree(s->flags);
-    cudaFree(s->gthr);
     s->flags = NULL;
-    s->gthr = NULL;
     s->flags_rows = 0;
     int64_t cap = B < 1024 ? 1024 : B;
     /* [0..1] status, [2] NaN mark, [3] temperature-overflow mark,
      * [4, 4 + cap) finite marks, [4 + cap] the stream kernel's CTA counter
      * (0 between launches) */
-    const size_t gthr_bytes = (size_t)cap * FLS_GTHR_DRAWS * sizeof(unsigned long long);
     e = cudaMalloc((void **)&s->flags, (size_t)(cap + 5) * sizeof(unsigned));
     if (e == cudaSuccess)
         e = cudaMemset(s->flags, 0, (size_t)(cap + 5) * sizeof(unsigned));
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&s->gthr, gthr_bytes);
-    if (e == cudaSuccess)
-        e = cudaMemset(s->gthr, 0, gthr_bytes);
     if (e != cudaSuccess) {
         cudaFree(s->flags);
-        cudaFree(s->gthr);
         s->flags = NULL;
-        s->gthr = NULL;
         return fls_from_cuda(e);
     }
     s->flags_rows = cap;
-    s->epoch = 0;  /* marks are 0 now; epochs start at 1 */
-    s->tepoch = 0; /* likewise the thresholds' tags */
+    s->epoch = 0; /* marks are 0 now; epochs start at 1 */
+    return FLS_OK;
+}
+
+/* The wgmma kernel's shared row thresholds (fls_ws.gthr) for B rows, zeroed
+ * when (re)allocated and when the pass tag would wrap; NULL (no sharing,
+ * the same tokens) above FLS_GTHR_MAX_ROWS rows. */
+#define FLS_GTHR_MAX_ROWS 65536
+static fls_status fls_ensure_gthr(fls_cuda_state *s, int64_t B, unsigned long long **out)
+{
+    *out = NULL;
+    if (B > FLS_GTHR_MAX_ROWS)
+        return FLS_OK;
+    cudaError_t e;
+    if (B > s->gthr_rows) {
+        e = s->stream ? cudaStreamSynchronize(s->stream) : cudaDeviceSynchronize();
+        if (e != cudaSuccess)
+            return fls_from_cuda(e);
+        cudaFree(s->gthr);
+        s->gthr = NULL;
+        s->gthr_rows = 0;
+        const int64_t cap = B < 1024 ? 1024 : B;
+        const size_t bytes = (size_t)cap * FLS_GTHR_DRAWS * sizeof(unsigned long long);
+        e = cudaMalloc((void **)&s->gthr, bytes);
+        if (e == cudaSuccess)
+            e = cudaMemset(s->gthr, 0, bytes);
+        if (e != cudaSuccess) {
+            cudaFree(s->gthr);
+            s->gthr = NULL;
+            return fls_from_cuda(e);
+        }
+        s->gthr_rows = cap;
+        s->tepoch = 0; /* tags start at 1 */
+    }
+    if (s->tepoch == 0xffffffffu) {
+        e = cudaMemsetAsync(s->gthr, 0, (size_t)s->gthr_rows * FLS_GTHR_DRAWS * sizeof(unsigned long long),
+                            s->stream);
+        if (e != cudaSuccess)
+            return fls_from_cuda(e);
+        s->tepoch = 0;
+    }
+    *out = s->gthr;
     return FLS_OK;
 }
 
@@ -542,16 +575,11 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                                       rows_d, ws, s->sm_count, str);
         } else if (kind == K_WGMMA) {
             if (skip) {
-                /* a fresh tag per pass; on the (4-billion-pass) wrap, clear the array */
-                if (s->tepoch == 0xffffffffu) {
-                    ce = cudaMemsetAsync(
-                        s->gthr, 0, (size_t)s->flags_rows * FLS_GTHR_DRAWS * sizeof(unsigned long long), str);
-                    if (ce != cudaSuccess)
-                        return fls_from_cuda(ce);
-                    s->tepoch = 0;
-                }
-                ws.gthr = s->gthr;
-                ws.tepoch = ++s->tepoch;
+                /* a fresh tag per pass */
+                st = fls_ensure_gthr(s, B, &ws.gthr);
+                if (st != FLS_OK)
+                    return st;
+                ws.tepoch = ws.gthr ? ++s->tepoch : 0;
             }
             ce = fls_launch_fused_wgmma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
                                         opts.wg_epi_warps, !opts.gemm_only, rows_d, ws, s->sm_count, str);

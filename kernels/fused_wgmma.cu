@@ -381,7 +381,8 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
         float gk[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const unsigned long long g = gthr ? __ldcg(gthr + (int64_t)(row0 + bl[r]) * nd + j) : 0ull;
+            /* 32-bit index: B x FLS_GTHR_DRAWS < 2^31 */
+            const unsigned long long g = gthr ? __ldcg(gthr + (uint32_t)((row0 + bl[r]) * nd + j)) : 0ull;
             gk[r] = gthr && (uint32_t)(g >> 32) == tep ? fls_unord((uint32_t)g) : -INFINITY;
         }
         if (__any_sync(FLS_FULL_MASK, any_need)) {
@@ -454,7 +455,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
                     st.best[bl[r] * nd + j] = w;
                     st.bx[bl[r] * nd + j] = wx;
                     if (gthr) /* share the key with the row's other CTAs */
-                        atomicMax(gthr + (int64_t)(row0 + bl[r]) * nd + j,
+                        atomicMax(gthr + (uint32_t)((row0 + bl[r]) * nd + j),
                                   ((unsigned long long)tep << 32) | (w >> 32));
                 }
                 __syncwarp();
