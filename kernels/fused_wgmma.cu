@@ -19,9 +19,10 @@
  *              contract's noise and common.cuh's key and packing helpers
  *              (the same keys as every other path), skipping exactly: a
  *              token whose key bound is below the row's best exact key so
- *              far costs neither its division nor its logs — so the noise
- *              runs on the CUDA cores while the tensor cores and the copy
- *              engine work on the next tile.
+ *              far (this CTA's, or any other CTA's: fls_ws.gthr) costs
+ *              neither its division nor its logs — so the noise runs on
+ *              the CUDA cores while the tensor cores and the copy engine
+ *              work on the next tile.
  *
  * CTA c takes batch tile c % nbt and vocabulary tiles c / nbt, + slots, ...
  * (grid = slots x nbt <= SMs where it can), so a row's state stays in one
