@@ -502,6 +502,21 @@ static void test_exact_tokens_shapes(void)
     CHECK(total_mis == 0, "%d mismatching tokens on inputs without near-ties", total_mis);
 }
 
+/* The CPU engine's status on bf16 W (V x D) and H (B x D) with per-row
+ * temperatures, seed and draws (at most 10 tokens); p gets the parameters. */
+static fls_status cpu_fused_status(const void *W, const void *H, int64_t V, int64_t D, int64_t B,
+                                   const float *temps, uint64_t seed, int64_t draws, fls_params *p)
+{
+    fls_params_default(p);
+    p->temperature = temps;
+    p->seed = seed;
+    p->draws = draws;
+    int64_t tok[10];
+    fls_matrix Wm = {(void *)W, FLS_DTYPE_BF16, V, D, D}, Hm = {(void *)H, FLS_DTYPE_BF16, B, D, D};
+    fls_outputs oc = {tok, NULL, NULL};
+    return B * draws <= 10 ? fls_sample_fused(g_cpu, &Wm, &Hm, p, &oc) : FLS_ERR_INTERNAL;
+}
+
 /*
  * Bad values in the fused paths, each alone in its matrix: a NaN logit, a
  * +inf logit (FLS_ERR_NAN), one finite logit whose l / T overflows to +inf
@@ -539,17 +554,10 @@ static void test_fused_bad_values(void)
             for (int b = 0; b < B; b++)
                 temps[b] = b == 3 ? 1e-37f : 1.0f; /* 1 / T = 1e37 is normal */
         fls_params p;
-        fls_params_default(&p);
-        p.temperature = temps;
-        p.seed = 5;
-        p.draws = draws;
-        int64_t tok[10];
-        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
-        fls_outputs oc = {tok, NULL, NULL};
-        const fls_status sc_cpu = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        const fls_status sc_cpu = cpu_fused_status(W, H, V, D, B, temps, 5, draws, &p);
         CHECK(sc_cpu == want[sc], "%s: the CPU engine gave %s", names[sc], fls_status_string(sc_cpu));
         void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = to_dev(H, (size_t)(B * D) * 2), *dtok = NULL;
-        fls_cuda_malloc(&dtok, sizeof tok);
+        fls_cuda_malloc(&dtok, 10 * sizeof(int64_t));
         CHECK(dW && dH && dtok, "device memory");
         fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
         fls_row_params *rows = resolve_rows(&p, B);
@@ -598,17 +606,10 @@ static void test_temperature_overflow(void)
     void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3), *H = make_int_matrix(B, D, D, FLS_DTYPE_BF16, 2);
     CHECK(W && H, "host memory");
     fls_params p;
-    fls_params_default(&p);
-    p.temperature = temps;
-    p.seed = 99;
-    p.draws = draws;
-    int64_t tok[10];
-    fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
-    fls_outputs oc = {tok, NULL, NULL};
-    CHECK(fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc) == FLS_ERR_TEMPERATURE,
+    CHECK(cpu_fused_status(W, H, V, D, B, temps, 99, draws, &p) == FLS_ERR_TEMPERATURE,
           "CPU engine accepted the temperature");
     void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = to_dev(H, (size_t)(B * D) * 2), *dtok = NULL, *dL = NULL;
-    fls_cuda_malloc(&dtok, sizeof tok);
+    fls_cuda_malloc(&dtok, 10 * sizeof(int64_t));
     fls_cuda_malloc(&dL, sizeof(float) * (size_t)(B * V));
     CHECK(dW && dH && dtok && dL, "device memory");
     fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
