@@ -252,7 +252,7 @@ __device__ __forceinline__ unsigned fls_wg_lane_valid(int n, int lane)
 /*
  * One warp samples R rows bl[r] of one tile: the 128 logits S[r][0..128)
  * (shared memory; tokens v0 + i; bit k of okm: the lane's token k is valid,
- * fls_wg_lane_valid) against the CTA's running
+ * fls_wg_lane_valid; the invalid ones read -inf) against the CTA's running
  * state of each (row, draw). Lane p holds tokens 2p, 2p + 1, 64 + 2p,
  * 65 + 2p: two Philox blocks per lane and row, straight-line code, so the
  * R x 2 chains interleave.
@@ -293,11 +293,6 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
         l[r][1] = ra.y;
         l[r][2] = rc.x;
         l[r][3] = rc.y;
-        if (okm != 0xfu)
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                if (!((okm >> k) & 1u))
-                    l[r][k] = -INFINITY;
         T[r] = st.T[bl[r]];
         const float rT = st.rT[bl[r]];
         exact_y[r] = want_lse || T[r] == 0.0f || rT == 0.0f;
@@ -627,9 +622,19 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             const int buf = it % C::NS;
             fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
             __syncwarp();
-            const float *S = (const float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
+            float *S = (float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
             const int64_t v0 = (int64_t)vt * WG_TV;
-            const unsigned okm = fls_wg_lane_valid((int)min((int64_t)WG_TV, a.V - v0), lane);
+            const int n = (int)min((int64_t)WG_TV, a.V - v0);
+            const unsigned okm = fls_wg_lane_valid(n, lane);
+            if (n < WG_TV) {
+                /* the tail tile: the columns past V (zero-filled by the copy engine)
+                 * read -inf in this warp's rows, so the sampler needs no mask on
+                 * its loads (the MMA rewrites every column of the next tile) */
+                for (int bl = ew; bl < nb; bl += C::E)
+                    for (int i = n + lane; i < WG_TV; i += 32)
+                        S[bl * C::SP + i] = -INFINITY;
+                __syncwarp();
+            }
             /* rows ew, ew + E, ...: one owner warp per row for the whole
              * launch (it alone touches the row's state), two rows per call */
             for (int bl = ew; bl < nb; bl += C::R * C::E) {

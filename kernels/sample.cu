@@ -317,18 +317,21 @@ __global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl,
     __shared__ double target[MN_MAX_DRAWS];
     __shared__ unsigned long long found[MN_MAX_DRAWS];
     __shared__ unsigned long long lastpos;
+    __shared__ unsigned code;
     const int b = blockIdx.x;
-    const int bad_nan = *ws.nanflag == ws.epoch, bad_temp = *ws.tempflag == ws.epoch;
-    int bad = bad_nan || bad_temp;
-    for (int i = threadIdx.x; i < B; i += blockDim.x)
-        bad |= ws.finite[i] != ws.epoch;
-    bad = __syncthreads_or(bad);
-    if (b == 0 && threadIdx.x == 0) {
-        ws.status[0] = ws.epoch;
-        ws.status[1] =
-            bad_nan ? FLS_SC_NAN : (bad_temp ? FLS_SC_TEMPERATURE : (bad ? FLS_SC_ALL_MASKED : FLS_SC_OK));
+    /* the finalize kernel's status check (errors are global: no block writes) */
+    if (threadIdx.x < 32) {
+        const unsigned c = fls_finalize_status(B, ws, threadIdx.x);
+        if (threadIdx.x == 0) {
+            code = c;
+            if (b == 0) {
+                ws.status[0] = ws.epoch;
+                ws.status[1] = c;
+            }
+        }
     }
-    if (bad)
+    __syncthreads();
+    if (code != FLS_SC_OK)
         return;
     const float *p = P + (int64_t)b * V;
     const fls_row_params rp = rows[b];

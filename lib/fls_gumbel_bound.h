@@ -116,10 +116,14 @@ FLS_GB_HOST void fls_gumbel_bound_top(float *up2)
  *
  * fls_temper_upper(l, rT), rT != 0: y >= x = fl(l / T). x' = fl(l rT) is
  * within 3 ulp of l / T wherever x' is normal, so fl(x' + |x'| 2^-20) >= x
- * there; adding 2^-100 covers the subnormal range; l = -inf gives -inf (a
- * masked token stays skippable); an overflow or a NaN gives +inf or NaN,
- * which a negated test (!(y + up < thr)) never skips. Monotone rounding then
- * gives fl(x + up) <= fl(y + up), so fl(y + up) < thr proves the key < thr.
+ * there. y = fl(x' m + 2^-100) with m = 1 + 2^-20 (x' >= 0) or 1 - 2^-20
+ * (x' < 0), one fused rounding of x' + |x'| 2^-20 + 2^-100, which is at least
+ * x' + |x'| 2^-20, so y >= fl(x' + |x'| 2^-20) >= x (monotone rounding); the
+ * 2^-100 covers the subnormal range. l = -inf gives -inf (a masked token
+ * stays skippable; x' m stays -inf, no inf - inf); an overflow or a NaN gives
+ * +inf or NaN, which a negated test (!(y + up < thr)) never skips. Monotone
+ * rounding then gives fl(x + up) <= fl(y + up), so fl(y + up) < thr proves
+ * the key < thr. Four instructions: multiply, compare, select, fma.
  */
 FLS_HD float fls_temper_rcp(float T)
 {
@@ -134,8 +138,7 @@ FLS_HD float fls_temper_rcp(float T)
 FLS_HD float fls_temper_upper(float l, float rT)
 {
     const float xp = FLS_FMUL(l, rT);
-    const float y = FLS_FADD(FLS_FMA(fabsf(xp), 0x1p-20f, xp), 0x1p-100f);
-    return l == -INFINITY ? -INFINITY : y;
+    return FLS_FMA(xp, xp < 0.0f ? 0x1.ffffep-1f : 0x1.00001p+0f, 0x1p-100f);
 }
 
 #endif /* FLS_GUMBEL_BOUND_H */
