@@ -20,7 +20,12 @@
  *   unfused_gumbel  cuBLAS -> logits in HBM -> Gumbel argmax (same tokens)
  *   unfused_multinomial  cuBLAS -> logits -> softmax in HBM -> inverse CDF
  * Every time is the median of >= 100 runs timed with device events after a
- * warm-up; W rotates over 3 copies (each copy is far larger than the 50 MB
+ * warm-up of at least 250 ms of the same engine (25 ms with --quick): the
+ * GPU's power management (700 W cap on an H200; clocks seen from 1980 down to
+ * 1425 MHz under the fused kernel) reacts within ~100 ms, so a short
+ * warm-up timed an engine in the power state the previous engine left —
+ * 5-15 % faster after a light engine than in steady state (docs/PERF.md,
+ * GPU v8). W rotates over 3 copies (each copy is far larger than the 50 MB
  * L2), so every run streams W from HBM. Kernels are enqueued without host
  * synchronisation (the C API adds one stream sync per call for its status).
  * CSV (long format): device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu
@@ -98,6 +103,7 @@ typedef struct bench_ctx {
     cudaStream_t st;
     int sms;
     int reps, warm;
+    double warm_ms; /* minimum warm-up time per engine and shape */
     __nv_bfloat16 *W[NROT];
     __nv_bfloat16 *H;
     float *logits;
@@ -228,11 +234,21 @@ static int bench_enqueue(bench_ctx *b, int e, int r, int cached)
 /* Median and minimum of reps timed runs (ms), after warm-up. */
 static int bench_time(bench_ctx *b, int e, double *median, double *mn)
 {
-    for (int i = 0; i < b->warm; i++)
-        if (bench_enqueue(b, e, i % NROT, i > 0))
+    /* warm-up: at least b->warm runs and b->warm_ms of this engine alone, so
+     * that clocks and power reach this engine's steady state */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0;;) {
+        for (int k = 0; k < 8; k++, i++)
+            if (bench_enqueue(b, e, i % NROT, i > 0))
+                return 1;
+        if (cudaStreamSynchronize(b->st) != cudaSuccess)
             return 1;
-    if (cudaStreamSynchronize(b->st) != cudaSuccess)
-        return 1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        if (i >= b->warm && ms >= b->warm_ms)
+            break;
+    }
     for (int i = 0; i < b->reps; i++) {
         cudaEventRecord(b->ev[2 * i], b->st);
         if (bench_enqueue(b, e, i % NROT, 1))
@@ -404,6 +420,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             *c = ' ';
     b.reps = (int)reps;
     b.warm = quick ? 5 : 20;
+    b.warm_ms = quick ? 25.0 : 250.0;
     b.st = 0;
     b.times = (float *)malloc(sizeof(float) * (size_t)reps);
     b.ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
