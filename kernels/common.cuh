@@ -61,7 +61,7 @@ struct fls_ws {
      * (tepoch << 32) | fls_ord(an exact key of row b, draw j in this pass),
      * raised with 64-bit atomicMax; a value of another pass (another
      * tepoch) reads as -inf, so the array is never cleared between passes.
-     * NULL: no sharing. */
+     * NULL: no sharing (the engine sets it only when gup is set). */
     unsigned long long *gthr;
     unsigned tepoch;
 };

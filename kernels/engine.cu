@@ -213,7 +213,7 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
  * H200 (bf16, T = 0.7, one draw, median of 100; the per-shape table is in
  * docs/PERF.md): the warp-specialised wgmma kernel beats the cuBLAS-chunked
  * path and the stream kernel at every benchmarked shape and B <= 256 (since
- * v8 also D = 8192, B = 256: 0.998 vs 1.075 ms in session 4 run 3). Above
+ * v8 also D = 8192, B = 256: 1.011 vs 1.083 ms in the final v8 table). Above
  * B = 256 nothing is measured; there the chunked path (cuBLAS at its best
  * with large B) stays at D >= 6144, split between the measured 4096 and
  * 8192. The stream and mma.sync kernels stay selectable
@@ -297,6 +297,11 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
  * when (re)allocated and when the pass tag would wrap; NULL (no sharing,
  * the same tokens) above FLS_GTHR_MAX_ROWS rows. */
 #define FLS_GTHR_MAX_ROWS 65536
+static size_t fls_gthr_bytes(int64_t rows)
+{
+    return (size_t)rows * FLS_GTHR_DRAWS * sizeof(unsigned long long);
+}
+
 static fls_status fls_ensure_gthr(fls_cuda_state *s, int64_t B, unsigned long long **out)
 {
     *out = NULL;
@@ -311,10 +316,9 @@ static fls_status fls_ensure_gthr(fls_cuda_state *s, int64_t B, unsigned long lo
         s->gthr = NULL;
         s->gthr_rows = 0;
         const int64_t cap = B < 1024 ? 1024 : B;
-        const size_t bytes = (size_t)cap * FLS_GTHR_DRAWS * sizeof(unsigned long long);
-        e = cudaMalloc((void **)&s->gthr, bytes);
+        e = cudaMalloc((void **)&s->gthr, fls_gthr_bytes(cap));
         if (e == cudaSuccess)
-            e = cudaMemset(s->gthr, 0, bytes);
+            e = cudaMemset(s->gthr, 0, fls_gthr_bytes(cap));
         if (e != cudaSuccess) {
             cudaFree(s->gthr);
             s->gthr = NULL;
@@ -324,8 +328,7 @@ static fls_status fls_ensure_gthr(fls_cuda_state *s, int64_t B, unsigned long lo
         s->tepoch = 0; /* tags start at 1 */
     }
     if (s->tepoch == 0xffffffffu) {
-        e = cudaMemsetAsync(s->gthr, 0, (size_t)s->gthr_rows * FLS_GTHR_DRAWS * sizeof(unsigned long long),
-                            s->stream);
+        e = cudaMemsetAsync(s->gthr, 0, fls_gthr_bytes(s->gthr_rows), s->stream);
         if (e != cudaSuccess)
             return fls_from_cuda(e);
         s->tepoch = 0;

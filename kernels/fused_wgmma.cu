@@ -642,14 +642,14 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                     const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
                     fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                          a.ws.want_lse != 0, skip, up, skip ? a.ws.gthr : NULL, bt * N,
-                                          a.ws.tepoch, lane, saw_nan, saw_ovf);
+                                          a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
+                                          saw_nan, saw_ovf);
                 } else {
                     const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
                     fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                          a.ws.want_lse != 0, skip, up, skip ? a.ws.gthr : NULL, bt * N,
-                                          a.ws.tepoch, lane, saw_nan, saw_ovf);
+                                          a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
+                                          saw_nan, saw_ovf);
                 }
             }
             __syncwarp();
@@ -744,6 +744,9 @@ int fls_wgmma_slots(int64_t B, int64_t V, int tile_n, int sm_count)
         s = 1;
     return (int)(s < nvt ? s : nvt);
 }
+
+/* the engine's shared-threshold array holds FLS_GTHR_DRAWS draws per row */
+static_assert(WG_ST / 16 <= FLS_GTHR_DRAWS, "FLS_GTHR_DRAWS below the draws of a pass at tile 16");
 
 int fls_wgmma_max_draws(int tile_n)
 {
