@@ -141,4 +141,78 @@ FLS_HD float fls_temper_upper(float l, float rT)
     return FLS_FMA(xp, xp < 0.0f ? 0x1.ffffep-1f : 0x1.00001p+0f, 0x1p-100f);
 }
 
+/*
+ * A per-lane cut for the CUDA wgmma sampler's fast path (v9): instead of one
+ * table load per token, one cut per (lane, row, draw) on the top 32 bits of
+ * the token's word, from the lane's largest tempered-logit bound ymax.
+ *
+ * Units: the top FLS_GC_BITS (= FLS_GB_BITS + FLS_GB2_BITS) bits of a word;
+ * unit c lies in bucket c >> FLS_GB2_BITS and, when that is the top bucket,
+ * in its sub-bucket c & (FLS_GB2_N - 1). tab = up ++ up2 (the CUDA engine's
+ * shared-memory table), and tab[fls_gc_index(c)] bounds G over unit c.
+ *
+ * fls_gumbel_cut(ymax, thr, tab) returns c in [0, FLS_GC_N] such that every
+ * word k of a unit below c has a key below thr for any tempered logit
+ * x <= ymax: c > 0 only after the check fl(ymax + tab[fls_gc_index(c - 1)])
+ * < thr (strict), and G is non-decreasing in k, so for k in units < c,
+ * fl(x + G(k)) <= fl(ymax + tab[...]) < thr (monotone rounding), the
+ * argument of the per-token skip test. The guess of c before the check uses
+ * exp2 approximations (G(k) ~ -log(-log u), u = k / 2^64): it decides only
+ * how many units are skipped, never whether a skip is valid. A NaN or +inf
+ * ymax, or thr = -inf, gives 0 (nothing skipped); ymax = -inf (masked) or
+ * fl(ymax + FLS_GUMBEL_MAX) < thr gives FLS_GC_N (every word skipped).
+ * Below the top bucket the guess is rounded down to a bucket boundary (the
+ * check then reads the bound of the last whole bucket). A token of word k is
+ * then skipped when (k >> 32) < c << (32 - FLS_GC_BITS).
+ */
+#define FLS_GC_BITS  (FLS_GB_BITS + FLS_GB2_BITS)
+#define FLS_GC_N     (1 << FLS_GC_BITS)
+#define FLS_GC_SHIFT (32 - FLS_GC_BITS) /* unit = (k >> 32) >> FLS_GC_SHIFT */
+
+FLS_HD int fls_gc_index(int c)
+{
+    const int b = c >> FLS_GB2_BITS;
+    return b < FLS_GB_N - 1 ? b : FLS_GB_N + (c & (FLS_GB2_N - 1));
+}
+
+FLS_HD float fls_gc_exp2_(float x)
+{
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return exp2f(x);
+#endif
+}
+
+/* The guess: c near the largest valid cut, rounded down to a bucket boundary
+ * below the top bucket; any value in [0, FLS_GC_N) (NaN and inf inputs: 0). */
+FLS_HD int fls_gumbel_cut_guess(float ymax, float thr)
+{
+    /* u = exp(-exp(-gap)): the unit where G reaches the gap thr - ymax, less
+     * |thr| 2^-22 (a few ulps of the check's rounding of ymax + bound) */
+    const float ng = FLS_FMA(fabsf(thr), 0x1p-22f, FLS_FSUB(ymax, thr));
+    const float e = fls_gc_exp2_(FLS_FMUL(ng, 1.44269504f));
+    const float u = fls_gc_exp2_(FLS_FMUL(e, -1.44269504f));
+    const float cf = FLS_FMA(u, (float)FLS_GC_N, -1.0f); /* one unit of margin */
+    int c = cf >= 1.0f ? (int)cf : 0;                     /* NaN: 0; cf < FLS_GC_N */
+    if (c < (FLS_GB_N - 1) << FLS_GB2_BITS)
+        c &= ~(FLS_GB2_N - 1);
+    return c;
+}
+
+/* The check: c when every unit below c is skippable, else 0. */
+FLS_HD int fls_gumbel_cut_check(int c, float ymax, float thr, const float *tab)
+{
+    return c > 0 && FLS_FADD(ymax, tab[fls_gc_index(c - 1)]) < thr ? c : 0;
+}
+
+FLS_HD int fls_gumbel_cut(float ymax, float thr, const float *tab)
+{
+    if (FLS_FADD(ymax, FLS_GUMBEL_MAX) < thr)
+        return FLS_GC_N;
+    return fls_gumbel_cut_check(fls_gumbel_cut_guess(ymax, thr), ymax, thr, tab);
+}
+
 #endif /* FLS_GUMBEL_BOUND_H */

@@ -260,3 +260,121 @@ Test(gumbel_bound, temper_upper_random, .timeout = 120)
     }
     cr_assert_eq(n, (int64_t)1 << 22);
 }
+
+/* ---- fls_gumbel_cut: the per-lane cut of the CUDA fast path ---- */
+
+static float g_tab[FLS_GB_N + FLS_GB2_N]; /* up ++ up2, the engine's table */
+
+static void build_tab(void)
+{
+    memcpy(g_tab, g_up, sizeof g_up);
+    fls_gumbel_bound_top(g_tab + FLS_GB_N);
+}
+
+/* The last word of unit c. */
+static uint64_t gc_last(int c)
+{
+    return c == FLS_GC_N - 1 ? ~0ull : ((uint64_t)(c + 1) << (64 - FLS_GC_BITS)) - 1;
+}
+
+/* Sound: a cut c > 0 means the last word of unit c - 1 (so, G being
+ * non-decreasing, every word below) has fl(ymax + G) < thr. */
+static void check_cut_sound(int c, float ymax, float thr)
+{
+    if (c <= 0)
+        return;
+    if (c < FLS_GC_N)
+        cr_assert(ymax + g_tab[fls_gc_index(c - 1)] < thr, "ymax %a thr %a: cut %d not proven by the table",
+                  (double)ymax, (double)thr, c);
+    const float g = fls_gumbel_from_bits(gc_last(c - 1));
+    if (!(ymax + g < thr))
+        cr_assert_fail("ymax %a thr %a: cut %d skips unit %d with G %.9g (key %a >= thr)", (double)ymax,
+                       (double)thr, c, c - 1, (double)g, (double)(ymax + g));
+}
+
+/* The largest valid cut by the table (binary search; the bounds are
+ * non-decreasing in the unit). */
+static int best_cut(float ymax, float thr)
+{
+    int lo = 0, hi = FLS_GC_N; /* ok(lo), !ok(hi + 1) */
+    if (ymax + g_tab[fls_gc_index(FLS_GC_N - 1)] < thr)
+        return FLS_GC_N;
+    while (hi - lo > 1) {
+        const int m = (lo + hi) / 2;
+        if (ymax + g_tab[fls_gc_index(m - 1)] < thr)
+            lo = m;
+        else
+            hi = m;
+    }
+    return lo;
+}
+
+Test(gumbel_bound, cut_table_order)
+{
+    build_tab();
+    for (int c = 1; c < FLS_GC_N; c++)
+        cr_assert(g_tab[fls_gc_index(c)] >= g_tab[fls_gc_index(c - 1)], "bound decreases at unit %d", c);
+    cr_assert_eq(fls_gc_index(0), 0);
+    cr_assert_eq(fls_gc_index(FLS_GC_N - 1), FLS_GB_N + FLS_GB2_N - 1);
+    cr_assert_eq(fls_gc_index(((FLS_GB_N - 1) << FLS_GB2_BITS) - 1), FLS_GB_N - 2);
+    cr_assert_eq(fls_gc_index((FLS_GB_N - 1) << FLS_GB2_BITS), FLS_GB_N);
+}
+
+Test(gumbel_bound, cut_sound_and_tight, .timeout = 120)
+{
+    build_tab();
+    uint64_t s = 0xc07c07c07ull;
+    int64_t n = 0, top = 0;
+    for (int i = 0; i < 200000; i++) {
+        /* ymax anywhere from -1e4 to 1e4 (magnitudes where rounding matters),
+         * gaps from -8 to 60 nats */
+        const double r1 = (double)(trng_next(&s) >> 11) * 0x1p-53, r2 = (double)(trng_next(&s) >> 11) * 0x1p-53;
+        const float ymax = (float)((r1 - 0.5) * (i % 4 == 0 ? 2e4 : 40.0));
+        const float thr = ymax + (float)(r2 * 68.0 - 8.0);
+        const int c = fls_gumbel_cut(ymax, thr, g_tab);
+        cr_assert(c >= 0 && c <= FLS_GC_N, "cut %d out of range", c);
+        check_cut_sound(c, ymax, thr);
+        if (c == FLS_GC_N)
+            cr_assert(ymax + FLS_GUMBEL_MAX < thr, "ymax %a thr %a: all skipped", (double)ymax, (double)thr);
+        /* tight: within a unit or two of the table's best in the top bucket,
+         * within a bucket below it */
+        const int b = best_cut(ymax, thr);
+        const int top0 = (FLS_GB_N - 1) << FLS_GB2_BITS;
+        if (b > top0 + 8) {
+            top++;
+            cr_assert(c >= b - 3, "ymax %a thr %a: cut %d, best %d", (double)ymax, (double)thr, c, b);
+        } else
+            cr_assert(c >= b - FLS_GB2_N - 8, "ymax %a thr %a: cut %d, best %d", (double)ymax, (double)thr, c,
+                      b);
+        /* the check alone, for guesses around the boundary: it keeps exactly
+         * the valid ones (a guess past the table's best is refused) */
+        for (int g = b - 3; g <= b + 3; g++)
+            if (g > 0 && g <= FLS_GC_N) {
+                const int k = fls_gumbel_cut_check(g, ymax, thr, g_tab);
+                cr_assert_eq(k, g <= b ? g : 0, "ymax %a thr %a: check(%d) = %d, best %d", (double)ymax,
+                             (double)thr, g, k, b);
+                check_cut_sound(k, ymax, thr);
+            }
+        n++;
+    }
+    cr_assert(top > n / 4, "too few cases in the top bucket: %lld", (long long)top);
+    /* a typical gap skips all but ~e^-gap of the words */
+    const int c10 = fls_gumbel_cut(1.0f, 11.0f, g_tab);
+    cr_assert(c10 >= FLS_GC_N - (int)(FLS_GC_N * 6e-5), "gap 10: cut %d", c10);
+}
+
+Test(gumbel_bound, cut_edges)
+{
+    build_tab();
+    cr_assert_eq(fls_gumbel_cut(NAN, 5.0f, g_tab), 0);
+    cr_assert_eq(fls_gumbel_cut(INFINITY, 5.0f, g_tab), 0);
+    cr_assert_eq(fls_gumbel_cut(1.0f, -INFINITY, g_tab), 0);
+    cr_assert_eq(fls_gumbel_cut(1.0f, NAN, g_tab), 0);
+    cr_assert_eq(fls_gumbel_cut(-INFINITY, 5.0f, g_tab), FLS_GC_N, "a masked lane skips everything");
+    cr_assert_eq(fls_gumbel_cut(0.0f, 45.06f, g_tab) < FLS_GC_N, 1);
+    cr_assert_eq(fls_gumbel_cut(0.0f, 45.07f, g_tab), FLS_GC_N);
+    cr_assert_eq(fls_gumbel_cut(0.0f, -4.0f, g_tab), 0, "thr below every key: nothing skipped");
+    /* the guess on its own stays in range */
+    cr_assert_eq(fls_gumbel_cut_guess(NAN, 1.0f), 0);
+    cr_assert(fls_gumbel_cut_guess(-1e30f, 1.0f) < FLS_GC_N);
+}
