@@ -263,9 +263,10 @@ __device__ __forceinline__ unsigned fls_wg_lane_valid(int n, int lane)
  * Philox word below which no key reaches thr (fls_gumbel_bound.h): per token
  * one compare instead of a table load, an add and a compare. A finite logit
  * whose l / T may overflow to -inf (its lane's smallest l times rT at or
- * below -2^126), a -inf logit, NaN, +inf and a cut of 0 (thr = -inf on the
- * row's first tile, or a gap too small to skip) all send the call to the
- * general path, as does any token at or above its cut.
+ * below -2^126), a -inf logit, NaN, +inf and a cut of 0 (thr = -inf: no
+ * key of the row known to this CTA or shared by another yet; or a gap too
+ * small to skip) all send the call to the general path, as does any token at
+ * or above its cut.
  *
  * Returns the first draw the general path must run (nd: the call is done);
  * draws before it are settled, with every state untouched.
@@ -298,27 +299,26 @@ __device__ __forceinline__ int fls_wg_sample_fast(const float *const (&S)[R], ui
 #pragma unroll
         for (int r = 0; r < R; r++)
             g[r] = gthr ? __ldcg(gthr + (uint32_t)((row0 + bl[r]) * nd + j)) : 0ull;
+        /* this CTA's thresholds (-inf until a key of the row was computed here:
+         * with the other CTAs' keys to go by, that may never happen) */
         float thr[R];
-        bool need = false, fresh = false;
+        bool need = false;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             thr[r] = fls_key_of(st.best[bl[r] * nd + j]);
-            fresh |= thr[r] == -INFINITY;
             need |= !(__fadd_rn(ymax[r], FLS_GUMBEL_MAX) < thr[r]);
         }
-        if (fresh) /* the row's first tile here (the same in every lane): seed it */
-            return j;
         if (!__any_sync(FLS_FULL_MASK, need))
             continue; /* no noise can lift any token to thr: no Philox block */
-        /* the top words of the R x 4 tokens' noise (the pair's words q.y, q.w) */
+        /* the top words of the R x 4 tokens' noise */
         uint32_t hi[R][4];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint4 q = fls_philox_pair(st.seed[bl[r]], st.offset[bl[r]], d, v0 + (uint64_t)(h ? i1 : i0));
-                hi[r][2 * h] = q.y;
-                hi[r][2 * h + 1] = q.w;
+                const uint2 q = fls_philox_pair_top(st.seed[bl[r]], st.offset[bl[r]], d, v0 + (uint64_t)(h ? i1 : i0));
+                hi[r][2 * h] = q.x;
+                hi[r][2 * h + 1] = q.y;
             }
         bool cand = false;
 #pragma unroll
