@@ -36,7 +36,6 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "wgmma_ops.cuh"
@@ -89,24 +88,9 @@ template <int N, int E_> struct fls_wg_cfg {
     static_assert(STAGES >= 3, "too few stages");
 };
 
-/* Pairs of CTAs (a cluster of 2) that share one operand's loads through TMA
- * multicast, so that each K-block reads 24 KB from L2 per CTA instead of 32
- * (N = 128; the mainloop at B > 64 is bound by L2-to-SM bandwidth):
- *   FLS_WG_MC_W  nbt even: the CTAs of batch tiles 2i and 2i + 1 take the same
- *                vocabulary tiles; each loads half of W's box (64 rows) into
- *                both CTAs' stage;
- *   FLS_WG_MC_H  nbt = 1: the pair takes vocabulary tiles 2p and 2p + 1 (pair
- *                tile p = pair, + slots / 2, ...; the second may lie past V, a
- *                zero-filled tile nobody samples); each loads half of H's box.
- * A stage may be refilled only when both CTAs' MMA warps have released it:
- * they arrive on the empty barrier of both CTAs (count 8). */
-enum { FLS_WG_MC_NONE = 0, FLS_WG_MC_W = 1, FLS_WG_MC_H = 2 };
-
 struct fls_wg_args {
-    CUtensorMap tw;  /* W: dims {D, V}, box {64, 128} */
-    CUtensorMap th;  /* H: dims {D, B}, box {64, N} */
-    CUtensorMap tmc; /* the multicast operand's half box: W {64, 64} or H {64, N / 2} */
-    int mc;          /* FLS_WG_MC_* */
+    CUtensorMap tw; /* W: dims {D, V}, box {64, 128} */
+    CUtensorMap th; /* H: dims {D, B}, box {64, N} */
     int B;
     int64_t V;
     int nvt, nbt, KB;
@@ -158,30 +142,6 @@ __device__ __forceinline__ void fls_tma_2d(uint32_t dst, const CUtensorMap *map,
                  " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
-}
-
-/* fls_tma_2d into the same offset of every CTA of the cluster in mask (the
- * mbarrier signal too, at bar's offset in each). */
-__device__ __forceinline__ void fls_tma_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
-                                              uint16_t mask)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-                 : "memory");
-}
-
-/* Arrive on the mbarrier at bar's offset in CTA `cta` of the cluster. */
-__device__ __forceinline__ void fls_mbar_arrive_cta(uint32_t bar, uint32_t cta)
-{
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(bar), "r"(cta));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(r) : "memory");
-}
-
-__device__ __forceinline__ void fls_cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 /* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
@@ -611,7 +571,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
     if (tid == 0) {
         for (int s = 0; s < C::STAGES; s++) {
             fls_mbar_init(FULL(s), 1);
-            fls_mbar_init(EMPTY(s), a.mc ? 8 : 4);
+            fls_mbar_init(EMPTY(s), 4);
         }
         for (int i = 0; i < C::NS; i++) {
             fls_mbar_init(SFULL(i), 128);
@@ -621,18 +581,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
     __syncthreads();
-    if (a.mc) /* the peer's barriers are initialised before anything reaches them */
-        fls_cluster_sync();
     const int bt = (int)blockIdx.x % a.nbt, slot = (int)blockIdx.x / a.nbt;
-    /* vocabulary tiles vt = vt0, vt0 + vstep, ... while vt < vend: slot, + slots,
-     * ...; with FLS_WG_MC_H the pair's CTAs take the even and the odd tile of
-     * pair tiles slot / 2, + slots / 2, ... (the odd one possibly the
-     * zero-filled tile at nvt). Recomputed from the parameters where used
-     * (the sampling warps have no register to spare). */
-#define FLS_WG_RANK  ((int)(blockIdx.x & 1u)) /* in the cluster: 2 consecutive CTAs */
-#define FLS_WG_VT0   (slot)
-#define FLS_WG_VEND  (a.nvt + (a.mc == FLS_WG_MC_H ? FLS_WG_RANK : 0))
-#define FLS_WG_VSTEP (a.slots)
 
     if (warp < 4) {
         /* ---- the MMA warpgroup ---- */
@@ -641,7 +590,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         float acc0[N / 2], acc1[N / 2];
         int stage = 0, prev = -1, it = 0;
         uint32_t phase = 0;
-        for (int vt = FLS_WG_VT0; vt < FLS_WG_VEND; vt += FLS_WG_VSTEP, it++) {
+        for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
 #pragma unroll
             for (int i = 0; i < N / 2; i++)
                 acc0[i] = acc1[i] = 0.0f;
@@ -668,13 +617,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                 fls_wg_wait<1>();
                 fls_wg_pin(acc0);
                 fls_wg_pin(acc1);
-                if (prev >= 0 && lane == 0) {
-                    if (a.mc) {
-                        fls_mbar_arrive_cta(EMPTY(prev), 0);
-                        fls_mbar_arrive_cta(EMPTY(prev), 1);
-                    } else
-                        fls_mbar_arrive(EMPTY(prev));
-                }
+                if (prev >= 0 && lane == 0)
+                    fls_mbar_arrive(EMPTY(prev));
                 prev = stage;
                 if (++stage == C::STAGES) {
                     stage = 0;
@@ -684,13 +628,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             fls_wg_wait<0>();
             fls_wg_pin(acc0);
             fls_wg_pin(acc1);
-            if (prev >= 0 && lane == 0) {
-                if (a.mc) {
-                    fls_mbar_arrive_cta(EMPTY(prev), 0);
-                    fls_mbar_arrive_cta(EMPTY(prev), 1);
-                } else
-                    fls_mbar_arrive(EMPTY(prev));
-            }
+            if (prev >= 0 && lane == 0)
+                fls_mbar_arrive(EMPTY(prev));
             prev = -1;
             /* hand the tile's logits to the epilogue warps */
             const int buf = it % C::NS;
@@ -720,23 +659,13 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&a.th) : "memory");
             int stage = 0;
             uint32_t phase = 0;
-            const int rank = FLS_WG_RANK;
-            for (int vt = FLS_WG_VT0; vt < FLS_WG_VEND; vt += FLS_WG_VSTEP) {
+            for (int vt = slot; vt < a.nvt; vt += a.slots) {
                 for (int kb = 0; kb < a.KB; kb++) {
                     fls_mbar_wait(EMPTY(stage), phase ^ 1u);
                     const uint32_t dst = base + (uint32_t)(stage * C::STAGE);
-                    /* the whole stage lands here: this CTA's loads and the peer's half */
                     fls_mbar_expect_tx(FULL(stage), C::STAGE);
-                    if (a.mc == FLS_WG_MC_W)
-                        fls_tma_2d_mc(dst + (uint32_t)rank * (C::W_BYTES / 2), &a.tmc, kb * WG_BK,
-                                      vt * WG_TV + rank * (WG_TV / 2), FULL(stage), 3);
-                    else
-                        fls_tma_2d(dst, &a.tw, kb * WG_BK, vt * WG_TV, FULL(stage));
-                    if (a.mc == FLS_WG_MC_H)
-                        fls_tma_2d_mc(dst + C::W_BYTES + (uint32_t)rank * (C::H_BYTES / 2), &a.tmc, kb * WG_BK,
-                                      bt * N + rank * (N / 2), FULL(stage), 3);
-                    else
-                        fls_tma_2d(dst + C::W_BYTES, &a.th, kb * WG_BK, bt * N, FULL(stage));
+                    fls_tma_2d(dst, &a.tw, kb * WG_BK, vt * WG_TV, FULL(stage));
+                    fls_tma_2d(dst + C::W_BYTES, &a.th, kb * WG_BK, bt * N, FULL(stage));
                     if (++stage == C::STAGES) {
                         stage = 0;
                         phase ^= 1u;
@@ -781,16 +710,12 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
         bool saw_nan = false, saw_ovf = false;
         int it = 0;
-        for (int vt = FLS_WG_VT0; vt < FLS_WG_VEND; vt += FLS_WG_VSTEP, it++) {
+        for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
             const int buf = it % C::NS;
             fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
             __syncwarp();
             float *S = (float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
             const int64_t v0 = (int64_t)vt * WG_TV;
-            if (vt >= a.nvt) { /* FLS_WG_MC_H's zero-filled tile past V */
-                fls_mbar_arrive(SFREE(buf));
-                continue;
-            }
             const int n = (int)min((int64_t)WG_TV, a.V - v0);
             const unsigned okm = fls_wg_lane_valid(n, lane);
             if (n < WG_TV) {
@@ -855,16 +780,10 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         if (__any_sync(FLS_FULL_MASK, saw_ovf) && lane == 0)
             *a.ws.tempflag = a.ws.epoch;
     }
-    if (a.mc) /* no CTA leaves while its peer may still arrive on its barriers */
-        fls_cluster_sync();
 #undef FULL
 #undef EMPTY
 #undef SFULL
 #undef SFREE
-#undef FLS_WG_RANK
-#undef FLS_WG_VT0
-#undef FLS_WG_VEND
-#undef FLS_WG_VSTEP
 }
 
 /* ---- host side ---- */
@@ -910,30 +829,6 @@ template <int N, int E, bool BF16> static cudaError_t fls_wg_launch(const fls_wg
     if (e != cudaSuccess)
         return e;
     const int64_t grid = (int64_t)a.slots * a.nbt;
-    if (a.mc) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 2;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)grid);
-        cfg.blockDim = dim3(C::NTHREADS);
-        cfg.dynamicSmemBytes = C::BYTES;
-        cfg.stream = st;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        /* persistent: every pair must be resident at once, else no multicast */
-        int nc = 0;
-        if (cudaOccupancyMaxActiveClusters(&nc, fls_fused_wgmma_kernel<N, E, BF16>, &cfg) == cudaSuccess &&
-            2 * (int64_t)nc >= grid)
-            return cudaLaunchKernelEx(&cfg, fls_fused_wgmma_kernel<N, E, BF16>, a);
-        (void)cudaGetLastError();
-        fls_wg_args b = a;
-        b.mc = FLS_WG_MC_NONE;
-        fls_fused_wgmma_kernel<N, E, BF16><<<(unsigned)grid, C::NTHREADS, C::BYTES, st>>>(b);
-        return cudaGetLastError();
-    }
     fls_fused_wgmma_kernel<N, E, BF16><<<(unsigned)grid, C::NTHREADS, C::BYTES, st>>>(a);
     return cudaGetLastError();
 }
@@ -979,23 +874,6 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     a.KB = (int)((D + WG_BK - 1) / WG_BK);
     a.slots = ws.nent;
     a.sample = sample;
-    /* multicast pairs at N = 128 (FLS_WGMMA_MC=0 in the environment: off, for
-     * the benchmark's comparison): W across batch-tile pairs when nbt is even,
-     * H across vocabulary-tile pairs when nbt = 1 and the slots pair up */
-    static int mc_env = -1;
-    if (mc_env < 0) {
-        const char *e = getenv("FLS_WGMMA_MC");
-        mc_env = e && e[0] == '0' ? 0 : 1;
-    }
-    a.mc = FLS_WG_MC_NONE;
-    if (mc_env && tile_n == 128 && a.nbt % 2 == 0)
-        a.mc = FLS_WG_MC_W;
-    else if (mc_env && tile_n == 128 && a.nbt == 1 && a.slots % 2 == 0 && a.nvt > 1)
-        a.mc = FLS_WG_MC_H;
-    if (a.mc == FLS_WG_MC_W && !fls_make_map(&a.tmc, W, dt, V, D, ldw, WG_TV / 2))
-        return cudaErrorInvalidValue;
-    if (a.mc == FLS_WG_MC_H && !fls_make_map(&a.tmc, H, dt, B, D, ldh, tile_n / 2))
-        return cudaErrorInvalidValue;
     a.rows = rows;
     a.ws = ws;
     const bool bf = dt == FLS_DTYPE_BF16;
