@@ -140,8 +140,9 @@ __device__ __forceinline__ uint2 fls_philox_top_words(uint4 c, uint2 k)
 __device__ __forceinline__ uint2 fls_philox_pair_top(uint64_t seed, uint64_t offset, uint32_t draw,
                                                      uint64_t token)
 {
-    return fls_philox_top_words(make_uint4((uint32_t)(token >> 1), draw, (uint32_t)offset, (uint32_t)(offset >> 32)),
-                                make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
+    return fls_philox_top_words(
+        make_uint4((uint32_t)(token >> 1), draw, (uint32_t)offset, (uint32_t)(offset >> 32)),
+        make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
 }
 
 /*

@@ -316,7 +316,8 @@ __device__ __forceinline__ int fls_wg_sample_fast(const float *const (&S)[R], ui
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint2 q = fls_philox_pair_top(st.seed[bl[r]], st.offset[bl[r]], d, v0 + (uint64_t)(h ? i1 : i0));
+                const uint2 q =
+                    fls_philox_pair_top(st.seed[bl[r]], st.offset[bl[r]], d, v0 + (uint64_t)(h ? i1 : i0));
                 hi[r][2 * h] = q.x;
                 hi[r][2 * h + 1] = q.y;
             }
@@ -365,12 +366,11 @@ __device__ __forceinline__ int fls_wg_sample_fast(const float *const (&S)[R], ui
  * greedy row, the only draw-independent work here).
  */
 template <int R>
-__device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0,
-                                                   const int (&bl)[R], const fls_wg_state &st, int nd,
-                                                   uint32_t draw_base, bool want_lse, bool skip,
-                                                   const float *up, unsigned long long *gthr, int row0,
-                                                   unsigned tep, int lane, int j0, bool &saw_nan,
-                                                   bool &saw_ovf)
+__device__ __forceinline__ void
+fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
+                   const fls_wg_state &st, int nd, uint32_t draw_base, bool want_lse, bool skip,
+                   const float *up, unsigned long long *gthr, int row0, unsigned tep, int lane, int j0,
+                   bool &saw_nan, bool &saw_ovf)
 {
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
@@ -735,23 +735,23 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                 if (C::R == 2 && bl + C::E < nb) {
                     const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    const int j0 = fast ? fls_wg_sample_fast<2>(ss, (uint64_t)v0, bb, st, nd, a.ws.draw_base, up,
-                                                                a.ws.gthr, bt * N, a.ws.tepoch, lane)
+                    const int j0 = fast ? fls_wg_sample_fast<2>(ss, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                                                                up, a.ws.gthr, bt * N, a.ws.tepoch, lane)
                                         : 0;
                     if (j0 < nd)
                         fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
-                                              j0, saw_nan, saw_ovf);
+                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch,
+                                              lane, j0, saw_nan, saw_ovf);
                 } else {
                     const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
-                    const int j0 = fast ? fls_wg_sample_fast<1>(ss, (uint64_t)v0, bb, st, nd, a.ws.draw_base, up,
-                                                                a.ws.gthr, bt * N, a.ws.tepoch, lane)
+                    const int j0 = fast ? fls_wg_sample_fast<1>(ss, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                                                                up, a.ws.gthr, bt * N, a.ws.tepoch, lane)
                                         : 0;
                     if (j0 < nd)
                         fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
-                                              j0, saw_nan, saw_ovf);
+                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch,
+                                              lane, j0, saw_nan, saw_ovf);
                 }
             }
             __syncwarp();

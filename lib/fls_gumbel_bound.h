@@ -196,7 +196,7 @@ FLS_HD int fls_gumbel_cut_guess(float ymax, float thr)
     const float e = fls_gc_exp2_(FLS_FMUL(ng, 1.44269504f));
     const float u = fls_gc_exp2_(FLS_FMUL(e, -1.44269504f));
     const float cf = FLS_FMA(u, (float)FLS_GC_N, -1.0f); /* one unit of margin */
-    int c = cf >= 1.0f ? (int)cf : 0;                     /* NaN: 0; cf < FLS_GC_N */
+    int c = cf >= 1.0f ? (int)cf : 0;                    /* NaN: 0; cf < FLS_GC_N */
     if (c < (FLS_GB_N - 1) << FLS_GB2_BITS)
         c &= ~(FLS_GB2_N - 1);
     return c;

@@ -328,7 +328,8 @@ Test(gumbel_bound, cut_sound_and_tight, .timeout = 120)
     for (int i = 0; i < 200000; i++) {
         /* ymax anywhere from -1e4 to 1e4 (magnitudes where rounding matters),
          * gaps from -8 to 60 nats */
-        const double r1 = (double)(trng_next(&s) >> 11) * 0x1p-53, r2 = (double)(trng_next(&s) >> 11) * 0x1p-53;
+        const double r1 = (double)(trng_next(&s) >> 11) * 0x1p-53,
+                     r2 = (double)(trng_next(&s) >> 11) * 0x1p-53;
         const float ymax = (float)((r1 - 0.5) * (i % 4 == 0 ? 2e4 : 40.0));
         const float thr = ymax + (float)(r2 * 68.0 - 8.0);
         const int c = fls_gumbel_cut(ymax, thr, g_tab);
