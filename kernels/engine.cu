@@ -585,7 +585,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                 ws.tepoch = ws.gthr ? ++s->tepoch : 0;
             }
             ce = fls_launch_fused_wgmma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
-                                        opts.wg_epi_warps, !opts.gemm_only, rows_d, ws, s->sm_count, str);
+                                        opts.wg_epi_warps, opts.gemm_only ? 0 : (opts.wg_no_fast ? 2 : 1), rows_d, ws,
+                                        s->sm_count, str);
         } else if (kind == K_CHUNKED) {
             ce = cudaSuccess;
             for (int64_t c0 = 0; c0 < V && ce == cudaSuccess; c0 += chunk_v) {

@@ -96,7 +96,8 @@ struct fls_wg_args {
     int nvt, nbt, KB;
     int slots;  /* CTAs per batch tile: CTA c takes batch tile c % nbt and vocabulary tiles
                    c / nbt, + slots, ...; its partial winners are entry c / nbt */
-    int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone) */
+    int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone);
+                   2: no fast path (benchmark) */
     const fls_row_params *rows;
     fls_ws ws;
 };
@@ -730,7 +731,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             /* rows ew, ew + E, ...: one owner warp per row for the whole
              * launch (it alone touches the row's state), two rows per call */
             /* the fast path where it applies (full tile, skipping, no logsumexp) */
-            const bool fast = skip && !a.ws.want_lse && n == WG_TV;
+            const bool fast = skip && !a.ws.want_lse && n == WG_TV && a.sample == 1;
             for (int bl = ew; bl < nb; bl += C::R * C::E) {
                 if (C::R == 2 && bl + C::E < nb) {
                     const int bb[2] = {bl, bl + C::E};
