@@ -113,38 +113,6 @@ __device__ __forceinline__ uint4 fls_philox_pair(uint64_t seed, uint64_t offset,
     return curand_Philox4x32_10(c, k);
 }
 
-/* The words r.y and r.w of curand_Philox4x32_10(c, k) (the top halves of the
- * pair's two 64-bit words, fls_noise_counter): the same rounds with one
- * 32 x 32 -> 64 multiply per product (mul.wide, one IMAD.WIDE; ptxas splits
- * cuRAND's separate mulhi and mul into two instructions where only these two
- * words are used), and the last round's products reduced to their low
- * halves. fls_philox_kat_kernel checks it against cuRAND and the C function
- * on every block of the gpu test philox_curand_matches_c. */
-__device__ __forceinline__ uint2 fls_philox_top_words(uint4 c, uint2 k)
-{
-#pragma unroll
-    for (int round = 0; round < 9; round++) {
-        uint64_t p0, p1;
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(p0) : "r"(c.x), "r"(FLS_PHILOX_M0));
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(p1) : "r"(c.z), "r"(FLS_PHILOX_M1));
-        c = make_uint4((uint32_t)(p1 >> 32) ^ c.y ^ k.x, (uint32_t)p1, (uint32_t)(p0 >> 32) ^ c.w ^ k.y,
-                       (uint32_t)p0);
-        k.x += FLS_PHILOX_W0;
-        k.y += FLS_PHILOX_W1;
-    }
-    return make_uint2(c.z * FLS_PHILOX_M1, c.x * FLS_PHILOX_M0);
-}
-
-/* fls_philox_top_words of the pair (token & ~1, token | 1): the top 32 bits
- * of the even token's word (.x) and of the odd token's (.y). */
-__device__ __forceinline__ uint2 fls_philox_pair_top(uint64_t seed, uint64_t offset, uint32_t draw,
-                                                     uint64_t token)
-{
-    return fls_philox_top_words(
-        make_uint4((uint32_t)(token >> 1), draw, (uint32_t)offset, (uint32_t)(offset >> 32)),
-        make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
-}
-
 /*
  * fls_gumbel_from_bits (fls_noise.h), restated for the device with the same
  * bits and fewer slow instructions:

@@ -47,8 +47,6 @@ typedef struct fls_cuda_opts {
                                   prefetch hint (same tokens) */
     int seg_cap5;              /* CHUNKED / from-logits, benchmark: the segment sampler compiled
                                   for 5 blocks per SM (register cap 48; same tokens) */
-    int wg_no_fast;            /* WGMMA path, benchmark: the sampler without its per-lane-cut
-                                  fast path (same tokens) */
 } fls_cuda_opts;
 
 void fls_cuda_opts_default(fls_cuda_opts *o);

@@ -96,8 +96,7 @@ struct fls_wg_args {
     int nvt, nbt, KB;
     int slots;  /* CTAs per batch tile: CTA c takes batch tile c % nbt and vocabulary tiles
                    c / nbt, + slots, ...; its partial winners are entry c / nbt */
-    int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone);
-                   2: no fast path (benchmark) */
+    int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone) */
     const fls_row_params *rows;
     fls_ws ws;
 };
@@ -251,96 +250,6 @@ __device__ __forceinline__ unsigned fls_wg_lane_valid(int n, int lane)
 }
 
 /*
- * The fast path of a call (v9): R rows of a full tile, tempered rows (rT !=
- * 0), skipping on, no logsumexp. It proves that no token of the call can
- * reach its row's threshold, and then changes nothing: the general path
- * (fls_wg_sample_rows) would have computed no key of these tokens either,
- * or only keys below thr, which cannot win (thr is an exact key of this row
- * and draw, from this CTA's state or another CTA's, fls_ws.gthr).
- *
- * Per lane and row: ymax = fls_temper_upper(the lane's largest logit, NaN
- * kept) bounds its four tempered logits (the bound is monotone in l), so
- * fls_gumbel_cut(ymax, thr) gives a cut on the top 32 bits of a token's
- * Philox word below which no key reaches thr (fls_gumbel_bound.h): per token
- * one compare instead of a table load, an add and a compare. A finite logit
- * whose l / T may overflow to -inf (its lane's smallest l times rT at or
- * below -2^126), a -inf logit, NaN, +inf and a cut of 0 (thr = -inf: no
- * key of the row known to this CTA or shared by another yet; or a gap too
- * small to skip) all send the call to the general path, as does any token at
- * or above its cut.
- *
- * Returns the first draw the general path must run (nd: the call is done);
- * draws before it are settled, with every state untouched.
- */
-template <int R>
-__device__ __forceinline__ int fls_wg_sample_fast(const float *const (&S)[R], uint64_t v0, const int (&bl)[R],
-                                                  const fls_wg_state &st, int nd, uint32_t draw_base,
-                                                  const float *tab, const unsigned long long *gthr, int row0,
-                                                  unsigned tep, int lane)
-{
-    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
-    float ymax[R];
-    bool tempered = true, odd = false;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const float rT = st.rT[bl[r]];
-        tempered &= rT != 0.0f; /* the same in every lane: the row's */
-        const float2 ra = *(const float2 *)(S[r] + i0), rc = *(const float2 *)(S[r] + i1);
-        const float lmax = fls_fmax_nan(fls_fmax_nan(ra.x, ra.y), fls_fmax_nan(rc.x, rc.y));
-        const float lmin = fminf(fminf(ra.x, ra.y), fminf(rc.x, rc.y));
-        ymax[r] = fls_temper_upper(lmax, rT);
-        odd |= !(__fmul_rn(lmin, rT) > -0x1p126f);
-    }
-    if (!tempered || __any_sync(FLS_FULL_MASK, odd))
-        return 0;
-    for (int j = 0; j < nd; j++) {
-        const uint32_t d = draw_base + (uint32_t)j;
-        /* the other CTAs' thresholds, used after the Philox blocks */
-        unsigned long long g[R];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            g[r] = gthr ? __ldcg(gthr + (uint32_t)((row0 + bl[r]) * nd + j)) : 0ull;
-        /* this CTA's thresholds (-inf until a key of the row was computed here:
-         * with the other CTAs' keys to go by, that may never happen) */
-        float thr[R];
-        bool need = false;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            thr[r] = fls_key_of(st.best[bl[r] * nd + j]);
-            need |= !(__fadd_rn(ymax[r], FLS_GUMBEL_MAX) < thr[r]);
-        }
-        if (!__any_sync(FLS_FULL_MASK, need))
-            continue; /* no noise can lift any token to thr: no Philox block */
-        /* the top words of the R x 4 tokens' noise */
-        uint32_t hi[R][4];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint2 q =
-                    fls_philox_pair_top(st.seed[bl[r]], st.offset[bl[r]], d, v0 + (uint64_t)(h ? i1 : i0));
-                hi[r][2 * h] = q.x;
-                hi[r][2 * h + 1] = q.y;
-            }
-        bool cand = false;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float gk = gthr && (uint32_t)(g[r] >> 32) == tep ? fls_unord((uint32_t)g[r]) : -INFINITY;
-            const int c = fls_gumbel_cut(ymax[r], fmaxf(thr[r], gk), tab);
-            /* skip when hi <= lim; c = FLS_GC_N wraps to lim = 2^32 - 1 (all) */
-            const uint32_t lim = ((uint32_t)c << FLS_GC_SHIFT) - 1u;
-            cand |= c == 0;
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                cand |= hi[r][k] > lim;
-        }
-        if (__any_sync(FLS_FULL_MASK, cand))
-            return j;
-    }
-    return nd;
-}
-
-/*
  * One warp samples R rows bl[r] of one tile: the 128 logits S[r][0..128)
  * (shared memory; tokens v0 + i; bit k of okm: the lane's token k is valid,
  * fls_wg_lane_valid; the invalid ones read -inf) against the CTA's running
@@ -362,16 +271,14 @@ __device__ __forceinline__ int fls_wg_sample_fast(const float *const (&S)[R], ui
  * logsumexp, a tail tile, a very negative y) are warp-uniform or per-lane
  * branches around it. The warp reduces its lanes only when one of them
  * beats the state, and writes the state back; entries reach global memory
- * once, at the end of the launch. Draws before j0 were settled by
- * fls_wg_sample_fast (j0 > 0 only when the call has neither logsumexp nor a
- * greedy row, the only draw-independent work here).
+ * once, at the end of the launch.
  */
 template <int R>
-__device__ __forceinline__ void
-fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
-                   const fls_wg_state &st, int nd, uint32_t draw_base, bool want_lse, bool skip,
-                   const float *up, unsigned long long *gthr, int row0, unsigned tep, int lane, int j0,
-                   bool &saw_nan, bool &saw_ovf)
+__device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0,
+                                                   const int (&bl)[R], const fls_wg_state &st, int nd,
+                                                   uint32_t draw_base, bool want_lse, bool skip,
+                                                   const float *up, unsigned long long *gthr, int row0,
+                                                   unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
 {
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
@@ -448,7 +355,7 @@ fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const 
 #pragma unroll
         for (int h = 0; h < 2; h++)
             pb[r][h] = __fadd_rn(fls_fmax_nan(y[r][2 * h], y[r][2 * h + 1]), FLS_GUMBEL_MAX);
-    for (int j = j0; j < nd; j++) {
+    for (int j = 0; j < nd; j++) {
         const uint32_t d = draw_base + (uint32_t)j;
         unsigned long long sb[R], best[R];
         float bx[R], thr[R];
@@ -730,29 +637,19 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
             }
             /* rows ew, ew + E, ...: one owner warp per row for the whole
              * launch (it alone touches the row's state), two rows per call */
-            /* the fast path where it applies (full tile, skipping, no logsumexp) */
-            const bool fast = skip && !a.ws.want_lse && n == WG_TV && a.sample == 1;
             for (int bl = ew; bl < nb; bl += C::R * C::E) {
                 if (C::R == 2 && bl + C::E < nb) {
                     const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    const int j0 = fast ? fls_wg_sample_fast<2>(ss, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                                                up, a.ws.gthr, bt * N, a.ws.tepoch, lane)
-                                        : 0;
-                    if (j0 < nd)
-                        fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch,
-                                              lane, j0, saw_nan, saw_ovf);
+                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                                          a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
+                                          saw_nan, saw_ovf);
                 } else {
                     const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
-                    const int j0 = fast ? fls_wg_sample_fast<1>(ss, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                                                up, a.ws.gthr, bt * N, a.ws.tepoch, lane)
-                                        : 0;
-                    if (j0 < nd)
-                        fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
-                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch,
-                                              lane, j0, saw_nan, saw_ovf);
+                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                                          a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
+                                          saw_nan, saw_ovf);
                 }
             }
             __syncwarp();

@@ -136,7 +136,6 @@ enum {
     E_WGMMA_XE,
     E_WGMMA_NS,
     E_WGMMA_N64,
-    E_WGMMA_NOFAST,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -157,8 +156,7 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "wgmma_gemm_only",
                                             "fused_wgmma_xe",
                                             "fused_wgmma_noskip",
-                                            "fused_wgmma_n64",
-                                            "fused_wgmma_nofast"};
+                                            "fused_wgmma_n64"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -190,7 +188,7 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     if (engine == E_MMA)
         o.path = FLS_CUDA_PATH_MMA;
     else if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_NS ||
-             engine == E_WGMMA_N64 || engine == E_WGMMA_NOFAST) {
+             engine == E_WGMMA_N64) {
         /* _gemm_only: the mainloop without the sampler; _xe: 15 sampling
          * warps of one row per call at tile 64, 7 at the others (the
          * default is 11 warps of two rows per call at tiles 32-128, 7 at
@@ -199,7 +197,6 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
         o.path = FLS_CUDA_PATH_WGMMA;
         o.gemm_only = engine == E_WGMMA_GEMM;
         o.no_skip = engine == E_WGMMA_NS;
-        o.wg_no_fast = engine == E_WGMMA_NOFAST;
         if (engine == E_WGMMA_XE)
             o.wg_epi_warps = fls_cuda_wgmma_tile_n(b->B) == 64 ? 15 : 7;
         if (engine == E_WGMMA_N64)
