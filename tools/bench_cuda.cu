@@ -21,11 +21,11 @@
  *   unfused_multinomial  cuBLAS -> logits -> softmax in HBM -> inverse CDF
  * Every time is the median of >= 100 runs timed with device events after a
  * warm-up of at least 250 ms of the same engine (25 ms with --quick): the
- * GPU's power management (700 W cap on an H200; clocks seen from 1980 down to
- * 1425 MHz under the fused kernel) reacts within ~100 ms, so a short
- * warm-up timed an engine in the power state the previous engine left —
- * 5-15 % faster after a light engine than in steady state (docs/PERF.md,
- * GPU v8). W rotates over 3 copies (each copy is far larger than the 50 MB
+ * GPU's power management (700 W cap on an H200, reached under sustained load
+ * by every engine at B = 256, with the SM clock between ~1.3 and ~1.5 GHz
+ * depending on the engine) reacts within ~100 ms, so a short warm-up timed
+ * an engine in the power state the previous engine left — 5-15 % faster
+ * after a light engine than in steady state (docs/PERF.md, GPU v8 and v9). W rotates over 3 copies (each copy is far larger than the 50 MB
  * L2), so every run streams W from HBM. Kernels are enqueued without host
  * synchronisation (the C API adds one stream sync per call for its status).
  * CSV (long format): device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu
