@@ -1,5 +1,5 @@
 /*
- * test_npy.c — the .npy reader and writer (lib/npy.c): round trips, the
+ * test_npy.c — the .npy reader and writer (tools/npy.c): round trips, the
  * header grammar numpy writes, and many malformed files, each of which must
  * fail with the right status, a message naming the problem, and no data.
  */
@@ -84,7 +84,7 @@ static void write_raw(const char *path, const void *buf, size_t n)
 
 Test(npy, roundtrip_every_dtype_and_rank)
 {
-    const fls_npy_dtype dts[4] = {FLS_NPY_F4, FLS_NPY_F2, FLS_NPY_I8, FLS_NPY_U8};
+    const fls_npy_dtype dts[4] = {FLS_NPY_F32, FLS_NPY_F16, FLS_NPY_I64, FLS_NPY_U64};
     const int64_t shapes[5][3] = {{0}, {7}, {3, 5}, {2, 3, 4}, {1, 1, 1}};
     const int ndims[5] = {0, 1, 2, 3, 3};
     unsigned char data[256];
@@ -121,7 +121,7 @@ Test(npy, writer_layout_matches_numpy)
     float z[12] = {0};
     const int64_t shape[2] = {3, 4};
     char err[FLS_NPY_ERR_LEN];
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_F4, 2, shape, z, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F32, 2, shape, z, err), FLS_OK);
     FILE *fp = fopen(p, "rb");
     unsigned char b[128 + 48];
     size_t n = fread(b, 1, sizeof b, fp);
@@ -137,7 +137,7 @@ Test(npy, writer_layout_matches_numpy)
 
     /* 1-D shape is written "(n,)" */
     const int64_t s1[1] = {5};
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_I8, 1, s1, z, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_I64, 1, s1, z, err), FLS_OK);
     fp = fopen(p, "rb");
     n = fread(b, 1, 80, fp);
     fclose(fp);
@@ -177,7 +177,7 @@ Test(npy, header_grammar_accepts_what_numpy_accepts)
         cr_expect_eq(parse(&im, &a, err), FLS_OK, "v%d: %s", major, err);
         cr_expect_eq(a.ndim, 1);
         cr_expect_eq(a.shape[0], 4);
-        cr_expect_eq(a.dtype, FLS_NPY_I8);
+        cr_expect_eq(a.dtype, FLS_NPY_I64);
         build(&im, major, "{'descr': '<f2', 'fortran_order': False, 'shape': (0, 9), }", 0);
         cr_expect_eq(parse(&im, &a, err), FLS_OK, "v%d: %s", major, err);
         cr_expect_eq(a.count, 0);
@@ -429,7 +429,7 @@ Test(npy, read_matrix_converts_on_load)
     const int64_t shape[2] = {2, 3};
     char err[FLS_NPY_ERR_LEN];
     const char *p = tpath("m.npy");
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_F4, 2, shape, v, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F32, 2, shape, v, err), FLS_OK);
 
     fls_npy_matrix m;
     cr_assert_eq(fls_npy_read_matrix(p, NULL, &m, err), FLS_OK, "%s", err);
@@ -443,7 +443,7 @@ Test(npy, read_matrix_converts_on_load)
     const fls_dtype bf = FLS_DTYPE_BF16, h = FLS_DTYPE_F16, f = FLS_DTYPE_F32;
     cr_assert_eq(fls_npy_read_matrix(p, &bf, &m, err), FLS_OK, "%s", err);
     cr_expect_eq(m.dtype, FLS_DTYPE_BF16);
-    cr_expect_eq(m.file_dtype, FLS_NPY_F4);
+    cr_expect_eq(m.file_dtype, FLS_NPY_F32);
     for (int i = 0; i < 6; i++)
         cr_expect_eq(((uint16_t *)m.data)[i], fls_f32_to_bf16(v[i]), "element %d", i);
     fls_npy_matrix_free(&m);
@@ -458,7 +458,7 @@ Test(npy, read_matrix_converts_on_load)
 
     /* float16 file: kept, widened exactly, or rounded once to bf16 */
     const int64_t s1[1] = {6};
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_F2, 1, s1, hv, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F16, 1, s1, hv, err), FLS_OK);
     cr_assert_eq(fls_npy_read_matrix(p, NULL, &m, err), FLS_OK, "%s", err);
     cr_expect_eq(m.dtype, FLS_DTYPE_F16);
     cr_expect_eq(m.ndim, 1);
@@ -482,16 +482,16 @@ Test(npy, read_matrix_rejects_what_is_not_a_float_matrix)
     const char *p = tpath("bad.npy");
     int64_t iv[4] = {1, 2, 3, 4};
     const int64_t s2[2] = {2, 2}, s3[3] = {1, 2, 2}, s0[2] = {0, 4};
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_I8, 2, s2, iv, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_I64, 2, s2, iv, err), FLS_OK);
     cr_expect_eq(fls_npy_read_matrix(p, NULL, &m, err), FLS_ERR_DTYPE);
-    cr_expect(strstr(err, "int64") && strstr(err, "float32 or float16"), "%s", err);
+    cr_expect(strstr(err, "int64") && strstr(err, "expected float32 ('<f4') or float16 ('<f2')"), "%s", err);
     cr_expect_null(m.data);
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_F4, 3, s3, iv, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F32, 3, s3, iv, err), FLS_OK);
     cr_expect_eq(fls_npy_read_matrix(p, NULL, &m, err), FLS_ERR_SHAPE);
     cr_expect(strstr(err, "3 dimensions"), "%s", err);
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_F4, 0, NULL, iv, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F32, 0, NULL, iv, err), FLS_OK);
     cr_expect_eq(fls_npy_read_matrix(p, NULL, &m, err), FLS_ERR_SHAPE);
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_F4, 2, s0, NULL, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F32, 2, s0, NULL, err), FLS_OK);
     cr_expect_eq(fls_npy_read_matrix(p, NULL, &m, err), FLS_ERR_SIZE);
     cr_expect(strstr(err, "empty"), "%s", err);
     cr_expect_null(m.data);
@@ -505,7 +505,7 @@ Test(npy, failed_write_leaves_nothing)
     int64_t v[2] = {1, 2};
     const int64_t s[1] = {2};
     const char *nodir = tpath("no/such/dir/x.npy");
-    cr_expect_eq(fls_npy_write(nodir, FLS_NPY_I8, 1, s, v, err), FLS_ERR_IO);
+    cr_expect_eq(fls_npy_write(nodir, FLS_NPY_I64, 1, s, v, err), FLS_ERR_IO);
     cr_expect(strstr(err, "cannot create"), "%s", err);
     cr_expect_eq(dir_entries(), 0);
 
@@ -513,10 +513,10 @@ Test(npy, failed_write_leaves_nothing)
     const char *p = tpath("keep.npy");
     write_raw(p, "old", 3);
     const int64_t neg[1] = {-1};
-    cr_expect_eq(fls_npy_write(p, FLS_NPY_I8, 1, neg, v, err), FLS_ERR_SHAPE);
-    cr_expect_eq(fls_npy_write(p, FLS_NPY_I8, 9, s, v, err), FLS_ERR_SHAPE);
+    cr_expect_eq(fls_npy_write(p, FLS_NPY_I64, 1, neg, v, err), FLS_ERR_SHAPE);
+    cr_expect_eq(fls_npy_write(p, FLS_NPY_I64, 9, s, v, err), FLS_ERR_SHAPE);
     cr_expect_eq(fls_npy_write(p, (fls_npy_dtype)17, 1, s, v, err), FLS_ERR_DTYPE);
-    cr_expect_eq(fls_npy_write(p, FLS_NPY_I8, 1, s, NULL, err), FLS_ERR_NULL);
+    cr_expect_eq(fls_npy_write(p, FLS_NPY_I64, 1, s, NULL, err), FLS_ERR_NULL);
     cr_expect_eq(dir_entries(), 1);
     struct stat sb;
     cr_expect_eq(stat(p, &sb), 0);
@@ -526,7 +526,7 @@ Test(npy, failed_write_leaves_nothing)
     char sub[512];
     snprintf(sub, sizeof sub, "%s/adir", tmpdir);
     cr_assert_eq(mkdir(sub, 0755), 0);
-    cr_expect_eq(fls_npy_write(sub, FLS_NPY_I8, 1, s, v, err), FLS_ERR_IO);
+    cr_expect_eq(fls_npy_write(sub, FLS_NPY_I64, 1, s, v, err), FLS_ERR_IO);
     cr_expect_eq(dir_entries(), 2);
     rmdir(sub);
 
@@ -542,7 +542,7 @@ Test(npy, failed_write_leaves_nothing)
     fls_npy_file_abort(&f); /* a second abort is harmless */
 
     /* commit replaces the old file */
-    cr_expect_eq(fls_npy_write(p, FLS_NPY_I8, 1, s, v, err), FLS_OK);
+    cr_expect_eq(fls_npy_write(p, FLS_NPY_I64, 1, s, v, err), FLS_OK);
     fls_npy_array a;
     cr_assert_eq(fls_npy_read(p, &a, err), FLS_OK);
     cr_expect_eq(((int64_t *)a.data)[1], 2);
@@ -557,7 +557,7 @@ Test(npy, output_mode_follows_umask)
     const int64_t s[1] = {1};
     int64_t v = 5;
     const char *p = tpath("mode.npy");
-    cr_assert_eq(fls_npy_write(p, FLS_NPY_I8, 1, s, &v, err), FLS_OK);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_I64, 1, s, &v, err), FLS_OK);
     umask(old);
     struct stat sb;
     cr_assert_eq(stat(p, &sb), 0);

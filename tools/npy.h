@@ -1,6 +1,7 @@
 /*
- * npy.h — reading and writing NumPy .npy files (internal; used by the command
- * line and the tests, not installed).
+ * npy.h — reading and writing NumPy .npy files: the static library fls_npy of
+ * the command line (tools/meson.build), also used by the tests of tests/cli;
+ * not part of libflashsample and not installed. Public API only.
  *
  * Reader: strict. Accepted are format versions 1.0, 2.0 and 3.0, a header that
  * is exactly a Python dict with the keys 'descr', 'fortran_order' and 'shape',
@@ -39,11 +40,12 @@ extern "C" {
  * bytes by default); bounds what a malformed length field can allocate. */
 #define FLS_NPY_MAX_HEADER (1u << 20)
 
+/* Named by bits, like fls_dtype; numpy's descr counts bytes ('<i8' is int64). */
 typedef enum fls_npy_dtype {
-    FLS_NPY_F4 = 0, /* '<f4' float32 */
-    FLS_NPY_F2 = 1, /* '<f2' float16 */
-    FLS_NPY_I8 = 2, /* '<i8' int64 */
-    FLS_NPY_U8 = 3  /* '<u8' uint64 */
+    FLS_NPY_F32 = 0, /* '<f4' float32 */
+    FLS_NPY_F16 = 1, /* '<f2' float16 */
+    FLS_NPY_I64 = 2, /* '<i8' int64 */
+    FLS_NPY_U64 = 3  /* '<u8' uint64 */
 } fls_npy_dtype;
 
 /* A loaded array. data is 64-byte aligned, owned by the array (free with
@@ -104,6 +106,12 @@ typedef struct fls_npy_file {
     char *tmp_path;
     char *path;
 } fls_npy_file;
+
+/* Whether an output at path could be begun, without creating anything: path
+ * is not an existing non-regular file and its directory takes new files.
+ * Call it before the work, and fls_npy_file_begin only when the result is
+ * ready, so an interrupted run leaves no temporary file. */
+fls_status fls_npy_file_check(const char *path, char err[FLS_NPY_ERR_LEN]);
 
 fls_status fls_npy_file_begin(fls_npy_file *f, const char *path, char err[FLS_NPY_ERR_LEN]);
 fls_status fls_npy_file_commit(fls_npy_file *f, char err[FLS_NPY_ERR_LEN]);

@@ -42,12 +42,12 @@ fail(char *err, fls_status st, const char *fmt, ...)
 size_t fls_npy_dtype_size(fls_npy_dtype dtype)
 {
     switch (dtype) {
-    case FLS_NPY_F4:
+    case FLS_NPY_F32:
         return 4;
-    case FLS_NPY_F2:
+    case FLS_NPY_F16:
         return 2;
-    case FLS_NPY_I8:
-    case FLS_NPY_U8:
+    case FLS_NPY_I64:
+    case FLS_NPY_U64:
         return 8;
     }
     return 0;
@@ -56,13 +56,13 @@ size_t fls_npy_dtype_size(fls_npy_dtype dtype)
 const char *fls_npy_dtype_descr(fls_npy_dtype dtype)
 {
     switch (dtype) {
-    case FLS_NPY_F4:
+    case FLS_NPY_F32:
         return "<f4";
-    case FLS_NPY_F2:
+    case FLS_NPY_F16:
         return "<f2";
-    case FLS_NPY_I8:
+    case FLS_NPY_I64:
         return "<i8";
-    case FLS_NPY_U8:
+    case FLS_NPY_U64:
         return "<u8";
     }
     return "?";
@@ -71,13 +71,13 @@ const char *fls_npy_dtype_descr(fls_npy_dtype dtype)
 const char *fls_npy_dtype_name(fls_npy_dtype dtype)
 {
     switch (dtype) {
-    case FLS_NPY_F4:
+    case FLS_NPY_F32:
         return "float32";
-    case FLS_NPY_F2:
+    case FLS_NPY_F16:
         return "float16";
-    case FLS_NPY_I8:
+    case FLS_NPY_I64:
         return "int64";
-    case FLS_NPY_U8:
+    case FLS_NPY_U64:
         return "uint64";
     }
     return "?";
@@ -205,14 +205,37 @@ static fls_status parse_descr(const char *descr, fls_npy_dtype *dtype, const cha
     static const struct {
         const char *descr;
         fls_npy_dtype dtype;
-    } known[] = {{"<f4", FLS_NPY_F4}, {"<f2", FLS_NPY_F2}, {"<i8", FLS_NPY_I8}, {"<u8", FLS_NPY_U8}};
+    } known[] = {{"<f4", FLS_NPY_F32}, {"<f2", FLS_NPY_F16}, {"<i8", FLS_NPY_I64}, {"<u8", FLS_NPY_U64}};
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
         if (strcmp(descr, known[k].descr) == 0) {
             *dtype = known[k].dtype;
             return FLS_OK;
         }
-    return fail(err, FLS_ERR_DTYPE, "%s: unsupported dtype '%s' (expected '<f4', '<f2', '<i8' or '<u8')",
-                name, descr);
+    /* Name the common dtypes the reader refuses, so a message can say what
+     * to convert (float64 is numpy's default). */
+    static const struct {
+        const char *descr, *name;
+    } others[] = {{"<f8", "float64"},
+                  {">f8", "big-endian float64"},
+                  {">f4", "big-endian float32"},
+                  {">f2", "big-endian float16"},
+                  {"<i4", "int32"},
+                  {"<i2", "int16"},
+                  {"|i1", "int8"},
+                  {"|u1", "uint8"},
+                  {"<u2", "uint16"},
+                  {"<u4", "uint32"},
+                  {"|b1", "bool"},
+                  {"<c8", "complex64"},
+                  {"<c16", "complex128"},
+                  {"|O", "object"},
+                  {"<f16", "longdouble"},
+                  {">i8", "big-endian int64"},
+                  {">u8", "big-endian uint64"}};
+    for (size_t k = 0; k < sizeof others / sizeof others[0]; k++)
+        if (strcmp(descr, others[k].descr) == 0)
+            return fail(err, FLS_ERR_DTYPE, "%s: unsupported dtype '%s' (%s)", name, descr, others[k].name);
+    return fail(err, FLS_ERR_DTYPE, "%s: unsupported dtype '%s'", name, descr);
 }
 
 /* Parse the dict in hdr[0..n). */
@@ -484,13 +507,17 @@ fls_status fls_npy_read_matrix(const char *path, const fls_dtype *want_p, fls_np
         return fail(err, FLS_ERR_DTYPE, "%s: unknown storage dtype %d requested", path, (int)*want_p);
     fls_npy_array a;
     fls_status st = fls_npy_read(path, &a, err);
+    if (st == FLS_ERR_DTYPE && err) { /* say what a matrix may be */
+        size_t n = strlen(err);
+        snprintf(err + n, FLS_NPY_ERR_LEN - n, "; expected float32 ('<f4') or float16 ('<f2')");
+    }
     if (st != FLS_OK)
         return st;
-    if (a.dtype != FLS_NPY_F4 && a.dtype != FLS_NPY_F2) {
+    if (a.dtype != FLS_NPY_F32 && a.dtype != FLS_NPY_F16) {
         fls_npy_dtype got = a.dtype;
         fls_npy_free(&a);
-        return fail(err, FLS_ERR_DTYPE, "%s: dtype is %s ('%s'); expected float32 or float16", path,
-                    fls_npy_dtype_name(got), fls_npy_dtype_descr(got));
+        return fail(err, FLS_ERR_DTYPE, "%s: dtype is %s ('%s'); expected float32 ('<f4') or float16 ('<f2')",
+                    path, fls_npy_dtype_name(got), fls_npy_dtype_descr(got));
     }
     if (a.ndim != 1 && a.ndim != 2) {
         int nd = a.ndim;
@@ -501,15 +528,15 @@ fls_status fls_npy_read_matrix(const char *path, const fls_dtype *want_p, fls_np
         fls_npy_free(&a);
         return fail(err, FLS_ERR_SIZE, "%s: the array is empty", path);
     }
-    fls_dtype want = want_p ? *want_p : a.dtype == FLS_NPY_F4 ? FLS_DTYPE_F32 : FLS_DTYPE_F16;
+    fls_dtype want = want_p ? *want_p : a.dtype == FLS_NPY_F32 ? FLS_DTYPE_F32 : FLS_DTYPE_F16;
     m->rows = a.ndim == 2 ? a.shape[0] : 1;
     m->cols = a.ndim == 2 ? a.shape[1] : a.shape[0];
     m->file_dtype = a.dtype;
     m->ndim = a.ndim;
     m->dtype = want;
 
-    int keep =
-        (want == FLS_DTYPE_F32 && a.dtype == FLS_NPY_F4) || (want == FLS_DTYPE_F16 && a.dtype == FLS_NPY_F2);
+    int keep = (want == FLS_DTYPE_F32 && a.dtype == FLS_NPY_F32) ||
+               (want == FLS_DTYPE_F16 && a.dtype == FLS_NPY_F16);
     if (keep) {
         m->data = a.data; /* take ownership */
         return FLS_OK;
@@ -527,7 +554,7 @@ fls_status fls_npy_read_matrix(const char *path, const fls_dtype *want_p, fls_np
         float *d = dst;
         for (size_t i = 0; i < n; i++)
             d[i] = fls_f16_to_f32(s[i]);
-    } else if (a.dtype == FLS_NPY_F4) { /* f32 -> f16 or bf16: one rounding to nearest even */
+    } else if (a.dtype == FLS_NPY_F32) { /* f32 -> f16 or bf16: one rounding to nearest even */
         const float *s = a.data;
         uint16_t *d = dst;
         if (want == FLS_DTYPE_F16)
@@ -556,6 +583,39 @@ void fls_npy_matrix_free(fls_npy_matrix *m)
 }
 
 /* ---- writer ---- */
+
+fls_status fls_npy_file_check(const char *path, char err[FLS_NPY_ERR_LEN])
+{
+    if (!path)
+        return fail(err, FLS_ERR_NULL, "fls_npy_file_check: NULL argument");
+    if (!*path)
+        return fail(err, FLS_ERR_IO, "empty output file name");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return fail(err, FLS_ERR_IO, "%s: exists and is not a regular file", path);
+    /* The temporary file goes next to path: its directory must take new files. */
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) : 0;
+    char *dir = malloc(dl + 2);
+    if (!dir)
+        return fail(err, FLS_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    if (!slash)
+        memcpy(dir, ".", 2);
+    else if (dl == 0)
+        memcpy(dir, "/", 2);
+    else {
+        memcpy(dir, path, dl);
+        dir[dl] = '\0';
+    }
+    int bad = stat(dir, &sb) != 0             ? errno
+              : !S_ISDIR(sb.st_mode)          ? ENOTDIR
+              : access(dir, W_OK | X_OK) != 0 ? errno
+                                              : 0;
+    free(dir);
+    if (bad)
+        return fail(err, FLS_ERR_IO, "%s: cannot create output: %s", path, strerror(bad));
+    return FLS_OK;
+}
 
 fls_status fls_npy_file_begin(fls_npy_file *f, const char *path, char err[FLS_NPY_ERR_LEN])
 {
