@@ -48,10 +48,23 @@ int cli_parse(int argc, char **argv, const cli_option *opts, int *help);
 /* Strict number parsers; on error print "<option>: ..." and return -1. */
 int cli_parse_u64(const char *opt, const char *s, uint64_t *out);
 int cli_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
-int cli_parse_float(const char *opt, const char *s, float *out); /* finite */
+/* A finite float; a decimal that overflows (or underflows to 0) float32 is
+ * an error that says so. */
+int cli_parse_float(const char *opt, const char *s, float *out);
 int cli_parse_device(const char *s, fls_engine *out);
+/* --simd auto|portable|avx2|avx512 (NULL: auto). */
+int cli_parse_simd(const char *s, fls_simd *out);
+/* Creates the context, with a message naming the engine or SIMD path that
+ * could not be created. Returns 0 or -1. */
+int cli_context_create(fls_context_t **ctx, fls_engine engine, int threads, fls_simd simd);
+/* "cpu (2 threads, avx2)" or "cuda". */
+void cli_engine_desc(const fls_context_t *ctx, char *out, size_t cap);
 
-/* Atomic outputs registered for removal on SIGINT/SIGTERM/SIGHUP. */
+/* Atomic outputs registered for removal on SIGINT/SIGTERM/SIGHUP.
+ * cli_out_check, before any work: the output can be created (no file is
+ * made). cli_out_begin creates the temporary file: call it only when the
+ * result is ready to be written, so an interrupted run leaves nothing. */
+int cli_out_check(const char *opt, const char *path);
 int cli_out_begin(fls_npy_file *f, const char *path);
 int cli_out_commit(fls_npy_file *f);
 void cli_out_abort(fls_npy_file *f);

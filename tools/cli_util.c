@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -161,12 +162,73 @@ int cli_parse_float(const char *opt, const char *s, float *out)
         cli_error("%s: expected a number, got '%s'", opt, s);
         return -1;
     }
-    if (!isfinite(v)) {
-        cli_error("%s: %s is not a finite float", opt, s);
+    if (isnan(v) || (isinf(v) && errno != ERANGE)) {
+        cli_error("%s: %s is not a finite number", opt, s);
+        return -1;
+    }
+    if (isinf(v)) {
+        cli_error("%s: %s overflows float32 (the largest float32 is %.9g)", opt, s, (double)FLT_MAX);
+        return -1;
+    }
+    if (v == 0.0f && errno == ERANGE) {
+        cli_error("%s: %s underflows float32 to 0 (the smallest positive float32 is %.9g)", opt, s,
+                  (double)FLT_TRUE_MIN);
         return -1;
     }
     *out = v;
     return 0;
+}
+
+int cli_parse_simd(const char *s, fls_simd *out)
+{
+    static const struct {
+        const char *name;
+        fls_simd simd;
+    } known[] = {{"auto", FLS_SIMD_AUTO},
+                 {"portable", FLS_SIMD_PORTABLE},
+                 {"avx2", FLS_SIMD_AVX2},
+                 {"avx512", FLS_SIMD_AVX512}};
+    if (!s) {
+        *out = FLS_SIMD_AUTO;
+        return 0;
+    }
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strcmp(s, known[k].name) == 0) {
+            *out = known[k].simd;
+            return 0;
+        }
+    cli_error("--simd: expected auto, portable, avx2 or avx512, got '%s'", s);
+    return -1;
+}
+
+int cli_context_create(fls_context_t **ctx, fls_engine engine, int threads, fls_simd simd)
+{
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.engine = engine;
+    cfg.threads = threads;
+    cfg.simd = simd;
+    fls_status st = fls_context_create(ctx, &cfg);
+    if (st == FLS_OK)
+        return 0;
+    *ctx = NULL;
+    if (engine == FLS_ENGINE_CPU && simd != FLS_SIMD_AUTO && st == FLS_ERR_UNSUPPORTED)
+        cli_error("--simd %s: this processor (or this build) lacks that path; --simd auto picks one that "
+                  "runs here",
+                  fls_simd_name(simd));
+    else
+        cli_error("cannot create the %s engine: %s", engine == FLS_ENGINE_CUDA ? "CUDA" : "CPU",
+                  fls_status_string(st));
+    return -1;
+}
+
+void cli_engine_desc(const fls_context_t *ctx, char *out, size_t cap)
+{
+    if (fls_context_engine(ctx) == FLS_ENGINE_CUDA)
+        snprintf(out, cap, "cuda");
+    else
+        snprintf(out, cap, "cpu (%d thread%s, %s)", fls_context_threads(ctx),
+                 fls_context_threads(ctx) == 1 ? "" : "s", fls_simd_name(fls_context_simd(ctx)));
 }
 
 int cli_parse_device(const char *s, fls_engine *out)
@@ -217,6 +279,16 @@ static void unregister(const char *tmp)
     for (int k = 0; k < CLI_MAX_OUT; k++)
         if (out_tmp[k] == tmp)
             out_tmp[k] = NULL;
+}
+
+int cli_out_check(const char *opt, const char *path)
+{
+    char err[FLS_NPY_ERR_LEN];
+    if (fls_npy_file_check(path, err) != FLS_OK) {
+        cli_error("%s: %s", opt, err);
+        return -1;
+    }
+    return 0;
 }
 
 int cli_out_begin(fls_npy_file *f, const char *path)

@@ -3,16 +3,28 @@
  *
  * From logits L (B, V): fls_sample_logits. From weights W (V, D) and hidden
  * states H (B, D): fls_sample_fused (logits never materialized). N draws per
- * row share one pass (draw index 0..N-1 of the noise contract), so tokens.npy
- * is int64 (B, N) and the run is reproducible from (seed or row seeds, offset).
+ * row (draw indices 0..N-1 of the noise contract), so tokens.npy is int64
+ * (B, N) and the run is reproducible from (seed or row seeds, offset).
+ *
+ * Without --out the tokens are never held all at once: the draws run in
+ * chunks (fls_params.first_draw), each chunk's tokens are added to the
+ * counts and dropped, so --counts needs B x V counts, not B x N tokens.
+ *
+ * Files: every output is checked before any work (it may not name an input,
+ * its directory must take files), and its temporary file is created only
+ * when the result is ready, then renamed over the target.
  */
 #include "cli.h"
-#include "internal.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* Tokens per call when they are not all kept (32 MiB of int64). */
+#define SAMPLE_CHUNK_TOKENS ((int64_t)1 << 22)
 
 static void sample_help(void)
 {
@@ -21,12 +33,13 @@ static void sample_help(void)
            "Samples N tokens per row, exactly from softmax(logits / T), by Gumbel-max with the\n"
            "noise of docs/NOISE.md (reproducible across engines, threads and batch positions).\n"
            "\n"
-           "inputs (.npy, float32 or float16, C order):\n"
-           "  --logits L.npy          logits (B, V), or (V,) for one row\n"
-           "  --weights W.npy         LM-head weights (V, D)\n"
-           "  --hidden H.npy          hidden states (B, D), or (D,) for one row\n"
+           "inputs (.npy, C order):\n"
+           "  --logits L.npy          logits (B, V), or (V,) for one row; float32 or float16\n"
+           "  --weights W.npy         LM-head weights (V, D); float32 or float16\n"
+           "  --hidden H.npy          hidden states (B, D), or (D,) for one row; float32 or float16\n"
            "  --weights-dtype DT      store W as f32, f16 or bf16 (converted on load, round to nearest\n"
            "                          even; bf16 has no numpy dtype); default: the file's dtype\n"
+           "  (numpy's default float64 is not read: save x.astype(np.float32))\n"
            "sampling:\n"
            "  --temperature T         T >= 0, default 1; 0 is greedy (argmax, lowest index on ties)\n"
            "  --seed S                base seed (uint64), default 0; row b uses fls_row_seed(S, b)\n"
@@ -36,17 +49,24 @@ static void sample_help(void)
            "engine:\n"
            "  --device cpu|cuda       default cpu\n"
            "  --threads K             CPU threads, 0 = all cores (default)\n"
-           "outputs (written to a temporary name and renamed: a failed run writes nothing):\n"
+           "  --simd PATH             CPU SIMD path: auto (default), portable, avx2 or avx512;\n"
+           "                          every path gives the same tokens\n"
+           "outputs (checked before any work; written to a temporary name when the result is\n"
+           "ready and renamed: a failed or interrupted run leaves nothing):\n"
            "  --out tokens.npy        int64 (B, N)\n"
-           "  --counts counts.npy     int64 (B, V): how often each token was drawn in each row\n"
-           "Without --out a short summary is printed on stdout.\n"
+           "  --counts counts.npy     int64 (B, V): how often each token was drawn in each row;\n"
+           "                          without --out the draws run in chunks and the B x N tokens are\n"
+           "                          never held in memory\n"
+           "An output may not name an input (or the other output), through any path or link.\n"
+           "A summary of the run and of what was written is printed on stdout; without --out\n"
+           "also the first tokens of row 0.\n"
            "\n"
            "exit status: 0 success, 1 error (bad input, I/O), 2 usage error\n");
 }
 
 typedef struct sample_opts {
     const char *logits, *weights, *hidden, *weights_dtype, *temperature, *seed, *row_seeds, *offset, *samples,
-        *device, *threads, *out, *counts;
+        *device, *threads, *simd, *out, *counts;
 } sample_opts;
 
 static int parse_wdtype(const char *s, fls_dtype *dt)
@@ -64,18 +84,32 @@ static int parse_wdtype(const char *s, fls_dtype *dt)
     return 0;
 }
 
+/* An input that could not be read; dtype errors say what this input takes
+ * (the reader's message says what the file holds). */
+static void input_error(const char *opt, fls_status st, const char *err)
+{
+    const char *hint = "";
+    if (st == FLS_ERR_DTYPE && strstr(err, "float64"))
+        hint = " (numpy's default float64: save x.astype(np.float32))";
+    cli_error("%s: %s%s", opt, err, hint);
+}
+
 /* Loads seeds.npy as B uint64 values. */
 static int load_row_seeds(const char *path, int64_t B, uint64_t **seeds)
 {
     char err[FLS_NPY_ERR_LEN];
     fls_npy_array a;
-    if (fls_npy_read(path, &a, err) != FLS_OK) {
-        cli_error("--row-seeds: %s", err);
+    fls_status st = fls_npy_read(path, &a, err);
+    if (st != FLS_OK) {
+        if (st == FLS_ERR_DTYPE)
+            cli_error("--row-seeds: %s; expected uint64 ('<u8') or int64 >= 0 ('<i8')", err);
+        else
+            cli_error("--row-seeds: %s", err);
         return -1;
     }
-    if (a.dtype != FLS_NPY_U8 && a.dtype != FLS_NPY_I8) {
-        cli_error("--row-seeds: %s: dtype %s; expected uint64 (or int64 >= 0)", path,
-                  fls_npy_dtype_name(a.dtype));
+    if (a.dtype != FLS_NPY_U64 && a.dtype != FLS_NPY_I64) {
+        cli_error("--row-seeds: %s: dtype is %s ('%s'); expected uint64 ('<u8') or int64 >= 0 ('<i8')", path,
+                  fls_npy_dtype_name(a.dtype), fls_npy_dtype_descr(a.dtype));
         fls_npy_free(&a);
         return -1;
     }
@@ -85,7 +119,7 @@ static int load_row_seeds(const char *path, int64_t B, uint64_t **seeds)
         fls_npy_free(&a);
         return -1;
     }
-    if (a.dtype == FLS_NPY_I8) {
+    if (a.dtype == FLS_NPY_I64) {
         const int64_t *v = a.data;
         for (int64_t b = 0; b < B; b++)
             if (v[b] < 0) {
@@ -99,16 +133,11 @@ static int load_row_seeds(const char *path, int64_t B, uint64_t **seeds)
     return 0;
 }
 
-static const char *input_desc(const fls_npy_matrix *m)
-{
-    return fls_dtype_name(m->dtype);
-}
-
 static int copy_to_device(const void *host, size_t bytes, void **dev, const char *what)
 {
-    fls_status st = fls_cuda_malloc(dev, bytes);
+    fls_status st = fls_device_malloc(dev, bytes);
     if (st == FLS_OK)
-        st = fls_cuda_memcpy(*dev, host, bytes, 1);
+        st = fls_device_upload(*dev, host, bytes);
     if (st != FLS_OK) {
         cli_error("--device cuda: cannot place %s on the GPU (%zu bytes): %s", what, bytes,
                   fls_status_string(st));
@@ -123,6 +152,9 @@ static int same_file(const char *a, const char *b)
 {
     if (strcmp(a, b) == 0)
         return 1;
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
     const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
     if (strcmp(na, nb) != 0)
@@ -130,22 +162,154 @@ static int same_file(const char *a, const char *b)
     char da[4096], db[4096];
     snprintf(da, sizeof da, "%.*s", ba ? (int)(ba - a) + 1 : 1, ba ? a : ".");
     snprintf(db, sizeof db, "%.*s", bb ? (int)(bb - b) + 1 : 1, bb ? b : ".");
-    struct stat sa, sb;
     return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* An output that is an existing input file (same device and inode, so
+ * through any path, symbolic or hard link) is refused: the rename would
+ * replace the input. */
+static int output_names_input(const char *oopt, const char *opath, const char *const *iopts,
+                              const char *const *ipaths, int n)
+{
+    struct stat so, si;
+    if (!opath || stat(opath, &so) != 0)
+        return 0; /* a new file cannot be an input */
+    for (int k = 0; k < n; k++)
+        if (ipaths[k] && stat(ipaths[k], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            cli_error("%s '%s' is the input file of %s ('%s'): refusing to overwrite an input", oopt, opath,
+                      iopts[k], ipaths[k]);
+            return 1;
+        }
+    return 0;
+}
+
+/* ---- where did a NaN, +inf or all -inf row come from? ---- */
+
+static float elem_f32(const void *data, fls_dtype dt, size_t i)
+{
+    if (dt == FLS_DTYPE_F32)
+        return ((const float *)data)[i];
+    uint16_t h = ((const uint16_t *)data)[i];
+    return dt == FLS_DTYPE_F16 ? fls_f16_to_f32(h) : fls_bf16_to_f32(h);
+}
+
+/* Appends the first (row, column) that explains st for the logits L (f32,
+ * B x V) at temperature T; "" if none is found. */
+static void locate_logits(const float *L, int64_t B, int64_t V, float T, fls_status st, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (int64_t b = 0; b < B; b++) {
+        const float *row = L + (size_t)(b * V);
+        int64_t finite_or_pos = 0;
+        for (int64_t v = 0; v < V; v++) {
+            float l = row[v];
+            if (st == FLS_ERR_NAN && (isnan(l) || (isinf(l) && l > 0))) {
+                snprintf(out, cap, ": %s at row %lld, column %lld%s", isnan(l) ? "NaN" : "+inf", (long long)b,
+                         (long long)v, isnan(l) ? "" : " (+inf is not a logit; mask a token with -inf)");
+                return;
+            }
+            if (st == FLS_ERR_TEMPERATURE && T > 0.0f && isfinite(l) && !isfinite(l / T)) {
+                snprintf(out, cap, ": row %lld, column %lld: %g / T (T = %g) overflows float32", (long long)b,
+                         (long long)v, (double)l, (double)T);
+                return;
+            }
+            finite_or_pos += !(isinf(l) && l < 0);
+        }
+        if (st == FLS_ERR_ALL_MASKED && finite_or_pos == 0) {
+            snprintf(out, cap, ": row %lld has every logit at -inf", (long long)b);
+            return;
+        }
+    }
+}
+
+/* The same for the fused path: a non-finite value in H or W, else a logit
+ * W h recomputed here (sequential float sum, and in double) that is NaN,
+ * +inf, overflows, or a row of -inf. The engine sums in another order, so
+ * the recomputation may miss a borderline overflow: then nothing is said. */
+static void locate_fused(const fls_npy_matrix *W, const fls_npy_matrix *H, const char *wpath,
+                         const char *hpath, float T, fls_status st, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const int64_t V = W->rows, D = W->cols, B = H->rows;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t d = 0; d < D; d++) {
+            float x = elem_f32(H->data, H->dtype, (size_t)(b * D + d));
+            if (!isfinite(x)) {
+                snprintf(out, cap, ": --hidden %s has %s at row %lld, column %lld", hpath,
+                         isnan(x) ? "NaN"
+                         : x > 0  ? "+inf"
+                                  : "-inf",
+                         (long long)b, (long long)d);
+                return;
+            }
+        }
+    for (int64_t v = 0; v < V; v++)
+        for (int64_t d = 0; d < D; d++) {
+            float x = elem_f32(W->data, W->dtype, (size_t)(v * D + d));
+            if (!isfinite(x)) {
+                snprintf(out, cap, ": --weights %s has %s at row %lld (token %lld), column %lld", wpath,
+                         isnan(x) ? "NaN"
+                         : x > 0  ? "+inf"
+                                  : "-inf",
+                         (long long)v, (long long)v, (long long)d);
+                return;
+            }
+        }
+    if ((double)B * (double)V * (double)D > 2e10) {
+        snprintf(out, cap, " (W and H are finite; the logits are too many to recompute here)");
+        return;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t masked = 0;
+        for (int64_t v = 0; v < V; v++) {
+            float s = 0.0f;
+            double sd = 0.0;
+            for (int64_t d = 0; d < D; d++) {
+                float w = elem_f32(W->data, W->dtype, (size_t)(v * D + d)),
+                      h = elem_f32(H->data, H->dtype, (size_t)(b * D + d));
+                s += w * h;
+                sd += (double)w * (double)h;
+            }
+            int over = !isfinite(s) || fabs(sd) > FLT_MAX;
+            if (st == FLS_ERR_NAN && over && !(sd < 0 && !isnan(s))) {
+                snprintf(out, cap,
+                         ": row %lld, token %lld: the logit W[%lld] . H[%lld] (%.6g) overflows float32",
+                         (long long)b, (long long)v, (long long)v, (long long)b, sd);
+                return;
+            }
+            if (st == FLS_ERR_TEMPERATURE && T > 0.0f && !over && !isfinite(s / T)) {
+                snprintf(out, cap, ": row %lld, token %lld: the logit %g / T (T = %g) overflows float32",
+                         (long long)b, (long long)v, (double)s, (double)T);
+                return;
+            }
+            masked += over && sd < 0;
+        }
+        if (st == FLS_ERR_ALL_MASKED && masked == V) {
+            snprintf(out, cap, ": every logit of row %lld overflows to -inf", (long long)b);
+            return;
+        }
+    }
 }
 
 int cli_sample(int argc, char **argv)
 {
     sample_opts o;
     memset(&o, 0, sizeof o);
-    const cli_option opts[] = {
-        {"--logits", &o.logits, NULL},           {"--weights", &o.weights, NULL},
-        {"--hidden", &o.hidden, NULL},           {"--weights-dtype", &o.weights_dtype, NULL},
-        {"--temperature", &o.temperature, NULL}, {"--seed", &o.seed, NULL},
-        {"--row-seeds", &o.row_seeds, NULL},     {"--offset", &o.offset, NULL},
-        {"--samples", &o.samples, NULL},         {"--device", &o.device, NULL},
-        {"--threads", &o.threads, NULL},         {"--out", &o.out, NULL},
-        {"--counts", &o.counts, NULL},           {NULL, NULL, NULL}};
+    const cli_option opts[] = {{"--logits", &o.logits, NULL},
+                               {"--weights", &o.weights, NULL},
+                               {"--hidden", &o.hidden, NULL},
+                               {"--weights-dtype", &o.weights_dtype, NULL},
+                               {"--temperature", &o.temperature, NULL},
+                               {"--seed", &o.seed, NULL},
+                               {"--row-seeds", &o.row_seeds, NULL},
+                               {"--offset", &o.offset, NULL},
+                               {"--samples", &o.samples, NULL},
+                               {"--device", &o.device, NULL},
+                               {"--threads", &o.threads, NULL},
+                               {"--simd", &o.simd, NULL},
+                               {"--out", &o.out, NULL},
+                               {"--counts", &o.counts, NULL},
+                               {NULL, NULL, NULL}};
     int help;
     if (cli_parse(argc, argv, opts, &help) != CLI_OK)
         return CLI_USAGE;
@@ -156,7 +320,11 @@ int cli_sample(int argc, char **argv)
 
     /* ---- arguments: all checked before anything is read or written ---- */
     if (o.logits && (o.weights || o.hidden)) {
-        cli_error("give either --logits or --weights and --hidden, not both");
+        cli_error("--logits cannot be combined with %s: give either --logits L.npy, or --weights W.npy "
+                  "with --hidden H.npy",
+                  o.weights && o.hidden ? "--weights and --hidden"
+                  : o.weights           ? "--weights"
+                                        : "--hidden");
         return CLI_USAGE;
     }
     if (!o.logits && !(o.weights && o.hidden)) {
@@ -175,25 +343,41 @@ int cli_sample(int argc, char **argv)
     uint64_t seed = 0, offset = 0;
     int64_t draws = 1, threads = 0;
     fls_engine engine;
+    fls_simd simd;
     if ((o.weights_dtype && parse_wdtype(o.weights_dtype, &wdtype) != 0) ||
         (o.temperature && cli_parse_float("--temperature", o.temperature, &temperature) != 0) ||
         (o.seed && cli_parse_u64("--seed", o.seed, &seed) != 0) ||
         (o.offset && cli_parse_u64("--offset", o.offset, &offset) != 0) ||
         (o.samples && cli_parse_i64("--samples", o.samples, 1, (int64_t)UINT32_MAX, &draws) != 0) ||
         (o.threads && cli_parse_i64("--threads", o.threads, 0, 1024, &threads) != 0) ||
-        cli_parse_device(o.device, &engine) != 0)
+        cli_parse_device(o.device, &engine) != 0 || cli_parse_simd(o.simd, &simd) != 0)
         return CLI_USAGE;
     if (temperature < 0.0f) {
         cli_error("--temperature must be >= 0 (0 is greedy), got %s", o.temperature);
+        return CLI_USAGE;
+    }
+    if (engine == FLS_ENGINE_CUDA && o.simd) {
+        cli_error("--simd chooses the CPU engine's SIMD path; it does not apply to --device cuda");
         return CLI_USAGE;
     }
     if (o.out && o.counts && same_file(o.out, o.counts)) {
         cli_error("--out and --counts name the same file '%s'", o.out);
         return CLI_USAGE;
     }
+    {
+        const char *iopts[4] = {"--logits", "--weights", "--hidden", "--row-seeds"};
+        const char *ipaths[4] = {o.logits, o.weights, o.hidden, o.row_seeds};
+        if (output_names_input("--out", o.out, iopts, ipaths, 4) ||
+            output_names_input("--counts", o.counts, iopts, ipaths, 4))
+            return CLI_USAGE;
+    }
+    if ((o.out && cli_out_check("--out", o.out) != 0) ||
+        (o.counts && cli_out_check("--counts", o.counts) != 0))
+        return CLI_FAIL;
     if (engine == FLS_ENGINE_CUDA && !fls_cuda_available()) {
-        cli_error("--device cuda: the CUDA engine is not available (this flashsample was built without it, "
-                  "or no usable GPU was found); use --device cpu");
+        cli_error("--device cuda: %s; use --device cpu",
+                  fls_cuda_built() ? "this flashsample has the CUDA engine but no usable GPU was found"
+                                   : "this flashsample was built without the CUDA engine");
         return CLI_FAIL;
     }
 
@@ -210,33 +394,28 @@ int cli_sample(int argc, char **argv)
     int64_t *tokens = NULL, *counts = NULL;
     fls_context_t *ctx = NULL;
     void *dW = NULL, *dH = NULL, *dL = NULL, *dtok = NULL;
-
-    /* Open the outputs first: an unwritable path fails before the long part. */
-    if (o.out && cli_out_begin(&fout, o.out) != 0)
-        goto done;
-    if (o.counts && cli_out_begin(&fcounts, o.counts) != 0)
-        goto done;
+    fls_status st;
 
     int64_t B, V, D = 0;
     if (o.logits) {
         /* f16 logits are widened to f32 on load: exact, so the tokens are those of the f16 values. */
         const fls_dtype f32 = FLS_DTYPE_F32;
         cli_progress("loading %s", o.logits);
-        if (fls_npy_read_matrix(o.logits, &f32, &L, err) != FLS_OK) {
-            cli_error("--logits: %s", err);
+        if ((st = fls_npy_read_matrix(o.logits, &f32, &L, err)) != FLS_OK) {
+            input_error("--logits", st, err);
             goto done;
         }
         B = L.rows;
         V = L.cols;
     } else {
         cli_progress("loading %s", o.weights);
-        if (fls_npy_read_matrix(o.weights, o.weights_dtype ? &wdtype : NULL, &W, err) != FLS_OK) {
-            cli_error("--weights: %s", err);
+        if ((st = fls_npy_read_matrix(o.weights, o.weights_dtype ? &wdtype : NULL, &W, err)) != FLS_OK) {
+            input_error("--weights", st, err);
             goto done;
         }
         cli_progress("loading %s", o.hidden);
-        if (fls_npy_read_matrix(o.hidden, NULL, &H, err) != FLS_OK) {
-            cli_error("--hidden: %s", err);
+        if ((st = fls_npy_read_matrix(o.hidden, NULL, &H, err)) != FLS_OK) {
+            input_error("--hidden", st, err);
             goto done;
         }
         /* A 1-D W would silently read as a single vocabulary row: require the (V, D) matrix. */
@@ -258,28 +437,35 @@ int cli_sample(int argc, char **argv)
     if (o.row_seeds && load_row_seeds(o.row_seeds, B, &row_seeds) != 0)
         goto done;
 
-    if ((uint64_t)B > SIZE_MAX / 8 / (uint64_t)draws ||
+    /* With --out every token is kept (the file is B x N); otherwise the
+     * draws run in chunks of about SAMPLE_CHUNK_TOKENS tokens. */
+    int64_t chunk = draws;
+    if (!o.out) {
+        int64_t per_row = SAMPLE_CHUNK_TOKENS / B;
+        chunk = per_row < 1 ? 1 : per_row < draws ? per_row : draws;
+    }
+    if ((uint64_t)B > SIZE_MAX / 8 / (uint64_t)chunk ||
         (o.counts && (uint64_t)B > SIZE_MAX / 8 / (uint64_t)V)) {
         cli_error("output too large: B=%lld, N=%lld, V=%lld", (long long)B, (long long)draws, (long long)V);
         goto done;
     }
-    size_t ntok = (size_t)B * (size_t)draws;
+    size_t ntok = (size_t)B * (size_t)chunk;
     tokens = malloc(ntok * sizeof *tokens);
     if (!tokens) {
-        cli_error("out of memory for %zu tokens", ntok);
+        cli_error("out of memory for %zu tokens (%.1f GiB)%s", ntok, (double)ntok * 8.0 / 1073741824.0,
+                  o.out ? "; --out holds every token: without --out, --counts needs far less" : "");
         goto done;
+    }
+    if (o.counts) {
+        counts = calloc((size_t)B * (size_t)V, sizeof *counts);
+        if (!counts) {
+            cli_error("out of memory for the counts (%lld x %lld)", (long long)B, (long long)V);
+            goto done;
+        }
     }
 
-    fls_context_config cfg;
-    fls_context_config_default(&cfg);
-    cfg.engine = engine;
-    cfg.threads = (int)threads;
-    fls_status st = fls_context_create(&ctx, &cfg);
-    if (st != FLS_OK) {
-        cli_error("cannot create the %s engine: %s", engine == FLS_ENGINE_CUDA ? "CUDA" : "CPU",
-                  fls_status_string(st));
+    if (cli_context_create(&ctx, engine, (int)threads, simd) != 0)
         goto done;
-    }
 
     fls_params p;
     fls_params_default(&p);
@@ -287,7 +473,6 @@ int cli_sample(int argc, char **argv)
     p.seed = seed;
     p.row_seeds = row_seeds;
     p.offset = offset;
-    p.draws = draws;
 
     fls_matrix mW = {W.data, W.dtype, W.rows, W.cols, W.cols};
     fls_matrix mH = {H.data, H.dtype, H.rows, H.cols, H.cols};
@@ -306,75 +491,94 @@ int cli_sample(int argc, char **argv)
             mW.data = dW;
             mH.data = dH;
         }
-        if ((st = fls_cuda_malloc(&dtok, ntok * sizeof *tokens)) != FLS_OK) {
+        if ((st = fls_device_malloc(&dtok, ntok * sizeof *tokens)) != FLS_OK) {
             cli_error("--device cuda: cannot allocate the tokens on the GPU: %s", fls_status_string(st));
             goto done;
         }
         out.tokens = dtok;
     }
 
-    cli_progress("sampling B=%lld V=%lld N=%lld", (long long)B, (long long)V, (long long)draws);
-    double t0 = cli_now();
-    st = o.logits ? fls_sample_logits(ctx, &mL, &p, &out) : fls_sample_fused(ctx, &mW, &mH, &p, &out);
-    double elapsed = cli_now() - t0;
-    if (st == FLS_OK && engine == FLS_ENGINE_CUDA)
-        st = fls_cuda_memcpy(tokens, dtok, ntok * sizeof *tokens, 0);
+    int64_t row0[16], nrow0 = 0;
+    double elapsed = 0.0;
+    for (int64_t first = 0; first < draws; first += chunk) {
+        const int64_t n = draws - first < chunk ? draws - first : chunk;
+        p.first_draw = first;
+        p.draws = n;
+        if (n == draws)
+            cli_progress("sampling B=%lld V=%lld N=%lld", (long long)B, (long long)V, (long long)draws);
+        else
+            cli_progress("sampling B=%lld V=%lld: draws %lld-%lld of %lld", (long long)B, (long long)V,
+                         (long long)first, (long long)(first + n - 1), (long long)draws);
+        double t0 = cli_now();
+        st = o.logits ? fls_sample_logits(ctx, &mL, &p, &out) : fls_sample_fused(ctx, &mW, &mH, &p, &out);
+        elapsed += cli_now() - t0;
+        if (st == FLS_OK && engine == FLS_ENGINE_CUDA)
+            st = fls_device_download(tokens, dtok, (size_t)(B * n) * sizeof *tokens);
+        if (st != FLS_OK) {
+            char where[512];
+            if (o.logits)
+                locate_logits(L.data, B, V, temperature, st, where, sizeof where);
+            else
+                locate_fused(&W, &H, o.weights, o.hidden, temperature, st, where, sizeof where);
+            cli_error("sampling failed: %s%s", fls_status_string(st), where);
+            goto done;
+        }
+        for (size_t i = 0; i < (size_t)(B * n); i++)
+            if (tokens[i] < 0 || tokens[i] >= V) {
+                cli_error("internal error: token %lld out of range [0, %lld) (please report)",
+                          (long long)tokens[i], (long long)V);
+                goto done;
+            }
+        for (int64_t k = 0; k < n && nrow0 < 16; k++)
+            row0[nrow0++] = tokens[k];
+        if (counts)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t k = 0; k < n; k++)
+                    counts[b * V + tokens[b * n + k]]++;
+    }
     cli_progress_done();
-    if (st != FLS_OK) {
-        cli_error("sampling failed: %s", fls_status_string(st));
-        goto done;
-    }
-    for (size_t i = 0; i < ntok; i++)
-        if (tokens[i] < 0 || tokens[i] >= V) {
-            cli_error("internal error: token %lld out of range [0, %lld) (please report)",
-                      (long long)tokens[i], (long long)V);
-            goto done;
-        }
 
-    if (o.counts) {
-        counts = calloc((size_t)B * (size_t)V, sizeof *counts);
-        if (!counts) {
-            cli_error("out of memory for the counts (%lld x %lld)", (long long)B, (long long)V);
-            goto done;
-        }
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t n = 0; n < draws; n++)
-                counts[b * V + tokens[b * draws + n]]++;
-    }
-
-    /* Write everything to the temporary files, then rename them all. */
+    /* The result is ready: only now the temporary files, then the renames. */
     const int64_t tshape[2] = {B, draws}, cshape[2] = {B, V};
-    if (o.out && cli_out_write_npy(&fout, FLS_NPY_I8, 2, tshape, tokens) != 0)
+    if (o.out &&
+        (cli_out_begin(&fout, o.out) != 0 || cli_out_write_npy(&fout, FLS_NPY_I64, 2, tshape, tokens) != 0))
         goto done;
-    if (o.counts && cli_out_write_npy(&fcounts, FLS_NPY_I8, 2, cshape, counts) != 0)
+    if (o.counts && (cli_out_begin(&fcounts, o.counts) != 0 ||
+                     cli_out_write_npy(&fcounts, FLS_NPY_I64, 2, cshape, counts) != 0))
         goto done;
     if (o.out && cli_out_commit(&fout) != 0)
         goto done;
     if (o.counts && cli_out_commit(&fcounts) != 0)
         goto done;
 
+    char edesc[96];
+    cli_engine_desc(ctx, edesc, sizeof edesc);
+    if (o.logits)
+        printf("sampled %lld row%s, V=%lld, %lld draw%s per row from logits (%s)", (long long)B,
+               B == 1 ? "" : "s", (long long)V, (long long)draws, draws == 1 ? "" : "s",
+               fls_npy_dtype_name(L.file_dtype));
+    else
+        printf("sampled %lld row%s, V=%lld, D=%lld, %lld draw%s per row, fused (W %s, H %s)", (long long)B,
+               B == 1 ? "" : "s", (long long)V, (long long)D, (long long)draws, draws == 1 ? "" : "s",
+               fls_dtype_name(W.dtype), fls_dtype_name(H.dtype));
+    printf("; T=%g, ", (double)temperature);
+    if (o.row_seeds)
+        printf("row seeds from %s", o.row_seeds);
+    else
+        printf("seed %llu", (unsigned long long)seed);
+    printf(", offset %llu; engine %s, %.3f ms\n", (unsigned long long)offset, edesc, elapsed * 1e3);
+    if (o.out)
+        printf("wrote %s: int64 (%lld, %lld), the tokens of %lld row%s x %lld draw%s\n", o.out, (long long)B,
+               (long long)draws, (long long)B, B == 1 ? "" : "s", (long long)draws, draws == 1 ? "" : "s");
+    if (o.counts)
+        printf("wrote %s: int64 (%lld, %lld), the count of each of V=%lld tokens in each row (rows sum to "
+               "%lld)\n",
+               o.counts, (long long)B, (long long)V, (long long)V, (long long)draws);
     if (!o.out) {
-        if (o.logits)
-            printf("sampled %lld row%s, V=%lld, %lld draw%s per row from logits (%s)", (long long)B,
-                   B == 1 ? "" : "s", (long long)V, (long long)draws, draws == 1 ? "" : "s", input_desc(&L));
-        else
-            printf("sampled %lld row%s, V=%lld, D=%lld, %lld draw%s per row, fused (W %s, H %s)",
-                   (long long)B, B == 1 ? "" : "s", (long long)V, (long long)D, (long long)draws,
-                   draws == 1 ? "" : "s", input_desc(&W), input_desc(&H));
-        printf("; T=%g, ", (double)temperature);
-        if (o.row_seeds)
-            printf("row seeds from %s", o.row_seeds);
-        else
-            printf("seed %llu", (unsigned long long)seed);
-        printf(", offset %llu; %s", (unsigned long long)offset, engine == FLS_ENGINE_CUDA ? "cuda" : "cpu");
-        if (engine == FLS_ENGINE_CPU)
-            printf(" (%d threads, %s)", fls_context_threads(ctx), fls_simd_name(fls_context_simd(ctx)));
-        printf(", %.3f ms\n", elapsed * 1e3);
-        int64_t show = draws < 16 ? draws : 16;
         printf("row 0 tokens:");
-        for (int64_t n = 0; n < show; n++)
-            printf(" %lld", (long long)tokens[n]);
-        printf("%s\n", show < draws ? " ..." : "");
+        for (int64_t k = 0; k < nrow0; k++)
+            printf(" %lld", (long long)row0[k]);
+        printf("%s\n", nrow0 < draws ? " ..." : "");
     }
     rc = CLI_OK;
 
@@ -382,10 +586,10 @@ done:
     cli_progress_done();
     cli_out_abort(&fout);
     cli_out_abort(&fcounts);
-    fls_cuda_free(dW);
-    fls_cuda_free(dH);
-    fls_cuda_free(dL);
-    fls_cuda_free(dtok);
+    fls_device_free(dW);
+    fls_device_free(dH);
+    fls_device_free(dL);
+    fls_device_free(dtok);
     fls_context_destroy(ctx);
     fls_npy_matrix_free(&W);
     fls_npy_matrix_free(&H);

@@ -39,8 +39,11 @@ int main(int argc, char **argv)
         return CLI_OK;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("flashsample %d.%d.%d (CUDA engine: %s)\n", FLS_VERSION_MAJOR, FLS_VERSION_MINOR,
-               FLS_VERSION_PATCH, fls_cuda_available() ? "available" : "not available");
+        /* fls_cuda_available is asked only where the engine is built. */
+        const char *cuda = !fls_cuda_built()      ? "built without CUDA"
+                           : fls_cuda_available() ? "built with CUDA, GPU available"
+                                                  : "built with CUDA, no GPU found";
+        printf("flashsample %d.%d.%d (%s)\n", FLS_VERSION_MAJOR, FLS_VERSION_MINOR, FLS_VERSION_PATCH, cuda);
         return CLI_OK;
     }
     static const struct {

@@ -130,7 +130,7 @@ static int64_t *load_i64(const char *path, int64_t rows, int64_t cols)
     fls_npy_array a;
     char err[FLS_NPY_ERR_LEN];
     cr_assert_eq(fls_npy_read(path, &a, err), FLS_OK, "%s", err);
-    cr_assert_eq(a.dtype, FLS_NPY_I8);
+    cr_assert_eq(a.dtype, FLS_NPY_I64);
     cr_assert_eq(a.ndim, 2);
     cr_assert_eq(a.shape[0], rows);
     cr_assert_eq(a.shape[1], cols);
@@ -207,7 +207,7 @@ Test(cli, sample_logits_matches_api)
     float *L = random_f32(B * V, 4.0f, 1);
     const int64_t shape[2] = {B, V};
     const char *lp = tpath("L.npy"), *tp = tpath("tokens.npy");
-    save(lp, FLS_NPY_F4, 2, shape, L);
+    save(lp, FLS_NPY_F32, 2, shape, L);
     cr_assert_eq(run_tool("sample", "--logits", lp, "--temperature", "0.8", "--seed", "12345", "--offset",
                           "9", "--samples", "7", "--threads", "2", "--out", tp, NULL),
                  0, "%s", err_text);
@@ -239,8 +239,8 @@ Test(cli, sample_fused_matches_api_for_every_weight_dtype)
     float *W = random_f32(V * D, 1.0f, 2), *H = random_f32(B * D, 1.0f, 3);
     const int64_t ws[2] = {V, D}, hs[2] = {B, D};
     const char *wp = tpath("W.npy"), *hp = tpath("H.npy"), *tp = tpath("tokens.npy");
-    save(wp, FLS_NPY_F4, 2, ws, W);
-    save(hp, FLS_NPY_F4, 2, hs, H);
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
     fls_context_t *ctx = cpu_ctx();
     const char *names[3] = {"f32", "f16", "bf16"};
     const fls_dtype dts[3] = {FLS_DTYPE_F32, FLS_DTYPE_F16, FLS_DTYPE_BF16};
@@ -287,9 +287,9 @@ Test(cli, sample_float16_inputs_and_row_seeds)
     const uint64_t seeds[4] = {1, 0xffffffffffffffffull, 42, 1ull << 63};
     const int64_t ws[2] = {V, D}, hs[2] = {B, D}, ss[1] = {B};
     const char *wp = tpath("W16.npy"), *hp = tpath("H16.npy"), *sp = tpath("seeds.npy"), *tp = tpath("t.npy");
-    save(wp, FLS_NPY_F2, 2, ws, w16);
-    save(hp, FLS_NPY_F2, 2, hs, h16);
-    save(sp, FLS_NPY_U8, 1, ss, seeds);
+    save(wp, FLS_NPY_F16, 2, ws, w16);
+    save(hp, FLS_NPY_F16, 2, hs, h16);
+    save(sp, FLS_NPY_U64, 1, ss, seeds);
     cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--row-seeds", sp, "--samples", "3",
                           "--out", tp, NULL),
                  0, "%s", err_text);
@@ -312,8 +312,8 @@ Test(cli, sample_float16_inputs_and_row_seeds)
     const uint64_t one_seed[1] = {seeds[2]};
     const int64_t s1[1] = {1};
     const char *h1p = tpath("h1.npy"), *s1p = tpath("s1.npy");
-    save(h1p, FLS_NPY_F2, 1, h1, h16 + 2 * D);
-    save(s1p, FLS_NPY_U8, 1, s1, one_seed);
+    save(h1p, FLS_NPY_F16, 1, h1, h16 + 2 * D);
+    save(s1p, FLS_NPY_U64, 1, s1, one_seed);
     cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", h1p, "--row-seeds", s1p, "--samples", "3",
                           "--out", tp, NULL),
                  0, "%s", err_text);
@@ -334,7 +334,7 @@ Test(cli, greedy_and_summary)
     const float L[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f, -INFINITY};
     const int64_t s1[1] = {V};
     const char *lp = tpath("L1.npy");
-    save(lp, FLS_NPY_F4, 1, s1, L);
+    save(lp, FLS_NPY_F32, 1, s1, L);
     cr_assert_eq(run_tool("sample", "--logits", lp, "--temperature", "0", "--samples", "4", NULL), 0, "%s",
                  err_text);
     /* T = 0: argmax, lowest index on ties */
@@ -350,7 +350,7 @@ Test(cli, counts_are_the_histogram_of_the_tokens)
     L[1 * V + 4] = -INFINITY; /* a masked token is never drawn */
     const int64_t shape[2] = {B, V};
     const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *cp = tpath("c.npy");
-    save(lp, FLS_NPY_F4, 2, shape, L);
+    save(lp, FLS_NPY_F32, 2, shape, L);
     cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "2000", "--seed", "3", "--out", tp,
                           "--counts", cp, NULL),
                  0, "%s", err_text);
@@ -411,10 +411,10 @@ Test(cli, bad_inputs_fail_cleanly)
     const int64_t ws[2] = {V, D}, hs_bad[2] = {B, D + 1}, hs[2] = {B, D}, ls[2] = {B, V};
     const char *wp = tpath("W.npy"), *hbad = tpath("Hbad.npy"), *hp = tpath("H.npy"), *lp = tpath("L.npy");
     const char *tp = tpath("out.npy"), *cp = tpath("counts.npy");
-    save(wp, FLS_NPY_F4, 2, ws, W);
-    save(hbad, FLS_NPY_F4, 2, hs_bad, H);
-    save(hp, FLS_NPY_F4, 2, hs, H);
-    save(lp, FLS_NPY_F4, 2, ls, W);
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hbad, FLS_NPY_F32, 2, hs_bad, H);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    save(lp, FLS_NPY_F32, 2, ls, W);
     write_old(tp);
     const int files = 5;
 
@@ -462,7 +462,7 @@ Test(cli, bad_inputs_fail_cleanly)
     cr_expect(strstr(err_text, "fortran_order"), "%s", err_text);
     expect_untouched(tp, files + 1);
 
-    save(bad, FLS_NPY_F4, 2, ls, W);
+    save(bad, FLS_NPY_F32, 2, ls, W);
     cr_assert_eq(truncate(bad, 128 + 40), 0);
     cr_expect_eq(run_tool("sample", "--logits", bad, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "truncated"), "%s", err_text);
@@ -470,31 +470,31 @@ Test(cli, bad_inputs_fail_cleanly)
     fls_npy_free(&a);
 
     int64_t iv[20] = {0};
-    save(bad, FLS_NPY_I8, 2, ls, iv);
+    save(bad, FLS_NPY_I64, 2, ls, iv);
     cr_expect_eq(run_tool("sample", "--logits", bad, "--out", tp, NULL), 1);
-    cr_expect(strstr(err_text, "int64") && strstr(err_text, "float32 or float16"), "%s", err_text);
+    cr_expect(strstr(err_text, "int64") && strstr(err_text, "expected float32 ('<f4') or float16 ('<f2')"), "%s", err_text);
     expect_untouched(tp, files + 1);
 
     /* row seeds of the wrong length / dtype */
     const int64_t s3[1] = {3};
     const uint64_t seeds[3] = {1, 2, 3};
     const char *sp = tpath("seeds.npy");
-    save(sp, FLS_NPY_U8, 1, s3, seeds);
+    save(sp, FLS_NPY_U64, 1, s3, seeds);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--row-seeds", sp, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "--row-seeds") && strstr(err_text, "(2,)"), "%s", err_text);
     expect_untouched(tp, files + 2);
-    save(sp, FLS_NPY_F4, 1, s3, W);
+    save(sp, FLS_NPY_F32, 1, s3, W);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--row-seeds", sp, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "uint64"), "%s", err_text);
     const int64_t neg[2] = {5, -1}, s2[1] = {2};
-    save(sp, FLS_NPY_I8, 1, s2, neg);
+    save(sp, FLS_NPY_I64, 1, s2, neg);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--row-seeds", sp, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "negative"), "%s", err_text);
     expect_untouched(tp, files + 2);
 
     /* a 1-D W */
     const int64_t w1[1] = {D};
-    save(bad, FLS_NPY_F4, 1, w1, W);
+    save(bad, FLS_NPY_F32, 1, w1, W);
     cr_expect_eq(run_tool("sample", "--weights", bad, "--hidden", hp, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "2-D"), "%s", err_text);
     expect_untouched(tp, files + 2);
@@ -502,7 +502,7 @@ Test(cli, bad_inputs_fail_cleanly)
     /* NaN in the logits: the library's error, nothing written */
     float *Ln = random_f32(B * V, 1.0f, 9);
     Ln[3] = NAN;
-    save(bad, FLS_NPY_F4, 2, ls, Ln);
+    save(bad, FLS_NPY_F32, 2, ls, Ln);
     cr_expect_eq(run_tool("sample", "--logits", bad, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "sampling failed") && strstr(err_text, "NaN"), "%s", err_text);
     expect_untouched(tp, files + 2);
@@ -511,7 +511,7 @@ Test(cli, bad_inputs_fail_cleanly)
     for (int64_t v = 0; v < V; v++)
         Ln[V + v] = -INFINITY;
     Ln[3] = 0.0f;
-    save(bad, FLS_NPY_F4, 2, ls, Ln);
+    save(bad, FLS_NPY_F32, 2, ls, Ln);
     cr_expect_eq(run_tool("sample", "--logits", bad, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "-inf"), "%s", err_text);
     expect_untouched(tp, files + 2);
@@ -526,7 +526,7 @@ Test(cli, bad_inputs_fail_cleanly)
     /* the CUDA engine, where it is not available */
     if (!fls_cuda_available()) {
         cr_expect_eq(run_tool("sample", "--logits", lp, "--device", "cuda", "--out", tp, NULL), 1);
-        cr_expect(strstr(err_text, "CUDA engine is not available"), "%s", err_text);
+        cr_expect(strstr(err_text, "--device cuda") && strstr(err_text, "CUDA engine"), "%s", err_text);
         expect_untouched(tp, files + 2);
     }
     free(W);
