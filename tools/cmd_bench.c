@@ -35,28 +35,77 @@
 
 #define BENCH_DEFAULT_REPS 11
 #define BENCH_QUICK_REPS   5
-#define BENCH_MAX_B        16
+#define BENCH_MAX_LIST     16
 
 static void bench_help(void)
 {
-    printf("usage: flashsample bench [options]\n"
+    printf("usage: flashsample bench [--device cpu|cuda] [options]\n"
            "\n"
            "Times the fused sampler (fls_sample_fused) against the unfused baselines (logits\n"
            "materialized, then softmax + multinomial or Gumbel argmax) and against the floor: one\n"
            "streaming read of W's bytes with the same number of threads, in the same run.\n"
-           "Shapes D=4096 V=151936 and D=2048 V=32000, W in bf16 and f32, B in 1, 4, 16, T=0.7.\n"
-           "Inputs are random; W is larger than the caches. Each time is the median of R runs\n"
-           "after a warm-up run.\n"
+           "CPU defaults: shapes D=4096 V=151936 and D=2048 V=32000, W in bf16 and f32, B in 1, 4, 16,\n"
+           "T=0.7. Inputs are random; W is larger than the caches. Each time is the median of R runs\n"
+           "after a warm-up run. The SIMD path timed is printed and written to the CSV.\n"
            "\n"
+           "options (both devices):\n"
            "  --device cpu|cuda   default cpu (cuda runs the GPU benchmark, if built)\n"
-           "  --csv out.csv       write the results in long format (one row per engine and shape)\n"
-           "  --quick             only the small shape, %d runs each (well under a minute)\n"
-           "  --reps R            timed runs per configuration (default %d, %d with --quick)\n"
+           "  --csv out.csv       write the results in long format (one row per engine and shape);\n"
+           "                      created when the results are ready\n"
+           "  --quick             fewer shapes and runs: on the CPU only the small shape, %d runs\n"
+           "                      each (well under a minute)\n"
+           "  --reps R            timed runs per configuration (CPU: default %d, %d with --quick;\n"
+           "                      cuda: at least 100 unless --quick)\n"
+           "  --shapes D:V,...    the (D, V) shapes to time, e.g. 4096:151936,2048:32000\n"
+           "  --batches B,...     the batch sizes to time, e.g. 1,4,16\n"
+           "  --engines E,...     time only these engines. CPU: floor, fused, unfused_multinomial,\n"
+           "                      unfused_gumbel. cuda: the GPU engines listed by\n"
+           "                      `flashsample bench --device cuda --help` (floor, cuBLAS and the\n"
+           "                      dispatcher's pick always run there)\n"
+           "CPU only:\n"
            "  --threads K         threads, 0 = all cores (default)\n"
+           "  --simd PATH         SIMD path: auto (default: the library's choice), portable, avx2\n"
+           "                      or avx512\n"
            "\n"
-           "CSV columns: device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n"
+           "CPU CSV columns: device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n"
            "(gbps = W bytes / median time).\n",
            BENCH_QUICK_REPS, BENCH_DEFAULT_REPS, BENCH_QUICK_REPS);
+}
+
+/* "a:b,c:d" (pairs) or "a,b,c" (pairs = 0) of positive integers <= max;
+ * returns the count, or -1 after a message. */
+static int parse_list(const char *opt, const char *s, int pairs, int64_t max, int64_t *out, int cap)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        for (int k = 0; k <= pairs; k++) {
+            char *end;
+            long long v = strtoll(p, &end, 10);
+            if (end == p || v < 1 || v > max || n >= cap) {
+                cli_error("%s: expected %s of positive integers (at most %d entries, each <= %lld), got '%s'",
+                          opt, pairs ? "D:V pairs separated by commas" : "a comma-separated list",
+                          pairs ? cap / 2 : cap, (long long)max, s);
+                return -1;
+            }
+            out[n++] = v;
+            p = end;
+            if (k < pairs) {
+                if (*p != ':') {
+                    cli_error("%s: expected D:V pairs separated by commas, got '%s'", opt, s);
+                    return -1;
+                }
+                p++;
+            }
+        }
+        if (*p == ',' && p[1])
+            p++;
+        else if (*p) {
+            cli_error("%s: unexpected '%s' in '%s'", opt, p, s);
+            return -1;
+        }
+    }
+    return pairs ? n / 2 : n;
 }
 
 /* ---- a tiny fork-join helper for the floor and for filling the inputs ---- */
@@ -335,11 +384,14 @@ static void print_ms(double v)
 
 int cli_bench(int argc, char **argv)
 {
-    const char *device = NULL, *csv = NULL, *reps_s = NULL, *threads_s = NULL;
+    const char *device = NULL, *csv = NULL, *reps_s = NULL, *threads_s = NULL, *simd_s = NULL,
+               *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL;
     int quick = 0, help;
     const cli_option opts[] = {{"--device", &device, NULL},     {"--csv", &csv, NULL},
                                {"--quick", NULL, &quick},       {"--reps", &reps_s, NULL},
-                               {"--threads", &threads_s, NULL}, {NULL, NULL, NULL}};
+                               {"--threads", &threads_s, NULL}, {"--simd", &simd_s, NULL},
+                               {"--shapes", &shapes_s, NULL},   {"--batches", &batches_s, NULL},
+                               {"--engines", &engines_s, NULL}, {NULL, NULL, NULL}};
     fls_engine engine;
     /* The device decides who parses the rest: the CUDA bench takes the same
      * argv and may accept options this one does not know. */
@@ -361,41 +413,70 @@ int cli_bench(int argc, char **argv)
         return CLI_OK;
     }
     int64_t reps = quick ? BENCH_QUICK_REPS : BENCH_DEFAULT_REPS, threads = 0;
+    fls_simd simd_want;
     if ((reps_s && cli_parse_i64("--reps", reps_s, 1, 100000, &reps) != 0) ||
-        (threads_s && cli_parse_i64("--threads", threads_s, 0, 1024, &threads) != 0))
+        (threads_s && cli_parse_i64("--threads", threads_s, 0, 1024, &threads) != 0) ||
+        cli_parse_simd(simd_s, &simd_want) != 0)
         return CLI_USAGE;
-
-    fls_context_config cfg;
-    fls_context_config_default(&cfg);
-    cfg.threads = (int)threads;
-    fls_context_t *ctx = NULL;
-    fls_status st = fls_context_create(&ctx, &cfg);
-    if (st != FLS_OK) {
-        cli_error("cannot create the CPU engine: %s", fls_status_string(st));
-        return CLI_FAIL;
+    /* {D, V} pairs, batch sizes, engines */
+    int64_t shapes[BENCH_MAX_LIST][2] = {{4096, 151936}, {2048, 32000}}, batches[BENCH_MAX_LIST] = {1, 4, 16};
+    int nshapes = 2, nbatches = 3, want[ENG_COUNT] = {1, 1, 1, 1};
+    if (quick) {
+        shapes[0][0] = 2048, shapes[0][1] = 32000;
+        nshapes = 1;
     }
+    if (shapes_s && (nshapes = parse_list("--shapes", shapes_s, 1, (int64_t)1 << 32, &shapes[0][0],
+                                          2 * BENCH_MAX_LIST)) < 0)
+        return CLI_USAGE;
+    if (batches_s && (nbatches = parse_list("--batches", batches_s, 0, 4096, batches, BENCH_MAX_LIST)) < 0)
+        return CLI_USAGE;
+    if (engines_s) {
+        for (int e = 0; e < ENG_COUNT; e++)
+            want[e] = 0;
+        for (const char *p = engines_s; *p;) {
+            size_t n = strcspn(p, ",");
+            int found = 0;
+            for (int e = 0; e < ENG_COUNT; e++)
+                if (strlen(eng_name[e]) == n && strncmp(p, eng_name[e], n) == 0)
+                    want[e] = found = 1;
+            if (!found) {
+                cli_error("--engines: unknown CPU engine '%.*s' (expected floor, fused, unfused_multinomial, "
+                          "unfused_gumbel)",
+                          (int)n, p);
+                return CLI_USAGE;
+            }
+            p += n + (p[n] == ',');
+        }
+    }
+    int64_t maxB = 1;
+    for (int i = 0; i < nbatches; i++)
+        maxB = batches[i] > maxB ? batches[i] : maxB;
+
+    /* The CSV is created when the results are ready; an unwritable path fails now. */
+    if (csv && cli_out_check("--csv", csv) != 0)
+        return CLI_FAIL;
+    fls_context_t *ctx = NULL;
+    if (cli_context_create(&ctx, FLS_ENGINE_CPU, (int)threads, simd_want) != 0)
+        return CLI_FAIL;
     fls_npy_file fcsv;
     memset(&fcsv, 0, sizeof fcsv);
-    if (csv && cli_out_begin(&fcsv, csv) != 0) {
-        fls_context_destroy(ctx);
-        return CLI_FAIL;
-    }
+    fls_status st;
 
-    static const int64_t shapes[2][2] = {{4096, 151936}, {2048, 32000}}; /* {D, V} */
     static const fls_dtype dtypes[2] = {FLS_DTYPE_BF16, FLS_DTYPE_F32};
-    static const int64_t batches[3] = {1, 4, 16};
-    const int s0 = quick ? 1 : 0;
-    const int nres = (2 - s0) * 2 * 3;
+    const int nres = nshapes * 2 * nbatches;
     result *res = calloc((size_t)nres, sizeof *res);
     double *times = malloc((size_t)reps * sizeof *times);
-    int64_t *tokens = malloc(BENCH_MAX_B * sizeof *tokens);
+    int64_t *tokens = malloc((size_t)maxB * sizeof *tokens);
     float *h = NULL;
     void *w = NULL;
     int rc = CLI_FAIL, nr = 0;
     char date[32], cpu[128];
     cli_utc_date(date);
     cpu_model(cpu, sizeof cpu);
-    bench_ctx bc = {ctx, fls_context_threads(ctx), (int)reps, 0, nres * ENG_COUNT, times, tokens, NULL, 0, 1};
+    int nwant = 0;
+    for (int e = 0; e < ENG_COUNT; e++)
+        nwant += want[e];
+    bench_ctx bc = {ctx, fls_context_threads(ctx), (int)reps, 0, nres * nwant, times, tokens, NULL, 0, 1};
     const size_t llc = llc_bytes();
     /* Rotate >= 3 copies over >= max(8 LLC, 2 GiB): a guest's reported LLC
      * need not be the host's, and no run may find W in a cache. */
@@ -406,20 +487,22 @@ int cli_bench(int argc, char **argv)
         goto done;
     }
 
-    printf("flashsample bench: cpu, %d threads, simd %s, %lld timed runs per configuration (median), %s\n",
-           bc.threads, simd, (long long)reps, date);
+    printf(
+        "flashsample bench: cpu, %d threads, simd %s (%s), %lld timed runs per configuration (median), %s\n",
+        bc.threads, simd, simd_want == FLS_SIMD_AUTO ? "the library's automatic choice" : "--simd",
+        (long long)reps, date);
     printf("cpu: %s; last-level cache %.0f MiB; W working set >= %.0f MiB\n", cpu, (double)llc / 1048576.0,
            (double)min_set / 1048576.0);
     fflush(stdout);
 
-    for (int si = s0; si < 2; si++) {
+    for (int si = 0; si < nshapes; si++) {
         const int64_t D = shapes[si][0], V = shapes[si][1];
-        if (posix_memalign((void **)&h, 64, (size_t)(BENCH_MAX_B * D) * sizeof(float)) != 0) {
+        if (posix_memalign((void **)&h, 64, (size_t)(maxB * D) * sizeof(float)) != 0) {
             cli_error("out of memory for H");
             goto done;
         }
         uint64_t hs = 7;
-        for (int64_t i = 0; i < BENCH_MAX_B * D; i++)
+        for (int64_t i = 0; i < maxB * D; i++)
             h[i] = rand_sym(&hs, 1.0f);
         for (int di = 0; di < 2; di++) {
             const fls_dtype dt = dtypes[di];
@@ -436,7 +519,8 @@ int cli_bench(int argc, char **argv)
             }
             /* Logit standard deviation ~ 4/3 (W uniform in +-4/sqrt(D), H in +-1):
              * a realistic spread, neither flat nor one-hot. */
-            fill_job fjob = {w, dt, (size_t)(V * D), 4.0f / sqrtf((float)D), 1000u + (uint64_t)(si * 2 + di)};
+            fill_job fjob = {w, dt, (size_t)(V * D), 4.0f / sqrtf((float)D),
+                             1000u + (uint64_t)((si + (quick && !shapes_s)) * 2 + di)};
             par_run(bc.threads, fill_worker, &fjob);
             for (int c = 1; c < ncopies; c++)
                 memcpy((unsigned char *)w + (size_t)c * stride, w, bytes);
@@ -451,7 +535,7 @@ int cli_bench(int argc, char **argv)
             flj->data = w;
             flj->bytes = bytes;
             fls_matrix W = {w, dt, V, D, D};
-            for (int bi = 0; bi < 3; bi++) {
+            for (int bi = 0; bi < nbatches; bi++) {
                 result *r = &res[nr++];
                 r->D = D;
                 r->V = V;
@@ -459,6 +543,10 @@ int cli_bench(int argc, char **argv)
                 r->dtype = dt;
                 fls_matrix H = {h, FLS_DTYPE_F32, batches[bi], D, D};
                 for (int e = 0; e < ENG_COUNT; e++) {
+                    if (!want[e]) {
+                        r->median_ms[e] = r->min_ms[e] = NAN;
+                        continue;
+                    }
                     bc.step++;
                     st = time_engine(&bc, e, &W, &H, flj, r);
                     if (st == FLS_ERR_UNSUPPORTED) {
@@ -500,6 +588,8 @@ int cli_bench(int argc, char **argv)
     }
 
     if (csv) {
+        if (cli_out_begin(&fcsv, csv) != 0)
+            goto done;
         FILE *fp = fcsv.fp;
         fprintf(fp, "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n");
         for (int i = 0; i < nr; i++) {
