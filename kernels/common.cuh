@@ -4,12 +4,14 @@
  * (key, index) packing, and the warp sampler that turns a segment of
  * logits into one partial winner per draw plus a log-sum-exp partial.
  *
- * Partial winners: every kernel writes, per (row b, draw j, segment e), the
- * packed pair (order-preserving key bits << 32 | 0xffffffff - token) and the
- * winner's tempered logit; a finalize kernel takes the maximum over e. The
- * max of packed pairs is the max key with ties to the LOWEST token index,
- * exactly the CPU engine's rule, independent of how V was partitioned.
- * Temporary memory is O(B x draws x segments), never O(B x V).
+ * The rule (variants/rule.h, temperature.h) is a template parameter of the
+ * segment sampler and the finalize reduction; its candidate state is kept in
+ * the packed 64-bit form of rule.h (fls_pack: key bits << 32 | 2^32 - 1 -
+ * token, whose unsigned max is the rule's merge: the larger key, ties to the
+ * LOWEST token index, independent of how V was partitioned) plus the
+ * winner's tempered logit. Every kernel writes one such partial per
+ * (row b, draw j, segment e); the finalize kernel merges them and calls the
+ * rule's finalize. Temporary memory is O(B x draws x segments), never O(B x V).
  */
 #ifndef FLS_COMMON_CUH
 #define FLS_COMMON_CUH
@@ -21,6 +23,8 @@
 #include "fls_gumbel_bound.h"
 #include "fls_noise.h"
 #include "internal.h"
+#include "rule.h"
+#include "temperature.h"
 
 #define FLS_FULL_MASK 0xffffffffu
 /* Tokens per warp segment in the from-logits sampler: fls_segment_len(B),
@@ -28,9 +32,9 @@
 #define FLS_SEG 1024
 int fls_segment_len(int64_t B);
 
-/* The device view of one request's workspace. */
-/* The status word's code (ws.status[1]), in the CPU engine's order of
- * priority: NaN, then temperature overflow, then an all-masked row. */
+/* The status word's code (ws.status[1]). The values are names, not
+ * priorities: fls_finalize_status reports, like the CPU engine, a NaN
+ * first, then a temperature overflow, then an all-masked row. */
 enum fls_status_code : unsigned {
     FLS_SC_OK = 0,
     FLS_SC_NAN = 1,         /* FLS_ERR_NAN */
@@ -38,6 +42,7 @@ enum fls_status_code : unsigned {
     FLS_SC_TEMPERATURE = 3, /* FLS_ERR_TEMPERATURE */
 };
 
+/* The device view of one request's workspace. */
 struct fls_ws {
     unsigned long long *best; /* [(b * nd + j) * nent + e] packed winners */
     float *xw;                /* same index: the winner's tempered logit */
@@ -47,11 +52,11 @@ struct fls_ws {
     unsigned *tempflag;       /* [1]: == epoch when a finite logit's l / T overflowed (the CPU
                                  engine's FLS_ERR_TEMPERATURE) */
     unsigned *status;         /* [2]: (epoch, code) written by the finalize kernel */
-    unsigned *counter; /* [1]: CTAs done (fused stream kernel's last-CTA finalize); 0 between launches */
     unsigned epoch;
-    int nent;           /* segments per (b, j) */
-    int nd;             /* draws in this pass */
-    uint32_t draw_base; /* global draw index of j = 0 */
+    int nent;            /* segments per (b, j) */
+    int nd;              /* draws in this pass */
+    uint32_t draw_base;  /* the call's draw index of j = 0 (its tokens' column) */
+    uint32_t first_draw; /* the noise's draw index of the call's draw 0 */
     int want_lse;
     /* Gumbel bound tables (fls_gumbel_bound.h, device, FLS_GB_N floats each),
      * or NULL: no skipping (the plain loop computes every key). */
@@ -66,6 +71,12 @@ struct fls_ws {
     unsigned tepoch;
 };
 
+/* The noise's draw index of draw j of the pass. */
+__device__ __forceinline__ uint32_t fls_noise_draw(const fls_ws &ws, int j)
+{
+    return ws.first_draw + ws.draw_base + (uint32_t)j;
+}
+
 /* Segments shorter than this never skip: the seed and the final drain cost
  * about two exact tokens per lane, more than a short segment saves. */
 #define FLS_SKIP_MIN_N 512
@@ -78,30 +89,6 @@ struct fls_candq {
     float x[FLS_CANDQ];
     int idx[FLS_CANDQ];
 };
-
-/* Float -> uint32 whose unsigned order is the float order (-inf < ... < +inf). */
-__device__ __forceinline__ uint32_t fls_ord(float k)
-{
-    uint32_t u = __float_as_uint(k);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ unsigned long long fls_pack(float key, uint32_t token)
-{
-    return ((unsigned long long)fls_ord(key) << 32) | (unsigned long long)(0xffffffffu - token);
-}
-
-/* fls_ord's inverse. */
-__device__ __forceinline__ float fls_unord(uint32_t u)
-{
-    return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
-}
-
-/* The key of a packed (key, token), fls_pack's inverse; -inf for the empty 0. */
-__device__ __forceinline__ float fls_key_of(unsigned long long p)
-{
-    return p == 0 ? -INFINITY : fls_unord((uint32_t)(p >> 32));
-}
 
 /* Philox4x32-10 block of the pair (token & ~1, token | 1) through cuRAND's
  * device API, with the counter/key layout of fls_noise_counter. */
@@ -162,12 +149,6 @@ __device__ __forceinline__ float fls_warp_sumf(float v)
     return v;
 }
 
-/* Tempered logit: IEEE division (never a reciprocal multiply), T = 0 greedy. */
-__device__ __forceinline__ float fls_temper(float l, float T)
-{
-    return T == 0.0f ? l : __fdiv_rn(l, T);
-}
-
 /* The bits of token v from the Philox block of its pair. */
 __device__ __forceinline__ uint64_t fls_pair_bits(uint4 r, uint64_t v)
 {
@@ -200,6 +181,7 @@ __device__ __forceinline__ float fls_exact_key(uint64_t bits, float x, uint32_t 
  *    computes one exact key (no divergence on the logs), the rest at the end.
  * x = -inf gives fl(-inf + G) = -inf < thr for any finite thr.
  */
+template <class Rule>
 __device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0, float T, float x_seed,
                                               int i_seed, uint32_t d, const fls_row_params &rp,
                                               const fls_ws &ws, const float *gup, fls_candq *q, int lane,
@@ -227,8 +209,8 @@ __device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0
     for (int p0 = 0; p0 < np; p0 += 32) {
         const int p = p0 + lane, i = 2 * p;
         const bool ok0 = p < np, ok1 = i + 1 < n;
-        const float x0 = ok0 ? fls_temper(S[i], T) : -INFINITY;
-        const float x1 = ok1 ? fls_temper(S[i + 1], T) : -INFINITY;
+        const float x0 = ok0 ? Rule::temper(S[i], T) : -INFINITY;
+        const float x1 = ok1 ? Rule::temper(S[i + 1], T) : -INFINITY;
         bool c0 = false, c1 = false;
         uint64_t k0 = 0, k1 = 0;
         if (ok0 && !(__fadd_rn(fmaxf(x0, x1), FLS_GUMBEL_MAX) < thr)) {
@@ -272,19 +254,6 @@ __device__ __forceinline__ void fls_draw_skip(const float *S, int n, uint64_t v0
             fls_exact_key(q->bits[lane], q->x[lane], (uint32_t)(v0 + (uint64_t)q->idx[lane]), best, bx);
     }
     __syncwarp();
-}
-
-/* A NaN or +inf logit: the CPU engine's FLS_ERR_NAN (docs/NOISE.md). */
-__device__ __forceinline__ bool fls_bad_logit(float l)
-{
-    return !(l <= __FLT_MAX__); /* one compare: true for NaN and +inf, false for -inf */
-}
-
-/* A finite logit whose tempered value l / T is infinite: the CPU engine's
- * FLS_ERR_TEMPERATURE. */
-__device__ __forceinline__ bool fls_temper_overflows(float l, float x)
-{
-    return isfinite(l) && isinf(x);
 }
 
 /* The row's NaN and finite marks for one segment or tile (lane 0 writes). */
@@ -338,6 +307,7 @@ __device__ __forceinline__ unsigned long long fls_warp_put_winner(unsigned long 
  * enable skipping (fls_draw_skip) for T != 0 and n >= FLS_SKIP_MIN_N; with
  * gup == NULL every key is computed.
  */
+template <class Rule>
 __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t v0, int b, int e,
                                                  const fls_row_params &rp, const fls_ws &ws, int lane,
                                                  const float *gup, fls_candq *q)
@@ -372,22 +342,23 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
     }
     nan = __any_sync(FLS_FULL_MASK, nan);
     const float lmax = fls_warp_maxf(lm);
-    const float mx = fls_temper(lmax, T);
+    const float mx = Rule::temper(lmax, T);
     fls_row_marks(ws, b, nan, mx, lane);
     /* l / T of a finite l overflows at the extremes first (monotone) */
     ln = -fls_warp_maxf(-ln);
     if (lane == 0 &&
-        (fls_temper_overflows(lmax, mx) || (ln < INFINITY && fls_temper_overflows(ln, fls_temper(ln, T)))))
+        (fls_temper_overflows(lmax, mx) || (ln < INFINITY && fls_temper_overflows(ln, Rule::temper(ln, T)))))
         *ws.tempflag = ws.epoch;
     if (ws.want_lse) {
-        /* sum of exp(x - max) with the accurate expf (no fast math) */
+        /* the segment's log-sum-exp partial: sum of exp(x - max) with the
+         * accurate expf (no fast math), lane-strided, then a warp tree */
         float s = 0.0f;
         if (mx > -INFINITY) {
             for (int p = lane; p < np; p += 32) {
                 int i = 2 * p;
-                s = __fadd_rn(s, expf(__fsub_rn(fls_temper(S[i], T), mx)));
+                s = __fadd_rn(s, fls_lsef_exp(Rule::temper(S[i], T), mx));
                 if (i + 1 < n)
-                    s = __fadd_rn(s, expf(__fsub_rn(fls_temper(S[i + 1], T), mx)));
+                    s = __fadd_rn(s, fls_lsef_exp(Rule::temper(S[i + 1], T), mx));
             }
         }
         s = fls_warp_sumf(s);
@@ -396,7 +367,7 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
             ws.s[(int64_t)b * ws.nent + e] = s;
         }
     }
-    const bool skip = gup != NULL && q != NULL && T != 0.0f && n >= FLS_SKIP_MIN_N;
+    const bool skip = gup != NULL && q != NULL && Rule::noisy(T) && n >= FLS_SKIP_MIN_N;
     float x_seed = -INFINITY;
     int i_seed = -1;
     if (skip) {
@@ -407,34 +378,35 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
         i_seed = __shfl_sync(FLS_FULL_MASK, li, src);
         if (!ball)
             i_seed = -1;
-        x_seed = fls_temper(ls, T);
+        x_seed = Rule::temper(ls, T);
     }
     for (int j = 0; j < ws.nd; j++) {
-        const uint32_t d = ws.draw_base + (uint32_t)j;
+        const uint32_t d = fls_noise_draw(ws, j);
         unsigned long long best = 0;
         float bx = -INFINITY;
         if (!nan && skip) {
-            fls_draw_skip(S, n, v0, T, x_seed, i_seed, d, rp, ws, gup, q, lane, best, bx);
+            fls_draw_skip<Rule>(S, n, v0, T, x_seed, i_seed, d, rp, ws, gup, q, lane, best, bx);
         } else if (!nan) {
+            /* the plain loop: every key (no noise for greedy rows) */
             for (int p = lane; p < np; p += 32) {
                 int i = 2 * p;
                 uint64_t v = v0 + (uint64_t)i;
-                float x0 = fls_temper(S[i], T);
-                float x1 = (i + 1 < n) ? fls_temper(S[i + 1], T) : -INFINITY;
-                float k0 = x0, k1 = x1;
-                if (T != 0.0f) {
+                float x0 = Rule::temper(S[i], T);
+                float x1 = (i + 1 < n) ? Rule::temper(S[i + 1], T) : -INFINITY;
+                float g0 = 0.0f, g1 = 0.0f;
+                if (Rule::noisy(T)) {
                     uint4 r = fls_philox_pair(rp.seed, rp.offset, d, v);
-                    k0 = __fadd_rn(x0, fls_gumbel_dev(((uint64_t)r.y << 32) | r.x));
+                    g0 = fls_gumbel_dev(((uint64_t)r.y << 32) | r.x);
                     if (i + 1 < n)
-                        k1 = __fadd_rn(x1, fls_gumbel_dev(((uint64_t)r.w << 32) | r.z));
+                        g1 = fls_gumbel_dev(((uint64_t)r.w << 32) | r.z);
                 }
-                unsigned long long p0 = fls_pack(k0, (uint32_t)v);
+                unsigned long long p0 = fls_pack(Rule::key(x0, g0, T), (uint32_t)v);
                 if (p0 > best) {
                     best = p0;
                     bx = x0;
                 }
                 if (i + 1 < n) {
-                    unsigned long long p1 = fls_pack(k1, (uint32_t)(v + 1));
+                    unsigned long long p1 = fls_pack(Rule::key(x1, g1, T), (uint32_t)(v + 1));
                     if (p1 > best) {
                         best = p1;
                         bx = x1;
@@ -448,9 +420,8 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
 }
 
 /*
- * The final reduction, shared by the finalize kernel and the fused stream
- * kernel's last CTA. Loads go through L2 (ld.cg): in the stream kernel the
- * partials were written by other CTAs of the same launch.
+ * The final reduction (the finalize kernel, sample.cu). Loads go through L2
+ * (ld.cg): the partials were written by other CTAs.
  * fls_finalize_status (warp-collective): the call's status code (a NaN was
  * seen, a finite logit's l / T overflowed, some row has no finite logit, in
  * that order); anything but FLS_SC_OK means no output is written.
@@ -467,8 +438,11 @@ __device__ __forceinline__ unsigned fls_finalize_status(int B, const fls_ws &ws,
     return __any_sync(FLS_FULL_MASK, m) ? FLS_SC_ALL_MASKED : FLS_SC_OK;
 }
 
-/* One warp reduces item w = b * nd + j: max over the nent entries (ties:
- * equal packed values are the same token), log-sum-exp from the partials. */
+/* One warp reduces item w = b * nd + j: the rule's merge over the nent
+ * entries (the max of the packed words; equal packed values are the same
+ * token), the row's log-sum-exp from its partials (max, then the sum of
+ * fls_lse_term in double), then the rule's finalize. */
+template <class Rule>
 __device__ __forceinline__ void fls_finalize_item(const fls_row_params *rows, int64_t draws_total,
                                                   const fls_ws &ws, int64_t *tokens, float *lse_out,
                                                   float *logprobs, int64_t w, int lane)
@@ -520,21 +494,23 @@ __device__ __forceinline__ void fls_finalize_item(const fls_row_params *rows, in
             M = fmaxf(M, __ldcg(ws.m + lb + e));
         M = fls_warp_maxf(M);
         double S = 0.0;
-        for (int e = lane; e < ws.nent; e += 32) {
-            float m = __ldcg(ws.m + lb + e);
-            if (m > -INFINITY)
-                S += (double)__ldcg(ws.s + lb + e) * exp((double)m - (double)M);
-        }
+        for (int e = lane; e < ws.nent; e += 32)
+            S += fls_lse_term((double)__ldcg(ws.s + lb + e), (double)__ldcg(ws.m + lb + e), (double)M);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             S += __shfl_xor_sync(FLS_FULL_MASK, S, o);
-        lse = (T == 0.0f) ? (double)M : (double)M + log(S);
+        lse = fls_lse_value((double)M, S, !Rule::noisy(T));
     }
     if (lane == 0) {
         const int64_t d = (int64_t)ws.draw_base + j;
-        tokens[(int64_t)b * draws_total + d] = (int64_t)(0xffffffffu - (uint32_t)wbest);
+        const typename Rule::cand c = fls_cand_unpack(wbest, wx);
+        int64_t tok = -1;
+        float lp = 0.0f;
+        /* the status word already says whether a row has no finite key */
+        (void)Rule::finalize(&c, T, lse, &tok, &lp);
+        tokens[(int64_t)b * draws_total + d] = tok;
         if (logprobs)
-            logprobs[(int64_t)b * draws_total + d] = (T == 0.0f) ? 0.0f : (float)((double)wx - lse);
+            logprobs[(int64_t)b * draws_total + d] = lp;
         if (lse_out && d == 0)
             lse_out[b] = (float)lse;
     }
@@ -564,15 +540,8 @@ cudaError_t fls_launch_multinomial(const float *L, int64_t ldl, const float *P, 
                                    const fls_row_params *rows, const float *rowmax, const float *rowsum,
                                    const fls_ws &ws, int64_t draws_total, int64_t *tokens, float *lse,
                                    float *logprobs, cudaStream_t st);
-/* The fused tensor-core kernel (W, H 16-bit of one dtype, 16-byte aligned rows,
- * D % 8 == 0). Entries: ceil(V / 128) tiles x nseg segments. */
-int fls_mma_nseg(int B);
-cudaError_t fls_launch_fused_mma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt, int B,
-                                 int64_t V, int64_t D, int tile_b, const fls_row_params *rows,
-                                 const fls_ws &ws, int sm_count, cudaStream_t st);
-#define FLS_MMA_TV 128
-/* The fused wgmma kernel (fused_wgmma.cu, sm_90a): same operand rules as
- * the mma.sync kernel; entries: fls_wgmma_slots per row (one per CTA that
+/* The fused wgmma kernel (fused_wgmma.cu, sm_90a): W and H 16-bit of one
+ * dtype, 16-byte aligned rows, D % 8 == 0; entries: fls_wgmma_slots per row (one per CTA that
  * works on the row), at most fls_wgmma_max_draws draws per pass. tile_n = batch rows
  * per tile (16, 32, 64, 128), fls_cuda_wgmma_tile_n(B) (fls_cuda.h) by default; epi_warps =
  * sampling warps (0: the default for tile_n); sample = 0 skips the sampler
@@ -585,17 +554,4 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,
                                    cudaStream_t st);
-/* The fused streaming kernel for small B (fused_stream.cu): W, H 16-bit of
- * one dtype, 16-byte aligned rows, D % 8 == 0, B <= 32 and H in shared
- * memory. One draw per launch (ws.nd == 1), nent == grid entries per row; its
- * last CTA runs the finalize reduction (no finalize launch). l2_prefetch: W
- * loads carry the 256-byte L2 prefetch hint (the default; 0 for the
- * benchmark's comparison). */
-int fls_stream_supported(int64_t B, int64_t D);
-int fls_stream_grid(int64_t V, int sm_count);
-cudaError_t fls_launch_fused_stream(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
-                                    int B, int64_t V, int64_t D, const fls_row_params *rows, const fls_ws &ws,
-                                    int grid, int64_t draws_total, int64_t *tokens, float *lse,
-                                    float *logprobs, int l2_prefetch, cudaStream_t st);
-
 #endif /* FLS_COMMON_CUH */

@@ -2,6 +2,11 @@
  * engine.cu — the CUDA engine's host side: context, workspace, dispatch of
  * the three methods, cuBLAS, and the device-memory helpers of internal.h.
  *
+ * Loading: the CUDA runtime is linked statically (it opens the driver only
+ * at the first CUDA call) and cuBLAS is opened with dlopen when a CUDA
+ * context is created (fls_cublas), so a program that never creates a CUDA
+ * context loads neither, and an installed library needs no CUDA path.
+ *
  * A call uploads the resolved rows, runs the main kernel(s) and a finalize
  * kernel, then reads back one status word (NaN seen, all-masked row): the C
  * API returns a status, so each call synchronises its stream once. Error
@@ -10,19 +15,67 @@
  */
 #include "common.cuh"
 #include "fls_cuda.h"
+#include "fls_dtype.h"
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- cuBLAS, opened on first use ---- */
+
+static fls_cublas_api g_cublas;
+static int g_cublas_ok;
+static pthread_once_t g_cublas_once = PTHREAD_ONCE_INIT;
+
+static void fls_cublas_open(void)
+{
+    char name[64];
+    snprintf(name, sizeof name, "libcublas.so.%d", CUBLAS_VER_MAJOR);
+    const char *env = getenv("FLS_CUBLAS_PATH");
+    const char *dirs[] = {"/usr/local/cuda/lib64/", "/usr/local/cuda/targets/x86_64-linux/lib/"};
+    void *h = env && env[0] ? dlopen(env, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h)
+        h = dlopen(name, RTLD_NOW | RTLD_LOCAL); /* the loader's path: LD_LIBRARY_PATH, ld.so.conf */
+    const char *home = getenv("CUDA_HOME");
+    if (!h && home && home[0]) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/lib64/%s", home, name);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    for (size_t i = 0; !h && i < sizeof dirs / sizeof dirs[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s", dirs[i], name);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!h)
+        return;
+    g_cublas.create = (cublasStatus_t(*)(cublasHandle_t *))dlsym(h, "cublasCreate_v2");
+    g_cublas.destroy = (cublasStatus_t(*)(cublasHandle_t))dlsym(h, "cublasDestroy_v2");
+    g_cublas.set_stream = (cublasStatus_t(*)(cublasHandle_t, cudaStream_t))dlsym(h, "cublasSetStream_v2");
+    g_cublas.gemm_ex = (fls_cublas_gemm_ex_fn)dlsym(h, "cublasGemmEx");
+    g_cublas_ok = g_cublas.create && g_cublas.destroy && g_cublas.set_stream && g_cublas.gemm_ex;
+    /* the handle stays open for the life of the process */
+}
+
+extern "C" const fls_cublas_api *fls_cublas(void)
+{
+    pthread_once(&g_cublas_once, fls_cublas_open);
+    return g_cublas_ok ? &g_cublas : NULL;
+}
 
 struct fls_cuda_state {
     int device;
     int sm_count;
     cudaStream_t stream;
+    const fls_cublas_api *blas_api;
     cublasHandle_t blas;
     char *ws; /* growable workspace */
     size_t ws_bytes;
-    unsigned *flags;    /* [0..1] status, [2] NaN mark, [3..] finite marks per row */
+    unsigned *flags;    /* [0..1] status (epoch, code), [2] NaN mark, [3] temperature-overflow
+                           mark, [4, 4 + flags_rows) finite marks per row */
     int64_t flags_rows; /* capacity of the finite marks */
     unsigned epoch;
     unsigned long long *gthr; /* [gthr_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row
@@ -54,6 +107,11 @@ static fls_status fls_from_blas(cublasStatus_t s)
     if (s == CUBLAS_STATUS_ALLOC_FAILED)
         return FLS_ERR_OUT_OF_MEMORY;
     return FLS_ERR_CUDA;
+}
+
+extern "C" int fls_cuda_built_impl(void)
+{
+    return 1;
 }
 
 extern "C" int fls_cuda_available_impl(void)
@@ -97,12 +155,17 @@ extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
     s->stream = (cudaStream_t)ctx->config.stream;
     memcpy(s->name, prop.name, sizeof s->name - 1);
     s->name[sizeof s->name - 1] = 0;
-    fls_status st = fls_from_blas(cublasCreate(&s->blas));
+    s->blas_api = fls_cublas();
+    if (!s->blas_api) { /* no libcublas.so where the loader or CUDA_HOME can find it */
+        free(s);
+        return FLS_ERR_CUDA;
+    }
+    fls_status st = fls_from_blas(s->blas_api->create(&s->blas));
     if (st == FLS_OK)
-        st = fls_from_blas(cublasSetStream(s->blas, s->stream));
+        st = fls_from_blas(s->blas_api->set_stream(s->blas, s->stream));
     if (st != FLS_OK) {
         if (s->blas)
-            cublasDestroy(s->blas);
+            s->blas_api->destroy(s->blas);
         free(s);
         return st;
     }
@@ -116,7 +179,7 @@ extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
         te = cudaMemcpy(s->gbound, table, sizeof table, cudaMemcpyHostToDevice);
     if (te != cudaSuccess) {
         cudaFree(s->gbound);
-        cublasDestroy(s->blas);
+        s->blas_api->destroy(s->blas);
         free(s);
         return fls_from_cuda(te);
     }
@@ -140,7 +203,7 @@ extern "C" void fls_cuda_context_fini(fls_context_t *ctx)
     cudaFree(s->flags);
     cudaFree(s->gthr);
     cudaFree(s->gbound);
-    cublasDestroy(s->blas);
+    s->blas_api->destroy(s->blas);
     free(s);
     ctx->cuda = NULL;
 }
@@ -193,20 +256,16 @@ extern "C" void fls_cuda_opts_default(fls_cuda_opts *o)
     memset(o, 0, sizeof *o);
 }
 
-static bool fls_mma_eligible(const fls_matrix *W, const fls_matrix *H)
+/* W and H fit the tensor-core kernel's operand rules. */
+static bool fls_wgmma_eligible(const fls_matrix *W, const fls_matrix *H)
 {
     if (W->dtype != H->dtype || (W->dtype != FLS_DTYPE_BF16 && W->dtype != FLS_DTYPE_F16))
         return false;
     if (((uintptr_t)W->data) % 16 || ((uintptr_t)H->data) % 16 || W->ld % 8 || H->ld % 8 || W->cols % 8)
         return false;
-    if (W->cols > (1 << 30) || W->rows >= ((int64_t)1 << 31) - FLS_MMA_TV || H->rows > (1 << 30))
+    if (W->cols > (1 << 30) || W->rows >= ((int64_t)1 << 31) - 128 || H->rows > (1 << 30))
         return false;
     return true;
-}
-
-extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
-{
-    return fls_stream_supported(B, D);
 }
 
 /* Dispatcher (docs/GPU.md; docs/PERF.md GPU v8). Measured 2026-11-29 on an
@@ -216,8 +275,8 @@ extern "C" int fls_cuda_stream_supported(int64_t B, int64_t D)
  * v8 also D = 8192, B = 256: 1.011 vs 1.083 ms in the final v8 table). Above
  * B = 256 nothing is measured; there the chunked path (cuBLAS at its best
  * with large B) stays at D >= 6144, split between the measured 4096 and
- * 8192. The stream and mma.sync kernels stay selectable
- * (FLS_CUDA_PATH_STREAM, FLS_CUDA_PATH_MMA) but win nowhere. */
+ * 8192. (The mma.sync and small-batch streaming kernels of earlier
+ * versions won nowhere and were removed; docs/PERF.md keeps their numbers.) */
 static const struct {
     int64_t d_min, d_max, b_min, b_max;
 } k_chunked_rules[] = {
@@ -235,11 +294,6 @@ extern "C" fls_cuda_path fls_cuda_auto_path(int64_t B, int64_t V, int64_t D, fls
             B <= k_chunked_rules[i].b_max)
             return FLS_CUDA_PATH_CHUNKED;
     return FLS_CUDA_PATH_WGMMA;
-}
-
-static int fls_auto_tile_b(int64_t B)
-{
-    return B <= 8 ? 8 : (B <= 16 ? 16 : (B <= 32 ? 32 : 64));
 }
 
 static size_t fls_align256(size_t x)
@@ -278,11 +332,10 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
     s->flags_rows = 0;
     int64_t cap = B < 1024 ? 1024 : B;
     /* [0..1] status, [2] NaN mark, [3] temperature-overflow mark,
-     * [4, 4 + cap) finite marks, [4 + cap] the stream kernel's CTA counter
-     * (0 between launches) */
-    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 5) * sizeof(unsigned));
+     * [4, 4 + cap) finite marks */
+    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 4) * sizeof(unsigned));
     if (e == cudaSuccess)
-        e = cudaMemset(s->flags, 0, (size_t)(cap + 5) * sizeof(unsigned));
+        e = cudaMemset(s->flags, 0, (size_t)(cap + 4) * sizeof(unsigned));
     if (e != cudaSuccess) {
         cudaFree(s->flags);
         s->flags = NULL;
@@ -352,11 +405,11 @@ static fls_status fls_gemm_logits(fls_cuda_state *s, const fls_matrix *W, const 
     /* fp32 inputs: no TF32 (it would round the inputs and change the logits). */
     cublasComputeType_t ct = W->dtype == FLS_DTYPE_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     const float one = 1.0f, zero = 0.0f;
-    const char *a = (const char *)W->data + (size_t)v0 * (size_t)W->ld * fls_dtype_size(W->dtype);
+    const char *a = (const char *)W->data + (size_t)v0 * (size_t)W->ld * fls_dtype_bytes(W->dtype);
     /* column-major view: C^T (vn x B, ld ldc) = op_T(W chunk as D x vn) * H^T (D x B) */
-    return fls_from_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)vn, (int)B, (int)D, &one, a, t,
-                                      (int)W->ld, H->data, t, (int)H->ld, &zero, C, CUDA_R_32F, (int)ldc, ct,
-                                      CUBLAS_GEMM_DEFAULT));
+    return fls_from_blas(s->blas_api->gemm_ex(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)vn, (int)B, (int)D,
+                                              &one, a, t, (int)W->ld, H->data, t, (int)H->ld, &zero, C,
+                                              CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
 /* Bump allocator over the workspace (first a sizing pass with base NULL). */
@@ -371,7 +424,7 @@ struct fls_carve {
     }
 };
 
-enum fls_kind { K_MMA, K_WGMMA, K_STREAM, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
+enum fls_kind { K_WGMMA, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
 
 extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                    const fls_matrix *L, const fls_request *req, const fls_outputs *out,
@@ -407,20 +460,11 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         fls_cuda_path p = opts.path != FLS_CUDA_PATH_AUTO
                               ? opts.path
                               : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
-        if (p == FLS_CUDA_PATH_MMA && fls_mma_eligible(W, H))
-            kind = K_MMA;
-        else if (p == FLS_CUDA_PATH_WGMMA && fls_mma_eligible(W, H))
+        if (p == FLS_CUDA_PATH_WGMMA && fls_wgmma_eligible(W, H))
             kind = K_WGMMA;
-        else if (p == FLS_CUDA_PATH_STREAM && fls_mma_eligible(W, H) && fls_stream_supported(B, W->cols) &&
-                 (draws == 1 || opts.path == FLS_CUDA_PATH_STREAM))
-            kind = K_STREAM; /* an explicit STREAM with draws > 1 runs one pass per draw */
         else
             kind = K_CHUNKED;
-        if (kind == K_MMA) {
-            tile_b = opts.tile_b ? opts.tile_b : fls_auto_tile_b(B);
-            if (tile_b != 8 && tile_b != 16 && tile_b != 32 && tile_b != 64)
-                return FLS_ERR_PARAM;
-        } else if (kind == K_WGMMA) {
+        if (kind == K_WGMMA) {
             tile_b = opts.tile_b ? opts.tile_b : fls_cuda_wgmma_tile_n(B);
             if (tile_b != 16 && tile_b != 32 && tile_b != 64 && tile_b != 128)
                 return FLS_ERR_PARAM;
@@ -438,13 +482,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     }
 
     int64_t nent;
-    const int stream_grid = kind == K_STREAM ? fls_stream_grid(V, s->sm_count) : 0;
-    if (kind == K_MMA)
-        nent = ((V + FLS_MMA_TV - 1) / FLS_MMA_TV) * fls_mma_nseg((int)B);
-    else if (kind == K_WGMMA)
+    if (kind == K_WGMMA)
         nent = fls_wgmma_slots(B, V, tile_b, s->sm_count); /* one partial per (row, CTA) */
-    else if (kind == K_STREAM)
-        nent = stream_grid; /* one partial per (row, CTA) */
     else
         nent = (V + fls_segment_len(B) - 1) / fls_segment_len(B);
     if (nent > INT32_MAX)
@@ -456,8 +495,6 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         nd = 1;
     if (kind == K_MULTINOMIAL && nd > 64)
         nd = 64;
-    if (kind == K_STREAM)
-        nd = 1;
     if (kind == K_WGMMA && nd > fls_wgmma_max_draws(tile_b))
         nd = fls_wgmma_max_draws(tile_b); /* the kernel keeps (row, draw) state in shared memory */
     if (nd > draws)
@@ -518,8 +555,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.nanflag = s->flags + 2;
     ws.tempflag = s->flags + 3;
     ws.finite = s->flags + 4;
-    ws.counter = s->flags + 4 + s->flags_rows;
     ws.epoch = epoch;
+    ws.first_draw = req->first_draw;
     ws.nent = (int)nent;
     ws.want_lse = want_lse;
     /* Skipping (exact, common.cuh) on the chunked and from-logits samplers
@@ -564,19 +601,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                 return fls_from_cuda(ce);
             continue;
         }
-        if (kind == K_STREAM) {
-            /* the kernel's last CTA writes the outputs and the status */
-            ce = fls_launch_fused_stream(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, rows_d,
-                                         ws, stream_grid, draws, out->tokens, out->logsumexp, out->logprobs,
-                                         !opts.stream_no_l2_prefetch, str);
-            if (ce != cudaSuccess)
-                return fls_from_cuda(ce);
-            continue;
-        }
-        if (kind == K_MMA) {
-            ce = fls_launch_fused_mma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
-                                      rows_d, ws, s->sm_count, str);
-        } else if (kind == K_WGMMA) {
+        if (kind == K_WGMMA) {
             if (skip) {
                 /* a fresh tag per pass */
                 st = fls_ensure_gthr(s, B, &ws.gthr);
@@ -650,110 +675,4 @@ extern "C" fls_status fls_cuda_device_info(const fls_context_t *ctx, char *name,
     if (sm_count)
         *sm_count = ctx->cuda->sm_count;
     return FLS_OK;
-}
-
-/* ---- known-answer helpers for the GPU tests ---- */
-
-__global__ void fls_philox_kat_kernel(const uint32_t *c, const uint32_t *k, int64_t n, uint32_t *out)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint4 r = curand_Philox4x32_10(make_uint4(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]),
-                                   make_uint2(k[2 * i], k[2 * i + 1]));
-    out[4 * i] = r.x;
-    out[4 * i + 1] = r.y;
-    out[4 * i + 2] = r.z;
-    out[4 * i + 3] = r.w;
-}
-
-__global__ void fls_gumbel_kat_kernel(const uint64_t *seed, const uint64_t *off, const uint32_t *draw,
-                                      const uint64_t *tok, int64_t n, float *out)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint4 r = fls_philox_pair(seed[i], off[i], draw[i], tok[i]);
-    uint64_t bits = (tok[i] & 1) ? ((uint64_t)r.w << 32) | r.z : ((uint64_t)r.y << 32) | r.x;
-    out[i] = fls_gumbel_dev(bits); /* the kernels' version, checked against the host's */
-}
-
-extern "C" fls_status fls_cuda_philox_blocks(const uint32_t *c, const uint32_t *k, int64_t n, uint32_t *out)
-{
-    if (n <= 0)
-        return FLS_ERR_SIZE;
-    uint32_t *d = NULL;
-    size_t bc = (size_t)n * 16, bk = (size_t)n * 8;
-    cudaError_t e = cudaMalloc((void **)&d, bc * 2 + bk);
-    if (e != cudaSuccess)
-        return fls_from_cuda(e);
-    uint32_t *dc = d, *dk = d + 4 * n, *dout = d + 6 * n;
-    e = cudaMemcpy(dc, c, bc, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(dk, k, bk, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) {
-        fls_philox_kat_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dc, dk, n, dout);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = cudaMemcpy(out, dout, bc, cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    return fls_from_cuda(e);
-}
-
-extern "C" fls_status fls_cuda_gumbel(const uint64_t *seed, const uint64_t *offset, const uint32_t *draw,
-                                      const uint64_t *token, int64_t n, float *out)
-{
-    if (n <= 0)
-        return FLS_ERR_SIZE;
-    char *d = NULL;
-    size_t b8 = (size_t)n * 8, b4 = (size_t)n * 4;
-    cudaError_t e = cudaMalloc((void **)&d, 3 * b8 + 2 * b4);
-    if (e != cudaSuccess)
-        return fls_from_cuda(e);
-    uint64_t *ds = (uint64_t *)d, *doff = (uint64_t *)(d + b8), *dt = (uint64_t *)(d + 2 * b8);
-    uint32_t *dd = (uint32_t *)(d + 3 * b8);
-    float *dout = (float *)(d + 3 * b8 + b4);
-    e = cudaMemcpy(ds, seed, b8, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(doff, offset, b8, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(dt, token, b8, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(dd, draw, b4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) {
-        fls_gumbel_kat_kernel<<<(unsigned)((n + 255) / 256), 256>>>(ds, doff, dd, dt, n, dout);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = cudaMemcpy(out, dout, b4, cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    return fls_from_cuda(e);
-}
-
-__global__ void fls_gumbel_bits_kernel(const uint64_t *bits, int64_t n, float *out)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        out[i] = fls_gumbel_dev(bits[i]);
-}
-
-extern "C" fls_status fls_cuda_gumbel_bits(const uint64_t *bits, int64_t n, float *out)
-{
-    if (n <= 0)
-        return FLS_ERR_SIZE;
-    char *d = NULL;
-    cudaError_t e = cudaMalloc((void **)&d, (size_t)n * 12);
-    if (e != cudaSuccess)
-        return fls_from_cuda(e);
-    e = cudaMemcpy(d, bits, (size_t)n * 8, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) {
-        fls_gumbel_bits_kernel<<<(unsigned)((n + 255) / 256), 256>>>((const uint64_t *)d, n,
-                                                                     (float *)(d + n * 8));
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = cudaMemcpy(out, d + n * 8, (size_t)n * 4, cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    return fls_from_cuda(e);
 }

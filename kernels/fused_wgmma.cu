@@ -274,11 +274,10 @@ __device__ __forceinline__ unsigned fls_wg_lane_valid(int n, int lane)
  * once, at the end of the launch.
  */
 template <int R>
-__device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0,
-                                                   const int (&bl)[R], const fls_wg_state &st, int nd,
-                                                   uint32_t draw_base, bool want_lse, bool skip,
-                                                   const float *up, unsigned long long *gthr, int row0,
-                                                   unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
+__device__ __forceinline__ void
+fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
+                   const fls_wg_state &st, int nd, uint32_t draw0, bool want_lse, bool skip, const float *up,
+                   unsigned long long *gthr, int row0, unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
 {
     const int i0 = 2 * lane, i1 = 64 + 2 * lane;
     const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
@@ -295,7 +294,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
         l[r][3] = rc.y;
         T[r] = st.T[bl[r]];
         const float rT = st.rT[bl[r]];
-        exact_y[r] = want_lse || T[r] == 0.0f || rT == 0.0f;
+        exact_y[r] = want_lse || !fls_temperature_noisy(T[r]) || rT == 0.0f;
         if (exact_y[r]) {
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -314,7 +313,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
                     saw_ovf |= fls_temper_overflows(l[r][k], fls_temper(l[r][k], T[r]));
         gb[r] = 0;
         gx[r] = -INFINITY;
-        if (T[r] == 0.0f) {
+        if (!fls_temperature_noisy(T[r])) {
             /* greedy: the largest logit, lowest index on ties; no noise */
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -337,14 +336,14 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
 #pragma unroll
                 for (int k = 0; k < 4; k++)
                     if ((okm >> k) & 1u)
-                        s = __fadd_rn(s, expf(__fsub_rn(y[r][k], mt)));
+                        s = __fadd_rn(s, fls_lsef_exp(y[r][k], mt));
             }
             s = fls_warp_sumf(s);
-            if (lane == 0 && mt > -INFINITY) {
+            if (lane == 0) {
                 const float2 o = st.lse[bl[r]];
-                const float m = fmaxf(o.x, mt);
-                const float so = o.x > -INFINITY ? __fmul_rn(o.y, expf(__fsub_rn(o.x, m))) : 0.0f;
-                st.lse[bl[r]] = make_float2(m, __fadd_rn(so, __fmul_rn(s, expf(__fsub_rn(mt, m)))));
+                fls_lsef a = {o.x, o.y};
+                fls_lsef_merge(&a, mt, s);
+                st.lse[bl[r]] = make_float2(a.m, a.s);
             }
         }
     }
@@ -356,7 +355,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
         for (int h = 0; h < 2; h++)
             pb[r][h] = __fadd_rn(fls_fmax_nan(y[r][2 * h], y[r][2 * h + 1]), FLS_GUMBEL_MAX);
     for (int j = 0; j < nd; j++) {
-        const uint32_t d = draw_base + (uint32_t)j;
+        const uint32_t d = draw0 + (uint32_t)j;
         unsigned long long sb[R], best[R];
         float bx[R], thr[R];
         unsigned needm[R];
@@ -369,7 +368,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
             bx[r] = gx[r];
             /* pairs that might hold a winner: the Philox block is needed */
             const bool n0 = !(pb[r][0] < thr[r]), n1 = !(pb[r][1] < thr[r]);
-            needm[r] = T[r] != 0.0f ? ((n0 ? 0x3u : 0u) | (n1 ? 0xcu : 0u)) & okm : 0u;
+            needm[r] = fls_temperature_noisy(T[r]) ? ((n0 ? 0x3u : 0u) | (n1 ? 0xcu : 0u)) & okm : 0u;
             any_need |= needm[r] != 0u;
         }
         /* the other CTAs' thresholds of these rows (loaded here, used after
@@ -395,7 +394,7 @@ __device__ __forceinline__ void fls_wg_sample_rows(const float *const (&S)[R], u
                 }
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                if (T[r] == 0.0f)
+                if (!fls_temperature_noisy(T[r]))
                     continue;
                 /* an exact key of this row and draw from any CTA of this pass is a
                  * lower bound of the winner's key too */
@@ -641,13 +640,13 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
                 if (C::R == 2 && bl + C::E < nb) {
                     const int bb[2] = {bl, bl + C::E};
                     const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, fls_noise_draw(a.ws, 0),
                                           a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
                                           saw_nan, saw_ovf);
                 } else {
                     const int bb[1] = {bl};
                     const float *const ss[1] = {S + bl * C::SP};
-                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, a.ws.draw_base,
+                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, fls_noise_draw(a.ws, 0),
                                           a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
                                           saw_nan, saw_ovf);
                 }

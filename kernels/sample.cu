@@ -15,10 +15,11 @@
 
 #define FLS_SEG_WARPS 8
 
-/* MINB: blocks per SM the register allocation must allow: 1 (no cap; the
- * default, 63 registers, 4 blocks fit) or 5 (the benchmark's capped variant,
- * <= 48 registers; fls_cuda_opts.seg_cap) */
-template <int MINB>
+/* Rule: the sampling rule (variants/). MINB: blocks per SM the register
+ * allocation must allow: 1 (no cap; the default, 63 registers, 4 blocks
+ * fit) or 5 (the benchmark's capped variant, <= 48 registers;
+ * fls_cuda_opts.seg_cap5) */
+template <class Rule, int MINB>
 __global__ void __launch_bounds__(FLS_SEG_WARPS * 32, MINB)
     fls_segments_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t vn, uint64_t v_off,
                         int e_off, int seg, const fls_row_params *__restrict__ rows, fls_ws ws)
@@ -43,8 +44,8 @@ __global__ void __launch_bounds__(FLS_SEG_WARPS * 32, MINB)
         int64_t c0 = sg * seg;
         int n = (int)min((int64_t)seg, vn - c0);
         fls_row_params rp = rows[b];
-        fls_warp_segment(L + (int64_t)b * ldl + c0, n, v_off + (uint64_t)c0, b, e_off + (int)sg, rp, ws, lane,
-                         skip ? s_gup : NULL, skip ? &s_q[threadIdx.x >> 5] : NULL);
+        fls_warp_segment<Rule>(L + (int64_t)b * ldl + c0, n, v_off + (uint64_t)c0, b, e_off + (int)sg, rp, ws,
+                               lane, skip ? s_gup : NULL, skip ? &s_q[threadIdx.x >> 5] : NULL);
     }
 }
 
@@ -64,17 +65,20 @@ cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, 
     int64_t cap = (int64_t)sm_count * 8; /* 8 blocks of 8 warps per SM, grid-stride beyond */
     if (blocks > cap)
         blocks = cap;
+    typedef fls_temperature_rule Rule; /* the one rule so far */
     if (cap5)
-        fls_segments_kernel<5>
+        fls_segments_kernel<Rule, 5>
             <<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg, rows, ws);
     else
-        fls_segments_kernel<1>
+        fls_segments_kernel<Rule, 1>
             <<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off, e_off, seg, rows, ws);
     return cudaGetLastError();
 }
 
-/* One warp per (row, draw): max over the entries, log-sum-exp from partials
- * (common.cuh, fls_finalize_item). */
+/* One warp per (row, draw): the rule's merge over the entries, the
+ * log-sum-exp from partials, the rule's finalize (common.cuh,
+ * fls_finalize_item). */
+template <class Rule>
 __global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int B, int64_t draws_total,
                                     fls_ws ws, int64_t *tokens, float *lse_out, float *logprobs)
 {
@@ -88,15 +92,15 @@ __global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int
     }
     if (code || w >= (int64_t)B * ws.nd)
         return;
-    fls_finalize_item(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
+    fls_finalize_item<Rule>(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
 }
 
 cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,
                                 int64_t *tokens, float *lse, float *logprobs, cudaStream_t st)
 {
     int64_t warps = (int64_t)B * ws.nd;
-    fls_finalize_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(rows, B, draws_total, ws, tokens, lse,
-                                                                     logprobs);
+    fls_finalize_kernel<fls_temperature_rule>
+        <<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(rows, B, draws_total, ws, tokens, lse, logprobs);
     return cudaGetLastError();
 }
 
@@ -237,7 +241,7 @@ __global__ void fls_softmax_kernel(const float *__restrict__ L, int64_t ldl, int
     }
     if (nan || !(mx > -INFINITY))
         return;
-    if (T == 0.0f) {
+    if (!fls_temperature_noisy(T)) { /* greedy: the one-hot of the first maximum */
         unsigned long long best = 0;
         for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
             unsigned long long pk = fls_pack(l[v], (uint32_t)v);
@@ -259,7 +263,7 @@ __global__ void fls_softmax_kernel(const float *__restrict__ L, int64_t ldl, int
     }
     double s = 0.0;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float e = expf(__fsub_rn(fls_temper(l[v], T), mx));
+        float e = fls_lsef_exp(fls_temper(l[v], T), mx);
         p[v] = e;
         s += e;
     }
@@ -343,7 +347,7 @@ __global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl,
         __syncthreads();
     }
     if (threadIdx.x < ws.nd) {
-        uint32_t d = ws.draw_base + threadIdx.x;
+        uint32_t d = fls_noise_draw(ws, threadIdx.x);
         double u = fls_uniform_from_bits(fls_noise_bits(rp.seed, rp.offset, d, FLS_MULTINOMIAL_TOKEN));
         target[threadIdx.x] = u * total;
         found[threadIdx.x] = ~0ull;
@@ -369,12 +373,13 @@ __global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl,
         unsigned long long f = found[threadIdx.x];
         int64_t tok = (int64_t)(f != ~0ull ? f : lastpos); /* rounding guard: target >= last prefix */
         int64_t d = (int64_t)ws.draw_base + threadIdx.x;
-        float T = rp.temperature;
-        double lse = (T == 0.0f) ? (double)rowmax[b] : (double)rowmax[b] + log((double)rowsum[b]);
+        const float T = rp.temperature;
+        const bool greedy = !fls_temperature_noisy(T);
+        double lse = fls_lse_value((double)rowmax[b], (double)rowsum[b], greedy);
         tokens[(int64_t)b * draws_total + d] = tok;
         if (logprobs)
             logprobs[(int64_t)b * draws_total + d] =
-                (T == 0.0f) ? 0.0f : (float)((double)fls_temper(L[(int64_t)b * ldl + tok], T) - lse);
+                greedy ? 0.0f : (float)((double)fls_temper(L[(int64_t)b * ldl + tok], T) - lse);
         if (lse_out && d == 0)
             lse_out[b] = (float)lse;
     }

@@ -5,6 +5,7 @@
  * so every check here happens before any output is touched.
  */
 #include "internal.h"
+#include "fls_dtype.h"
 #include "fls_noise.h"
 
 #include <math.h>
@@ -57,14 +58,7 @@ const char *fls_status_string(fls_status status)
 
 size_t fls_dtype_size(fls_dtype dtype)
 {
-    switch (dtype) {
-    case FLS_DTYPE_F32:
-        return 4;
-    case FLS_DTYPE_F16:
-    case FLS_DTYPE_BF16:
-        return 2;
-    }
-    return 0;
+    return fls_dtype_bytes(dtype);
 }
 
 const char *fls_dtype_name(fls_dtype dtype)
@@ -105,6 +99,7 @@ void fls_context_config_default(fls_context_config *config)
     if (!config)
         return;
     memset(config, 0, sizeof *config);
+    config->struct_size = sizeof *config;
     config->engine = FLS_ENGINE_CPU;
     config->threads = 0;
     config->simd = FLS_SIMD_AUTO;
@@ -115,10 +110,30 @@ void fls_params_default(fls_params *params)
     if (!params)
         return;
     memset(params, 0, sizeof *params);
+    params->struct_size = sizeof *params;
     params->method = FLS_METHOD_FUSED;
     params->temperature_value = 1.0f;
     params->draws = 1;
     params->top_p = 1.0f;
+}
+
+/* The sizes of the first versions of the growing structs (the fields up to
+ * and including the last one of version 0.1). */
+#define FLS_CONFIG_V1_SIZE (offsetof(fls_context_config, workspace_bytes) + sizeof(size_t))
+#define FLS_PARAMS_V1_SIZE (offsetof(fls_params, without_replacement_k) + sizeof(int64_t))
+
+/* The caller's params in this version's layout (later fields at their
+ * defaults); FLS_ERR_PARAM for a size this library does not know. */
+static fls_status params_upgrade(const fls_params *in, fls_params *p)
+{
+    fls_params_default(p);
+    if (!in)
+        return FLS_OK;
+    if (in->struct_size < FLS_PARAMS_V1_SIZE || in->struct_size > sizeof *p)
+        return FLS_ERR_PARAM;
+    memcpy(p, in, in->struct_size);
+    p->struct_size = sizeof *p;
+    return FLS_OK;
 }
 
 static int online_cores(void)
@@ -132,10 +147,14 @@ fls_status fls_context_create(fls_context_t **ctx, const fls_context_config *con
     if (!ctx)
         return FLS_ERR_NULL;
     fls_context_config cfg;
-    if (config)
-        cfg = *config;
-    else
-        fls_context_config_default(&cfg);
+    fls_context_config_default(&cfg);
+    if (config) {
+        /* the caller's version of the struct: its fields, then our defaults */
+        if (config->struct_size < FLS_CONFIG_V1_SIZE || config->struct_size > sizeof cfg)
+            return FLS_ERR_PARAM;
+        memcpy(&cfg, config, config->struct_size);
+        cfg.struct_size = sizeof cfg;
+    }
     if (cfg.engine != FLS_ENGINE_CPU && cfg.engine != FLS_ENGINE_CUDA)
         return FLS_ERR_PARAM;
     if (cfg.threads < 0 || cfg.threads > 1024 || cfg.tile_v < 0 || cfg.tile_v > ((int64_t)1 << 32))
@@ -193,6 +212,31 @@ int fls_cuda_available(void)
     return fls_cuda_available_impl();
 }
 
+int fls_cuda_built(void)
+{
+    return fls_cuda_built_impl();
+}
+
+fls_status fls_device_malloc(void **ptr, size_t bytes)
+{
+    return fls_cuda_malloc(ptr, bytes);
+}
+
+void fls_device_free(void *ptr)
+{
+    fls_cuda_free(ptr);
+}
+
+fls_status fls_device_upload(void *device_dst, const void *host_src, size_t bytes)
+{
+    return fls_cuda_memcpy(device_dst, host_src, bytes, 1);
+}
+
+fls_status fls_device_download(void *host_dst, const void *device_src, size_t bytes)
+{
+    return fls_cuda_memcpy(host_dst, device_src, bytes, 0);
+}
+
 /* ---- validation ---- */
 
 static fls_status check_matrix(const fls_matrix *m)
@@ -222,11 +266,16 @@ static int ptr_aligned(const void *p, size_t a)
 
 /* Validates params and outputs for a (B, V) request and resolves the rows.
  * On success *rows_out is a malloc'ed array of B rows (caller frees). */
-static fls_status resolve_request(const fls_context_t *ctx, const fls_params *p, const fls_outputs *out,
+static fls_status resolve_request(const fls_context_t *ctx, const fls_params *params, const fls_outputs *out,
                                   int64_t B, int64_t V, fls_request *req, fls_row_params **rows_out)
 {
-    if (!p || !out || !out->tokens)
+    if (!params || !out || !out->tokens)
         return FLS_ERR_NULL;
+    fls_params pv;
+    fls_status vst = params_upgrade(params, &pv);
+    if (vst != FLS_OK)
+        return vst;
+    const fls_params *p = &pv;
     if (!ptr_aligned(out->tokens, sizeof(int64_t)) || (out->logsumexp && !ptr_aligned(out->logsumexp, 4)) ||
         (out->logprobs && !ptr_aligned(out->logprobs, 4)))
         return FLS_ERR_ALIGN;
@@ -244,7 +293,8 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *p,
             return FLS_ERR_PARAM;
         return FLS_ERR_UNSUPPORTED;
     }
-    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX)
+    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
+        p->first_draw > (int64_t)UINT32_MAX - p->draws)
         return FLS_ERR_SIZE;
     if (V >= ((int64_t)1 << 33) - 1)
         return FLS_ERR_SIZE;
@@ -283,6 +333,7 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *p,
     req->batch = B;
     req->vocab = V;
     req->draws = p->draws;
+    req->first_draw = (uint32_t)p->first_draw;
     req->method = p->method;
     *rows_out = rows;
     return FLS_OK;
@@ -333,9 +384,6 @@ fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_
     fls_status st = check_matrix(L);
     if (st != FLS_OK)
         return st;
-    if (params && params->method != FLS_METHOD_FUSED && params->method != FLS_METHOD_UNFUSED_GUMBEL &&
-        params->method != FLS_METHOD_UNFUSED_MULTINOMIAL)
-        return FLS_ERR_PARAM;
     if ((st = check_inputs_memory(ctx, L, NULL)) != FLS_OK)
         return st;
     fls_request req;

@@ -5,6 +5,7 @@
  * the 16 accumulation lanes live in two registers (lanes 0-7 and 8-15).
  */
 #include "cpu_kernels.h"
+#include "fls_dtype.h"
 #include "fls_noise.h"
 
 #include <immintrin.h>
@@ -40,7 +41,7 @@ static inline float reduce(__m256 lo, __m256 hi)
 static void dot_direct_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                             int64_t B, int64_t Dp, float *out, int64_t ldo)
 {
-    const size_t es = fls_dtype_size(wd);
+    const size_t es = fls_dtype_bytes(wd);
     const int64_t Dfull = D / FLS_LANES * FLS_LANES;
     int64_t i = 0;
     for (; i + NR <= nv; i += NR) {
@@ -126,7 +127,7 @@ static inline void load_w2(const char *w0, const char *w1, const float *t0, cons
     static void NAME(const void *w, int64_t ldw, int64_t nv, int64_t D, const float *h, int64_t B,           \
                      int64_t Dp, float *out, int64_t ldo)                                                    \
     {                                                                                                        \
-        const size_t es = fls_dtype_size(DT);                                                                \
+        const size_t es = fls_dtype_bytes(DT);                                                               \
         const int64_t Dfull = D / FLS_LANES * FLS_LANES;                                                     \
         const int has_tail = Dfull < Dp;                                                                     \
         for (int64_t b0 = 0; b0 < B; b0 += HB) {                                                             \
@@ -369,7 +370,7 @@ static void gumbel_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t 
 
 static void convert_avx2(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad)
 {
-    const size_t es = fls_dtype_size(dt);
+    const size_t es = fls_dtype_bytes(dt);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, load8((const char *)src + (size_t)i * es, dt));

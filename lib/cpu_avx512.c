@@ -6,6 +6,7 @@
  * tests force this path wherever the processor has it.
  */
 #include "cpu_kernels.h"
+#include "fls_dtype.h"
 
 #include <immintrin.h>
 
@@ -37,7 +38,7 @@ static inline float reduce(__m512 a)
 static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                               int64_t B, int64_t Dp, float *out, int64_t ldo)
 {
-    const size_t es = fls_dtype_size(wd);
+    const size_t es = fls_dtype_bytes(wd);
     const int64_t Dfull = D / FLS_LANES * FLS_LANES;
     for (int64_t i = 0; i < nv; i += NR) {
         int nr = nv - i < NR ? (int)(nv - i) : NR;

@@ -17,7 +17,9 @@
  */
 #include "internal.h"
 #include "cpu_kernels.h"
+#include "fls_dtype.h"
 #include "fls_noise.h"
+#include "rule.h"
 #include "temperature.h"
 
 #include <math.h>
@@ -75,10 +77,14 @@ int fls_cpu_simd_supported(fls_simd simd)
     return 0;
 }
 
+/* AUTO: AVX2 wherever the processor has it, even when it also has AVX-512.
+ * Measured on the AVX-512 machines we run on (AMD EPYC, 2 cores, bf16 W,
+ * D = 4096, V = 151936): the AVX2 kernel, which converts W in registers, is
+ * 1.2-1.6x faster than the AVX-512 one (50.5 vs 37.2 ms at B = 1, 168 vs
+ * 137 ms at B = 4; docs/PERF.md). AVX-512 stays selectable (FLS_SIMD_AVX512,
+ * `--simd avx512`); every path gives the same bits. */
 fls_simd fls_cpu_best_simd(void)
 {
-    if (fls_cpu_simd_supported(FLS_SIMD_AVX512))
-        return FLS_SIMD_AVX512;
     if (fls_cpu_simd_supported(FLS_SIMD_AVX2))
         return FLS_SIMD_AVX2;
     return FLS_SIMD_PORTABLE;
@@ -147,19 +153,49 @@ static fls_status run_threads(int n, worker_fn fn, void *arg)
 
 /* ---- the tile engine ---- */
 
-typedef struct winner {
-    float key;    /* tempered logit + noise (or the logit itself when greedy) */
-    float scaled; /* tempered logit of the winner, for its log-probability */
-    int64_t idx;  /* -1 = nothing finite seen yet */
-} winner;
+/*
+ * The rule the tile loop folds over (variants/rule.h): its per-(row, draw)
+ * candidate state and the functions the engine calls. The loop itself knows
+ * no rule: it produces a tile's logits, tempers them, checks them, keeps
+ * the row's log-sum-exp partial, draws the noise of the draws that need it
+ * and pushes the tile into each (row, draw) state; threads' states merge at
+ * the end and the rule finalizes each (row, draw).
+ */
+typedef struct cpu_rule {
+    size_t cand_size;
+    void (*init)(void *c);
+    /* the tile's n tokens v0.. : tempered logits x, noise g (NULL: T = 0) */
+    void (*push_span)(void *c, const float *x, const float *g, float T, int64_t v0, int64_t n);
+    void (*merge)(void *a, const void *b);
+    fls_status (*finalize)(const void *c, float T, double lse, int64_t *token, float *logprob);
+} cpu_rule;
 
-typedef struct lse_acc {
-    double m; /* running max of tempered logits (-inf = none) */
-    double s; /* sum of exp(x - m) */
-} lse_acc;
+static void temperature_init(void *c)
+{
+    fls_temperature_init(c);
+}
+
+static void temperature_push_span(void *c, const float *x, const float *g, float T, int64_t v0, int64_t n)
+{
+    fls_temperature_push_span(c, x, g, T, v0, n);
+}
+
+static void temperature_merge(void *a, const void *b)
+{
+    fls_temperature_merge(a, b);
+}
+
+static fls_status temperature_finalize(const void *c, float T, double lse, int64_t *token, float *logprob)
+{
+    return fls_temperature_finalize(c, T, lse, token, logprob);
+}
+
+static const cpu_rule k_temperature_rule = {sizeof(fls_cand), temperature_init, temperature_push_span,
+                                            temperature_merge, temperature_finalize};
 
 typedef struct thread_state {
-    winner *best; /* B x draws */
+    char *cand;   /* B x draws rule states (rule->cand_size bytes each) */
+    char *greedy; /* one rule state: a greedy row's tile winner, shared by its draws */
     float *ltile; /* B x tile_v logits */
     float *wbuf;  /* tile_v x Dp converted W rows (when convert_w) */
     float *g;     /* tile_v noise */
@@ -171,6 +207,7 @@ enum { SRC_FUSED, SRC_LOGITS };
 
 typedef struct tile_job {
     fls_cpu_kernels k;
+    const cpu_rule *rule;
     const fls_request *req;
     int src;
     const fls_matrix *W;
@@ -180,8 +217,9 @@ typedef struct tile_job {
     float *store; /* non-NULL: only materialize logits into this (B, V) buffer */
     int64_t tile_v, ntiles, dchunks, dchunk;
     int want_lse;
-    lse_acc *lse_parts; /* ntiles x B partial log-sum-exps, merged in tile order */
-    int convert_w;      /* convert each W tile to f32 first (kept for the portable path) */
+    fls_lse *lse_parts; /* ntiles x B partial log-sum-exps, merged in tile order */
+    int convert_w;      /* convert each W tile to f32 first, then the blocked f32 kernel (every
+                           path but AVX2 at B > 2, which converts W in registers) */
     atomic_llong next;
     thread_state *ts;
 } tile_job;
@@ -192,30 +230,12 @@ static int too_big(int64_t a, int64_t b, size_t es)
     return a > 0 && b > 0 && (uint64_t)b > (uint64_t)(SIZE_MAX / es) / (uint64_t)a;
 }
 
-/* a += (m, s): merge a partial log-sum-exp (max m, sum of exp(x - m)) */
-static void lse_merge(lse_acc *a, double m, double s)
-{
-    if (m == -INFINITY)
-        return;
-    if (m > a->m) {
-        a->s = a->s * exp(a->m - m) + s;
-        a->m = m;
-    } else {
-        a->s += s * exp(m - a->m);
-    }
-}
-
-static int beats(float key, int64_t idx, const winner *w)
-{
-    return w->idx < 0 || key > w->key || (key == w->key && idx < w->idx);
-}
-
 static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
 {
     const int64_t B = j->req->batch;
     if (j->src == SRC_FUSED) {
         const fls_matrix *W = j->W;
-        const size_t es = fls_dtype_size(W->dtype);
+        const size_t es = fls_dtype_bytes(W->dtype);
         const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
         if (!j->convert_w) {
             j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv);
@@ -226,67 +246,45 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
         }
     } else {
         const fls_matrix *L = j->L;
-        const size_t es = fls_dtype_size(L->dtype);
+        const size_t es = fls_dtype_bytes(L->dtype);
         for (int64_t b = 0; b < B; b++)
             j->k.convert((const char *)L->data + (size_t)(b * L->ld + v0) * es, L->dtype, nv,
                          s->ltile + b * nv, nv);
     }
 }
 
+/* The state of (row b, draw d) in an array of B x draws states. */
+static void *cand_at(const tile_job *j, char *base, int64_t b, int64_t d)
+{
+    return base + (size_t)(b * j->req->draws + d) * j->rule->cand_size;
+}
+
 /* Samples one row of one tile: x holds the nv logits of row b, v0 the
  * global index of x[0]. Draws [d0, d1) of the row. */
 static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_t v0, int64_t nv, int64_t d0,
-                       int64_t d1, lse_acc *lse)
+                       int64_t d1, fls_lse *lse)
 {
     const fls_row_params *rp = &j->req->rows[b];
     const float T = rp->temperature;
     for (int64_t i = 0; i < nv; i++) {
         float l = x[i];
-        if (l != l || l == INFINITY)
-            s->bad_nan = 1;
+        s->bad_nan |= fls_bad_logit(l);
         float t = fls_temper(l, T);
-        if (!isfinite(t) && isfinite(l))
-            s->bad_temp = 1;
+        s->bad_temp |= fls_temper_overflows(l, t);
         x[i] = t;
     }
-    if (lse) {
-        float m = -INFINITY;
-        for (int64_t i = 0; i < nv; i++)
-            m = x[i] > m ? x[i] : m;
-        double sum = 0.0;
-        if (m > -INFINITY)
-            for (int64_t i = 0; i < nv; i++)
-                sum += exp((double)x[i] - (double)m);
-        *lse = (lse_acc){m, sum};
-    }
-    winner *best = s->best + b * j->req->draws;
-    if (T == 0.0f) { /* greedy: every draw is the argmax */
-        int64_t bi = -1;
-        float bk = -INFINITY;
-        for (int64_t i = 0; i < nv; i++)
-            if (x[i] > bk) {
-                bk = x[i];
-                bi = i;
-            }
-        if (bi >= 0)
-            for (int64_t d = d0; d < d1; d++)
-                if (beats(bk, v0 + bi, &best[d]))
-                    best[d] = (winner){bk, bk, v0 + bi};
+    if (lse)
+        *lse = fls_lse_span(x, nv);
+    if (!fls_temperature_noisy(T)) { /* no noise: every draw sees the same keys */
+        j->rule->init(s->greedy);
+        j->rule->push_span(s->greedy, x, NULL, T, v0, nv);
+        for (int64_t d = d0; d < d1; d++)
+            j->rule->merge(cand_at(j, s->cand, b, d), s->greedy);
         return;
     }
     for (int64_t d = d0; d < d1; d++) {
-        j->k.gumbel(rp->seed, rp->offset, (uint32_t)d, (uint64_t)v0, nv, s->g);
-        int64_t bi = -1;
-        float bk = -INFINITY;
-        for (int64_t i = 0; i < nv; i++) {
-            float key = fls_gumbel_key(x[i], s->g[i]);
-            if (key > bk) { /* strict: the lowest index wins ties inside the tile */
-                bk = key;
-                bi = i;
-            }
-        }
-        if (bi >= 0 && beats(bk, v0 + bi, &best[d]))
-            best[d] = (winner){bk, x[bi], v0 + bi};
+        j->k.gumbel(rp->seed, rp->offset, j->req->first_draw + (uint32_t)d, (uint64_t)v0, nv, s->g);
+        j->rule->push_span(cand_at(j, s->cand, b, d), x, s->g, T, v0, nv);
     }
 }
 
@@ -321,7 +319,8 @@ static void free_states(thread_state *ts, int n)
     if (!ts)
         return;
     for (int t = 0; t < n; t++) {
-        free(ts[t].best);
+        free(ts[t].cand);
+        free(ts[t].greedy);
         free(ts[t].ltile);
         free(ts[t].wbuf);
         free(ts[t].g);
@@ -335,8 +334,8 @@ static int64_t choose_tile(const fls_context_t *ctx, int src, int convert_w, int
     if (t <= 0) {
         /* fused, converting W: a tile of converted rows of ~128 KiB stays in L2;
          * fused, W converted in registers: 64 rows, so the vector noise runs
-         * on whole 16-token blocks; from-logits: 2048 logits per row */
-        t = src != SRC_FUSED ? 2048 : convert_w ? (128 * 1024) / (Dp * 4) : 64;
+         * on whole 16-token blocks; from-logits: 1024 logits per row */
+        t = src != SRC_FUSED ? 1024 : convert_w ? (128 * 1024) / (Dp * 4) : 64;
         if (t < 16)
             t = 16;
         if (t > 1024)
@@ -367,13 +366,14 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
 
     j->lse_parts = NULL;
     if (j->want_lse && !j->store) { /* every tile's dc == 0 item writes its B parts */
-        if ((size_t)j->ntiles > SIZE_MAX / sizeof(lse_acc) / (size_t)B)
+        if ((size_t)j->ntiles > SIZE_MAX / sizeof(fls_lse) / (size_t)B)
             return FLS_ERR_SIZE;
-        j->lse_parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(lse_acc));
+        j->lse_parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(fls_lse));
         if (!j->lse_parts)
             return FLS_ERR_OUT_OF_MEMORY;
     }
-    if (too_big(B, j->tile_v, sizeof(float)) || too_big(j->tile_v, j->Dp, sizeof(float))) {
+    if (too_big(B, j->tile_v, sizeof(float)) || too_big(j->tile_v, j->Dp, sizeof(float)) ||
+        too_big(B, draws, j->rule->cand_size)) {
         free(j->lse_parts);
         return FLS_ERR_SIZE;
     }
@@ -389,16 +389,17 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         s->g = malloc((size_t)j->tile_v * sizeof(float));
         s->wbuf = need_wbuf ? malloc((size_t)(j->tile_v * j->Dp) * sizeof(float)) : NULL;
         if (!j->store) {
-            s->best = malloc((size_t)(B * draws) * sizeof(winner));
+            s->cand = malloc((size_t)(B * draws) * j->rule->cand_size);
+            s->greedy = malloc(j->rule->cand_size);
         }
-        if (!s->ltile || !s->g || (need_wbuf && !s->wbuf) || (!j->store && !s->best)) {
+        if (!s->ltile || !s->g || (need_wbuf && !s->wbuf) || (!j->store && (!s->cand || !s->greedy))) {
             free_states(ts, threads);
             free(j->lse_parts);
             return FLS_ERR_OUT_OF_MEMORY;
         }
         if (!j->store) {
             for (int64_t i = 0; i < B * draws; i++)
-                s->best[i] = (winner){-INFINITY, -INFINITY, -1};
+                j->rule->init(s->cand + (size_t)i * j->rule->cand_size);
         }
     }
     j->ts = ts;
@@ -416,35 +417,44 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         else if (ts[t].bad_temp)
             st = FLS_ERR_TEMPERATURE;
     }
-    for (int t = 1; t < threads && st == FLS_OK; t++) {
-        for (int64_t i = 0; i < B * draws; i++) {
-            const winner *w = &ts[t].best[i];
-            if (w->idx >= 0 && beats(w->key, w->idx, &ts[0].best[i]))
-                ts[0].best[i] = *w;
+    const size_t cs = j->rule->cand_size;
+    for (int t = 1; t < threads && st == FLS_OK; t++)
+        for (int64_t i = 0; i < B * draws; i++)
+            j->rule->merge(ts[0].cand + (size_t)i * cs, ts[t].cand + (size_t)i * cs);
+    /* the rows' log-sum-exps, merged in tile order: the same bits for any
+     * thread count */
+    double *lse = NULL;
+    if (st == FLS_OK && j->lse_parts) {
+        lse = malloc((size_t)B * sizeof *lse);
+        if (!lse)
+            st = FLS_ERR_OUT_OF_MEMORY;
+        for (int64_t b = 0; b < B && lse; b++) {
+            fls_lse a = fls_lse_empty();
+            for (int64_t t = 0; t < j->ntiles; t++)
+                fls_lse_merge(&a, j->lse_parts[t * B + b].m, j->lse_parts[t * B + b].s);
+            lse[b] = fls_lse_value(a.m, a.s, !fls_temperature_noisy(j->req->rows[b].temperature));
         }
     }
-    for (int64_t i = 0; i < B * draws && st == FLS_OK; i++)
-        if (ts[0].best[i].idx < 0)
-            st = FLS_ERR_ALL_MASKED;
-    if (st == FLS_OK) {
-        for (int64_t b = 0; b < B; b++) {
+    /* finalize every (row, draw) once to learn the status, then write */
+    for (int pass = 0; pass < 2 && st == FLS_OK; pass++) {
+        for (int64_t b = 0; b < B && st == FLS_OK; b++) {
             const float T = j->req->rows[b].temperature;
-            /* merged in tile order: the same bits for any thread count */
-            lse_acc a = {-INFINITY, 0.0};
-            if (j->lse_parts)
-                for (int64_t t = 0; t < j->ntiles; t++)
-                    lse_merge(&a, j->lse_parts[t * B + b].m, j->lse_parts[t * B + b].s);
-            double lse = T == 0.0f ? a.m : a.m + log(a.s);
-            if (out->logsumexp)
-                out->logsumexp[b] = (float)lse;
-            for (int64_t d = 0; d < draws; d++) {
-                const winner *w = &ts[0].best[b * draws + d];
-                out->tokens[b * draws + d] = w->idx;
-                if (out->logprobs)
-                    out->logprobs[b * draws + d] = T == 0.0f ? 0.0f : (float)((double)w->scaled - lse);
+            const double l = lse ? lse[b] : 0.0;
+            if (pass && out->logsumexp)
+                out->logsumexp[b] = (float)l;
+            for (int64_t d = 0; d < draws && st == FLS_OK; d++) {
+                int64_t tok;
+                float lp;
+                st = j->rule->finalize(ts[0].cand + (size_t)(b * draws + d) * cs, T, l, &tok, &lp);
+                if (pass) {
+                    out->tokens[b * draws + d] = tok;
+                    if (out->logprobs)
+                        out->logprobs[b * draws + d] = lp;
+                }
             }
         }
     }
+    free(lse);
     free_states(ts, threads);
     free(j->lse_parts);
     return st;
@@ -458,7 +468,7 @@ static float *convert_hidden(const fls_matrix *H, int64_t Dp)
     float *hf = malloc((size_t)(H->rows * Dp) * sizeof(float));
     if (!hf)
         return NULL;
-    const size_t es = fls_dtype_size(H->dtype);
+    const size_t es = fls_dtype_bytes(H->dtype);
     for (int64_t b = 0; b < H->rows; b++)
         fls_convert_row((const char *)H->data + (size_t)(b * H->ld) * es, H->dtype, H->cols, hf + b * Dp, Dp);
     return hf;
@@ -478,6 +488,7 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     tile_job j;
     memset(&j, 0, sizeof j);
     select_kernels(ctx->simd, &j.k);
+    j.rule = &k_temperature_rule;
     j.req = req;
     j.src = SRC_FUSED;
     j.W = W;
@@ -519,6 +530,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
     tile_job j;
     memset(&j, 0, sizeof j);
     select_kernels(ctx->simd, &j.k);
+    j.rule = &k_temperature_rule;
     j.req = req;
     j.src = SRC_LOGITS;
     j.L = L;
@@ -546,7 +558,7 @@ static void multinomial_worker(void *arg, int thread)
     (void)thread;
     mn_job *j = arg;
     const int64_t V = j->req->vocab, draws = j->req->draws;
-    const size_t es = fls_dtype_size(j->L->dtype);
+    const size_t es = fls_dtype_bytes(j->L->dtype);
     double *p = malloc((size_t)V * sizeof(double));
     float *x = malloc((size_t)V * sizeof(float));
     if (!p || !x) {
@@ -565,11 +577,9 @@ static void multinomial_worker(void *arg, int thread)
         int64_t amax = -1;
         int nan = 0, overflow = 0;
         for (int64_t v = 0; v < V; v++) {
-            if (x[v] != x[v] || x[v] == INFINITY)
-                nan = 1;
+            nan |= fls_bad_logit(x[v]);
             float t = fls_temper(x[v], rp->temperature);
-            if (!isfinite(t) && isfinite(x[v]))
-                overflow = 1;
+            overflow |= fls_temper_overflows(x[v], t);
             x[v] = t;
             if (t > m) {
                 m = t;
@@ -583,7 +593,7 @@ static void multinomial_worker(void *arg, int thread)
                                       : FLS_OK;
         if (j->row_status[b] != FLS_OK)
             continue;
-        if (rp->temperature == 0.0f) {
+        if (!fls_temperature_noisy(rp->temperature)) { /* greedy: the first maximum */
             j->lse[b] = (float)m;
             for (int64_t d = 0; d < draws; d++) {
                 j->tokens[b * draws + d] = amax;
@@ -597,8 +607,8 @@ static void multinomial_worker(void *arg, int thread)
         double lse = m + log(s);
         j->lse[b] = (float)lse;
         for (int64_t d = 0; d < draws; d++) {
-            double u = fls_uniform_from_bits(
-                           fls_noise_bits(rp->seed, rp->offset, (uint32_t)d, FLS_MULTINOMIAL_TOKEN)) *
+            double u = fls_uniform_from_bits(fls_noise_bits(
+                           rp->seed, rp->offset, j->req->first_draw + (uint32_t)d, FLS_MULTINOMIAL_TOKEN)) *
                        s;
             double c = 0.0;
             int64_t tok = -1;

@@ -3,6 +3,7 @@
  * Readable first: the SIMD paths must produce exactly these bits.
  */
 #include "cpu_kernels.h"
+#include "fls_dtype.h"
 #include "fls_noise.h"
 
 #include <math.h>
@@ -54,7 +55,7 @@ static void dot_direct_portable(const void *w, fls_dtype wd, int64_t ldw, int64_
                                 const float *h, int64_t B, int64_t Dp, float *out, int64_t ldo)
 {
     float row[4096 + FLS_LANES];
-    const size_t es = fls_dtype_size(wd);
+    const size_t es = fls_dtype_bytes(wd);
     for (int64_t i = 0; i < nv; i++) {
         const char *wr = (const char *)w + (size_t)(i * ldw) * es;
         for (int64_t b = 0; b < B; b++) {

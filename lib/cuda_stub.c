@@ -32,6 +32,11 @@ int fls_cuda_available_impl(void)
     return 0;
 }
 
+int fls_cuda_built_impl(void)
+{
+    return 0;
+}
+
 fls_status fls_cuda_check_device_pointer(const void *p)
 {
     (void)p;

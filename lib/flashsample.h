@@ -83,9 +83,11 @@ typedef enum fls_engine {
     FLS_ENGINE_CUDA = 1 /* built when nvcc was found; pointers are device memory */
 } fls_engine;
 
-/* CPU SIMD path. AUTO picks the best the processor has; forcing a path the
- * processor lacks is FLS_ERR_UNSUPPORTED at context creation. All paths give
- * bit-identical logits and tokens (they share one accumulation order). */
+/* CPU SIMD path. AUTO picks AVX2 where the processor has it (measured
+ * faster than AVX-512 on the AVX-512 machines we run on), else portable C;
+ * forcing a path the processor lacks is FLS_ERR_UNSUPPORTED at context
+ * creation. All paths give bit-identical logits and tokens (they share one
+ * accumulation order). */
 typedef enum fls_simd {
     FLS_SIMD_AUTO = 0,
     FLS_SIMD_PORTABLE = 1,
@@ -103,7 +105,14 @@ typedef enum fls_method {
 
 typedef struct fls_context fls_context_t; /* opaque */
 
+/* Structs that grow with new versions (fls_context_config, fls_params) start
+ * with struct_size, set by their *_default function to the size the caller
+ * was compiled with: the library reads that many bytes and gives every later
+ * field its default, so a program (or a binding) built against an older
+ * header keeps working. Always fill them with the *_default function; a
+ * struct_size the library does not know is FLS_ERR_PARAM. */
 typedef struct fls_context_config {
+    size_t struct_size;     /* sizeof(fls_context_config), set by fls_context_config_default */
     fls_engine engine;      /* default FLS_ENGINE_CPU */
     int threads;            /* CPU threads; 0 = one per online core */
     fls_simd simd;          /* CPU SIMD path; default AUTO */
@@ -123,6 +132,17 @@ FLS_API fls_simd fls_context_simd(const fls_context_t *ctx);
 FLS_API const char *fls_simd_name(fls_simd simd);
 /* Whether this build has the CUDA engine and a usable GPU is present. */
 FLS_API int fls_cuda_available(void);
+/* Whether this build has the CUDA engine at all (a GPU may still be absent). */
+FLS_API int fls_cuda_built(void);
+
+/* Device buffers for callers of the CUDA engine that have no CUDA code of
+ * their own (the command line, the audit, bindings). Memory of the current
+ * device; FLS_ERR_NO_DEVICE without the CUDA engine or a GPU. A zero-byte
+ * copy is a no-op; fls_device_free(NULL) is fine. */
+FLS_API fls_status fls_device_malloc(void **ptr, size_t bytes);
+FLS_API void fls_device_free(void *ptr);
+FLS_API fls_status fls_device_upload(void *device_dst, const void *host_src, size_t bytes);
+FLS_API fls_status fls_device_download(void *host_dst, const void *device_src, size_t bytes);
 
 /* A row-major matrix view: element (i, j) is at data + (i * ld + j) * size(dtype).
  * ld >= cols. data must be aligned to the dtype's size. */
@@ -138,7 +158,8 @@ typedef struct fls_matrix {
  * Reserved fields must stay at their defaults until implemented: a
  * non-default value returns FLS_ERR_UNSUPPORTED, never a silent default. */
 typedef struct fls_params {
-    fls_method method; /* default FLS_METHOD_FUSED */
+    size_t struct_size; /* sizeof(fls_params), set by fls_params_default */
+    fls_method method;  /* default FLS_METHOD_FUSED */
     /* Temperature per row: temperature[b] if the array is given (B entries),
      * else temperature_value for every row. T = 0 is greedy (exact argmax,
      * lowest index on ties). T < 0, NaN or inf is FLS_ERR_TEMPERATURE. */
@@ -150,9 +171,13 @@ typedef struct fls_params {
     /* Offsets (the decode step): row_offsets[b] if given, else offset. */
     const uint64_t *row_offsets;
     uint64_t offset; /* default 0 */
-    /* Independent draws per row, sharing one pass over W: draw index 0..draws-1. */
-    int64_t draws; /* default 1; 1 <= draws < 2^32 */
-    /* Reserved for later variants (see DESIGN.md); defaults mean "off". */
+    /* Independent draws per row, sharing one pass over W: draw indices
+     * first_draw .. first_draw + draws - 1 of the noise contract; tokens[b *
+     * draws + j] is draw first_draw + j. A long run can be split into calls
+     * of consecutive draw ranges and gives the tokens of one call. */
+    int64_t draws;      /* default 1; 1 <= draws, first_draw + draws < 2^32 */
+    int64_t first_draw; /* default 0 */
+    /* Reserved for the rule family; the defaults mean "off". */
     int64_t top_k;                 /* 0 = off */
     float top_p;                   /* 1 = off */
     float min_p;                   /* 0 = off */

@@ -35,28 +35,7 @@
 
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define FLS_HD __host__ __device__ __forceinline__
-#else
-#define FLS_HD static inline
-#endif
-
-#if defined(__CUDA_ARCH__)
-#define FLS_FMUL(a, b)   __fmul_rn((a), (b))
-#define FLS_FADD(a, b)   __fadd_rn((a), (b))
-#define FLS_FSUB(a, b)   __fsub_rn((a), (b))
-#define FLS_FDIV(a, b)   __fdiv_rn((a), (b))
-#define FLS_FMA(a, b, c) __fmaf_rn((a), (b), (c))
-#else
-#include <math.h>
-#include <string.h>
-/* Host code is built with -ffp-contract=off, so plain operators round once. */
-#define FLS_FMUL(a, b)   ((a) * (b))
-#define FLS_FADD(a, b)   ((a) + (b))
-#define FLS_FSUB(a, b)   ((a) - (b))
-#define FLS_FDIV(a, b)   ((a) / (b))
-#define FLS_FMA(a, b, c) fmaf((a), (b), (c))
-#endif
+#include "fls_hd.h"
 
 #define FLS_PHILOX_M0 0xD2511F53u
 #define FLS_PHILOX_M1 0xCD9E8D57u

@@ -29,6 +29,7 @@ typedef struct fls_request {
     int64_t vocab; /* V */
     int64_t draws; /* >= 1 */
     fls_method method;
+    uint32_t first_draw; /* the noise's draw index of tokens[b * draws + 0] */
 } fls_request;
 
 struct fls_cuda_state; /* defined by the CUDA engine */
@@ -59,10 +60,11 @@ fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const 
 fls_status fls_cuda_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
                                   const fls_outputs *out);
 int fls_cuda_available_impl(void);
+int fls_cuda_built_impl(void); /* 1 in a build with the CUDA engine */
 /* FLS_OK if p is device (or managed) memory, FLS_ERR_POINTER if it is host memory. */
 fls_status fls_cuda_check_device_pointer(const void *p);
-/* Small device-memory helpers for the command line and the tests
- * (FLS_ERR_UNSUPPORTED without CUDA). to_device: 1 = host->device, 0 = device->host. */
+/* Small device-memory helpers behind the public fls_device_* functions
+ * (FLS_ERR_NO_DEVICE without the CUDA engine or a GPU). to_device: 1 = host->device, 0 = device->host. */
 fls_status fls_cuda_malloc(void **p, size_t bytes);
 void fls_cuda_free(void *p);
 fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_device);

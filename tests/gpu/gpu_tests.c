@@ -15,6 +15,7 @@
 #include "internal.h"
 #ifndef FLS_NO_CUDA_ENGINE
 #include "fls_cuda.h"
+#include "gpu_kat.h"
 #endif
 #ifdef FLS_HAVE_AUDIT
 #include "fls_audit.h"
@@ -173,16 +174,11 @@ typedef struct gpu_run_cfg {
 /* Every configuration the dispatcher can choose, plus the baselines. */
 static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 0, "auto", 0},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 8, 0, 0, "mma tb8", 0},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 16, 0, 0, "mma tb16", 0},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 32, 0, 0, "mma tb32", 0},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 64, 0, 0, "mma tb64", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 16, 0, 0, "wgmma n16", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 32, 0, 0, "wgmma n32", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 64, 0, 0, "wgmma n64", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 128, 0, 0, "wgmma n128", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 0, 0, 0, "wgmma no-skip", 1},
-    {FLS_METHOD_FUSED, FLS_CUDA_PATH_STREAM, 0, 0, 0, "stream", 0}, /* B <= 32; else chunked */
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 2048, 0, "chunked 2048", 0},
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1, "chunked simt", 0},
@@ -283,7 +279,7 @@ static void exact_case(const case_spec *c, int *mismatch_out)
     fls_matrix dWm = {dW, c->wd, c->V, c->D, c->ldw}, dHm = {dH, c->hd, c->B, c->D, c->ldh};
     fls_row_params *rows = resolve_rows(&p, c->B);
     for (int k = 0; k < N_CFGS; k++) {
-        fls_request req = {rows, c->B, c->V, c->draws, k_cfgs[k].method};
+        fls_request req = {rows, c->B, c->V, c->draws, k_cfgs[k].method, 0};
         fls_outputs og = {(int64_t *)dtok, (float *)dlse, (float *)dlp};
         fls_cuda_opts o = cfg_opts(k);
         for (int64_t i = 0; i < n; i++)
@@ -481,8 +477,7 @@ static void test_exact_tokens_shapes(void)
         {151936, 128, 64, 128, 128, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 9},
         {128256, 96, 17, 96, 96, 1, FLS_DTYPE_F16, FLS_DTYPE_F16, 0},
         {201088, 40, 2, 40, 40, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
-        /* the stream kernel over several k-steps with a partial last slab and
-         * a partial last 16-row group (NT = 1 and 2) */
+        /* several K-blocks with a partial last one */
         {20003, 328, 8, 328, 328, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
         {5001, 584, 16, 584, 584, 1, FLS_DTYPE_F16, FLS_DTYPE_F16, 3},
     };
@@ -568,7 +563,7 @@ static void test_fused_bad_values(void)
                 guard[i] = -3 - i;
             fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
             fls_outputs og = {(int64_t *)dtok, NULL, NULL};
-            fls_request req = {rows, B, V, draws, k_cfgs[k].method};
+            fls_request req = {rows, B, V, draws, k_cfgs[k].method, 0};
             fls_cuda_opts o = cfg_opts(k);
             const fls_status st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
             fls_cuda_memcpy(back, dtok, sizeof back, 0);
@@ -624,7 +619,7 @@ static void test_temperature_overflow(void)
         fls_status st;
         const char *label;
         if (k < N_CFGS) {
-            fls_request req = {rows, B, V, draws, k_cfgs[k].method};
+            fls_request req = {rows, B, V, draws, k_cfgs[k].method, 0};
             fls_cuda_opts o = cfg_opts(k);
             st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
             label = k_cfgs[k].label;
@@ -673,15 +668,11 @@ static void test_agreement_random(void)
     void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
     void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
     int64_t n = B * draws;
-    int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n), *tk = malloc(8 * (size_t)n),
-            *ts = malloc(8 * (size_t)n), *tw = malloc(8 * (size_t)n);
-    /* the stream kernel takes B <= 16 at D = 4096 (H in shared memory): its
-     * run samples the first 16 rows (row seeds do not depend on B) */
-    const int64_t Bs = B < 16 ? B : 16, ns = Bs * draws;
+    int64_t *tc = malloc(8 * (size_t)n), *tk = malloc(8 * (size_t)n), *tw = malloc(8 * (size_t)n);
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(B * D) * 2) : NULL,
          *dt = NULL;
-    fls_cuda_malloc(&dt, 8 * (size_t)n);
-    if (!W || !H || !tc || !tg || !tk || !ts || !tw || !dW || !dH || !dt) {
+    fls_device_malloc(&dt, 8 * (size_t)n);
+    if (!W || !H || !tc || !tk || !tw || !dW || !dH || !dt) {
         failf("memory");
         goto done;
     }
@@ -700,12 +691,10 @@ static void test_agreement_random(void)
         }
         fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
         fls_row_params *rows = resolve_rows(&p, B);
-        const fls_cuda_path paths[4] = {FLS_CUDA_PATH_MMA, FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_STREAM,
-                                        FLS_CUDA_PATH_WGMMA};
-        int64_t *dst[4] = {tg, tk, ts, tw};
-        for (int k = 0; k < 4; k++) {
-            fls_request req = {rows, k == 2 ? Bs : B, V, draws, FLS_METHOD_FUSED};
-            dHm.rows = req.batch;
+        const fls_cuda_path paths[2] = {FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_WGMMA};
+        int64_t *dst[2] = {tk, tw};
+        for (int k = 0; k < 2; k++) {
+            fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED, 0};
             fls_outputs og = {(int64_t *)dt, NULL, NULL};
             fls_cuda_opts o;
             fls_cuda_opts_default(&o);
@@ -715,41 +704,31 @@ static void test_agreement_random(void)
                 failf("gpu: %s", fls_status_string(st));
                 break;
             }
-            fls_cuda_memcpy(dst[k], dt, 8 * (size_t)n, 0);
+            fls_device_download(dst[k], dt, 8 * (size_t)n);
         }
         free(rows);
-        int64_t agree = 0, agree_k = 0, agree_paths = 0, agree_s = 0, agree_w = 0;
+        int64_t agree_k = 0, agree_w = 0, agree_paths = 0;
         for (int64_t i = 0; i < n; i++) {
             agree_w += tw[i] == tc[i];
-            agree += tg[i] == tc[i];
             agree_k += tk[i] == tc[i];
-            agree_paths += tk[i] == tg[i];
+            agree_paths += tk[i] == tw[i];
         }
-        for (int64_t i = 0; i < ns; i++)
-            agree_s += ts[i] == tc[i];
-        printf("    AGREEMENT random bf16 D=%lld V=%lld T=0.7: mma vs cpu %lld/%lld (%.4f%%), "
-               "chunked(cuBLAS) vs cpu "
-               "%lld/%lld (%.4f%%), mma vs chunked %lld/%lld\n",
-               (long long)D, (long long)V, (long long)agree, (long long)n, 100.0 * agree / n,
-               (long long)agree_k, (long long)n, 100.0 * agree_k / n, (long long)agree_paths, (long long)n);
-        printf("    AGREEMENT stream (first %lld rows) vs cpu %lld/%lld (%.4f%%)\n", (long long)Bs,
-               (long long)agree_s, (long long)ns, 100.0 * agree_s / ns);
-        printf("    AGREEMENT wgmma vs cpu %lld/%lld (%.4f%%)\n", (long long)agree_w, (long long)n,
-               100.0 * agree_w / n);
-        if (agree * 1000 < n * 999 || agree_s * 1000 < ns * 999 || agree_w * 1000 < n * 999)
+        printf("    AGREEMENT random bf16 D=%lld V=%lld T=0.7: chunked(cuBLAS) vs cpu %lld/%lld (%.4f%%), "
+               "wgmma vs cpu %lld/%lld (%.4f%%), wgmma vs chunked %lld/%lld\n",
+               (long long)D, (long long)V, (long long)agree_k, (long long)n, 100.0 * agree_k / n,
+               (long long)agree_w, (long long)n, 100.0 * agree_w / n, (long long)agree_paths, (long long)n);
+        if (agree_k * 1000 < n * 999 || agree_w * 1000 < n * 999)
             failf("agreement below 99.9%%");
     }
 done:
     free(W);
     free(H);
     free(tc);
-    free(tg);
     free(tk);
-    free(ts);
     free(tw);
-    fls_cuda_free(dW);
-    fls_cuda_free(dH);
-    fls_cuda_free(dt);
+    fls_device_free(dW);
+    fls_device_free(dH);
+    fls_device_free(dt);
 }
 
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
@@ -915,7 +894,7 @@ static void test_skip_identity(void)
             fls_status sg[2] = {FLS_ERR_INTERNAL, FLS_ERR_INTERNAL};
             if (st == FLS_OK && dL && dt && dlse && dlp && rows) {
                 fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
-                fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED};
+                fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED, 0};
                 fls_outputs og = {(int64_t *)dt, (float *)dlse, (float *)dlp};
                 for (int ns = 0; ns < 2; ns++) {
                     fls_cuda_opts o;
@@ -1087,7 +1066,7 @@ static double chisq_p(const int64_t *count, const double *prob, int64_t V, int64
 
 /* The goodness-of-fit cases of test_goodness_of_fit (the Bonferroni
  * divisor; the test checks that it ran exactly this many). */
-#define GOF_CASES 15
+#define GOF_CASES 14
 static int g_gof_runs;
 
 static void gof_case(const char *name, const float *logits, int64_t V, float T, int64_t N, fls_method method,
@@ -1141,7 +1120,7 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
         free(Wb);
         fls_matrix W = {dW, FLS_DTYPE_BF16, V, D, D}, H = {dH, FLS_DTYPE_BF16, 1, D, D};
         fls_row_params *rows = resolve_rows(&p, 1);
-        fls_request req = {rows, 1, V, N, method};
+        fls_request req = {rows, 1, V, N, method, 0};
         fls_cuda_opts op;
         fls_cuda_opts_default(&op);
         op.path = path;
@@ -1199,9 +1178,8 @@ static void test_goodness_of_fit(void)
     gof_case("heavy-tail multinomial", heavy, V, 0.7f, N, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_CUDA_PATH_AUTO,
              0);
     gof_case("masked multinomial", masked, V, 1.3f, N, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_CUDA_PATH_AUTO, 0);
-    gof_case("zipf fused mma", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
-    gof_case("heavy-tail fused mma", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
-    gof_case("masked fused mma", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_MMA, 1);
+    gof_case("heavy-tail fused chunked", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 1);
+    gof_case("masked fused chunked", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 1);
     gof_case("zipf fused wgmma", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 1);
     gof_case("heavy-tail fused wgmma", heavy, V, 0.7f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 1);
     gof_case("masked fused wgmma", masked, V, 1.3f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 1);
