@@ -113,7 +113,8 @@ fls_status fls_bins_build(fls_bins *bins, const double *p, int64_t cells, int64_
         else
             bins->mass[b] += acc;
     }
-    /* With fewer than 100 expected in total there is nothing to split. */
+    /* With fewer than 2 x FLS_STATS_MIN_EXPECTED (200) expected in total, two
+     * bins could not both expect FLS_STATS_MIN_EXPECTED: one bin. */
     if (nb > 1 && total * (double)n < 2.0 * FLS_STATS_MIN_EXPECTED) {
         for (int64_t k = 0; k < npos; k++)
             bins->bin_of[order[k].i] = 0;

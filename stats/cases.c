@@ -9,9 +9,10 @@
  * have independent noise) so progress can be shown. The samples of all rows of
  * a group are pooled and tested against the group's exact reference (double)
  * on equal-mass bins; groups (distinct temperatures or H rows) add their chi2
- * and dof. Sample sizes come from fls_stats_sample_size at the family's alpha
- * and the largest dof the case can have, so a total-variation error of 0.01 in
- * any one group is caught with probability >= 0.999.
+ * and dof. Sample sizes come from fls_stats_design_size at the run's alpha and
+ * the dof of the bins the case really has at that size (not the largest dof it
+ * could have), so a total-variation error of 0.01 in any one group is caught
+ * with probability >= 0.999.
  *
  * Fused inputs: W (V, D) in the case's dtype with W[v][0] = target_v / 4 and
  * small N(0, 0.05) entries elsewhere; H (groups, D) f32 with H[g][0] = 4 and
@@ -26,8 +27,6 @@
  */
 #include "fls_cases.h"
 #include "fls_stats.h"
-#include "internal.h"
-#include "fls_noise.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -103,17 +102,39 @@ size_t fls_audit_case_index(int full, size_t i)
     return (size_t)-1;
 }
 
-void fls_stats_family_get(fls_stats_family *f)
+int fls_audit_case_tests(size_t i)
 {
-    f->cases = (int)N_CASES;
-    f->engines = 2;
-    f->selftests = FLS_STATS_SELFTEST_CHECKS;
-    f->size = f->cases * f->engines + f->selftests;
-    f->budget = FLS_STATS_BUDGET;
-    f->alpha = fls_stats_bonferroni(f->budget, f->size);
+    return i < N_CASES ? 1 : 0;
+}
+
+int fls_audit_mode_tests(int full)
+{
+    int n = 0;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (full || cases[i].quick)
+            n += fls_audit_case_tests(i);
+    return n;
+}
+
+void fls_audit_options_default(fls_audit_options *o)
+{
+    o->full = 0;
+    o->engine = FLS_ENGINE_CPU;
+    o->threads = 0;
+    o->seed = 20260301;
+    o->progress = 0;
+    o->family = NULL;
 }
 
 /* ---- inputs ---- */
+
+/* The row-offset spreader of the pairs-offset case (splitmix64's finalizer). */
+static uint64_t splitmix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 static uint64_t name_hash(const char *s)
 {
@@ -244,9 +265,9 @@ typedef struct case_io {
 static fls_status upload(const fls_matrix *m, void **dev)
 {
     size_t bytes = (size_t)(m->rows * m->ld) * fls_dtype_size(m->dtype);
-    fls_status st = fls_cuda_malloc(dev, bytes);
+    fls_status st = fls_device_malloc(dev, bytes);
     if (st == FLS_OK)
-        st = fls_cuda_memcpy(*dev, m->data, bytes, 1);
+        st = fls_device_upload(*dev, m->data, bytes);
     return st;
 }
 
@@ -265,10 +286,10 @@ static void io_release(case_io *io)
 {
     if (!io->cuda)
         return;
-    fls_cuda_free(io->dL);
-    fls_cuda_free(io->dW);
-    fls_cuda_free(io->dH);
-    fls_cuda_free(io->dtok);
+    fls_device_free(io->dL);
+    fls_device_free(io->dW);
+    fls_device_free(io->dH);
+    fls_device_free(io->dtok);
 }
 
 /* tokens (B x draws, host) are filled with the guard -1 first: a token the
@@ -285,15 +306,15 @@ static fls_status io_sample(case_io *io, const fls_params *p, int64_t B, int64_t
     }
     fls_status st = FLS_OK;
     if (io->dtok_bytes < n * sizeof(int64_t)) {
-        fls_cuda_free(io->dtok);
+        fls_device_free(io->dtok);
         io->dtok = NULL;
         io->dtok_bytes = 0;
-        st = fls_cuda_malloc((void **)&io->dtok, n * sizeof(int64_t));
+        st = fls_device_malloc((void **)&io->dtok, n * sizeof(int64_t));
         if (st != FLS_OK)
             return st;
         io->dtok_bytes = n * sizeof(int64_t);
     }
-    st = fls_cuda_memcpy(io->dtok, tokens, n * sizeof(int64_t), 1); /* the guard, on the device too */
+    st = fls_device_upload(io->dtok, tokens, n * sizeof(int64_t)); /* the guard, on the device too */
     if (st != FLS_OK)
         return st;
     fls_outputs out = {io->dtok, NULL, NULL};
@@ -308,7 +329,7 @@ static fls_status io_sample(case_io *io, const fls_params *p, int64_t B, int64_t
         st = fls_sample_logits(io->ctx, &L, p, &out);
     }
     if (st == FLS_OK)
-        st = fls_cuda_memcpy(tokens, io->dtok, n * sizeof(int64_t), 0);
+        st = fls_device_download(tokens, io->dtok, n * sizeof(int64_t));
     return st;
 }
 
@@ -322,6 +343,7 @@ static int64_t ceil_div(int64_t a, int64_t b)
 typedef struct case_run {
     const fls_audit_case *c;
     const fls_audit_options *o;
+    double alpha; /* the run's per-test level */
     uint64_t input_seed, case_seed;
     double t0;
 } case_run;
@@ -375,7 +397,7 @@ static fls_status run_gof(case_run *cr, case_io *io, fls_gof *gof, int64_t *tota
     }
 
     /* Sample size for the dof the bins really have (any one group may carry the whole error). */
-    const double alpha = fls_stats_alpha();
+    const double alpha = cr->alpha;
     int dof_design = 0;
     int64_t N = 0;
     if ((st = fls_stats_design_size(ref, G, V, alpha, &N, &dof_design)) != FLS_OK)
@@ -393,13 +415,13 @@ static fls_status run_gof(case_run *cr, case_io *io, fls_gof *gof, int64_t *tota
 
     for (int64_t b = 0; b < B; b++) {
         temps[b] = c->temps[b % G];
-        seeds[b] = fls_row_seed_derive(cr->case_seed, (uint64_t)b);
+        seeds[b] = fls_row_seed(cr->case_seed, (uint64_t)b);
     }
     if (cr->o->progress) {
         fprintf(stderr,
                 "[audit] %s: %s, V %lld, %lld group(s) x %lld rows, N %lld per group (alpha %.3g, dof %d)"
                 ", %lld call(s) x %lld draws/row, input seed 0x%016llx, case seed 0x%016llx"
-                " (row b: seed fls_row_seed_derive(case seed, b), offset = call index)\n",
+                " (row b: seed fls_row_seed(case seed, b), offset = call index)\n",
                 c->name, c->fused ? "fls_sample_fused" : "fls_sample_logits", (long long)V, (long long)G,
                 (long long)R, (long long)(R * calls * dpc), alpha, dof_design, (long long)calls,
                 (long long)dpc, (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
@@ -524,7 +546,7 @@ static fls_status run_pairs(case_run *cr, case_io *io, fls_gof *gof, int64_t *to
 
     int64_t N = 0;
     int dof_design = 0;
-    if ((st = fls_stats_design_size(ref, 1, V2, fls_stats_alpha(), &N, &dof_design)) != FLS_OK)
+    if ((st = fls_stats_design_size(ref, 1, V2, cr->alpha, &N, &dof_design)) != FLS_OK)
         goto done;
     const int64_t d = ceil_div(N, M); /* pairs per row pair */
     const int64_t draws = per_row ? 2 * d : d;
@@ -536,8 +558,8 @@ static fls_status run_pairs(case_run *cr, case_io *io, fls_gof *gof, int64_t *to
     for (int64_t i = 0; i < M; i++) {
         if (c->kind == FLS_CASE_PAIRS_OFFSET) {
             /* one seed, offsets o and o + 1, o spread over all 64 bits */
-            uint64_t s = fls_row_seed_derive(cr->case_seed, (uint64_t)i);
-            uint64_t o = fls_splitmix64_(cr->case_seed ^ (0x5bd1e995ull * (uint64_t)(i + 1)));
+            uint64_t s = fls_row_seed(cr->case_seed, (uint64_t)i);
+            uint64_t o = splitmix64(cr->case_seed ^ (0x5bd1e995ull * (uint64_t)(i + 1)));
             seeds[2 * i] = seeds[2 * i + 1] = s;
             offsets[2 * i] = o;
             offsets[2 * i + 1] = o + 1;
@@ -547,7 +569,7 @@ static fls_status run_pairs(case_run *cr, case_io *io, fls_gof *gof, int64_t *to
             seeds[2 * i + 1] = cr->case_seed + 2 * (uint64_t)i + 1;
             offsets[2 * i] = offsets[2 * i + 1] = 0;
         } else {
-            seeds[i] = fls_row_seed_derive(cr->case_seed, (uint64_t)i);
+            seeds[i] = fls_row_seed(cr->case_seed, (uint64_t)i);
             offsets[i] = 0;
         }
     }
@@ -557,11 +579,11 @@ static fls_status run_pairs(case_run *cr, case_io *io, fls_gof *gof, int64_t *to
                 "case seed 0x%016llx\n",
                 c->name, (long long)V, (long long)(M * d), (long long)M, (long long)d, dof_design,
                 c->kind == FLS_CASE_PAIRS_OFFSET
-                    ? "rows 2i, 2i+1: seed fls_row_seed_derive(case seed, i), offsets o_i, o_i + 1 with o_i "
+                    ? "rows 2i, 2i+1: seed fls_row_seed(case seed, i), offsets o_i, o_i + 1 with o_i "
                       "= splitmix64(case seed ^ 0x5bd1e995 (i + 1))"
                 : c->kind == FLS_CASE_PAIRS_SEED
                     ? "rows 2i, 2i+1: raw seeds case seed + 2i, + 2i + 1, offset 0"
-                    : "row i: seed fls_row_seed_derive(case seed, i), pairs of draws (2k, 2k+1)",
+                    : "row i: seed fls_row_seed(case seed, i), pairs of draws (2k, 2k+1)",
                 (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
     if ((st = io_prepare(io)) != FLS_OK)
         goto done;
@@ -600,15 +622,16 @@ done:
     return st;
 }
 
-fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, size_t i, fls_audit_row *row)
+fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, double alpha, size_t i,
+                              fls_audit_row *row)
 {
     if (!ctx || !o || !row)
         return FLS_ERR_NULL;
     if (i >= N_CASES)
         return FLS_ERR_PARAM;
     const fls_audit_case *c = &cases[i];
-    case_run cr = {c, o, name_hash(c->name), 0, now_s()};
-    cr.case_seed = fls_splitmix64_(o->seed ^ cr.input_seed);
+    case_run cr = {c, o, alpha, name_hash(c->name), 0, now_s()};
+    cr.case_seed = splitmix64(o->seed ^ cr.input_seed);
     case_io io;
     memset(&io, 0, sizeof io);
     io.ctx = ctx;
@@ -619,7 +642,7 @@ fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, si
     snprintf(row->test, sizeof row->test, "%s", c->name);
     snprintf(row->engine, sizeof row->engine, "%s", io.cuda ? "cuda" : "cpu");
     row->V = c->V;
-    row->alpha = fls_stats_alpha();
+    row->alpha = alpha;
 
     fls_gof gof;
     fls_gof_init(&gof);

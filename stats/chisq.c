@@ -1,23 +1,11 @@
 /*
- * chisq.c — Pearson's chi-square on binned counts, and the family's level.
+ * chisq.c — Pearson's chi-square on binned counts.
  */
 #include "fls_stats.h"
 
 #include <gsl/gsl_cdf.h>
 #include <math.h>
 #include <stdlib.h>
-
-double fls_stats_bonferroni(double budget, int size)
-{
-    return size > 0 ? budget / (double)size : budget;
-}
-
-double fls_stats_alpha(void)
-{
-    fls_stats_family f;
-    fls_stats_family_get(&f);
-    return f.alpha;
-}
 
 void fls_gof_init(fls_gof *g)
 {

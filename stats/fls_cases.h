@@ -1,17 +1,38 @@
 /*
  * fls_cases.h — the goodness-of-fit cases of the audit, one list for
  * fls_audit_run (the command line), tests/stats (CPU) and tests/gpu (CUDA).
+ *
+ * Layering of stats/ (one direction, no loop): the statistics core
+ * (fls_stats.h: reference, binning, chi-square, power, family, reference
+ * sampler) knows no case; the case list (this header, cases.c) uses the core;
+ * the runner (fls_audit.h, audit.c) uses both.
  */
 #ifndef FLS_CASES_H
 #define FLS_CASES_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
-#include "fls_audit.h"
+#include "fls_stats.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct fls_audit_options {
+    int full;          /* 0 = quick (seconds), 1 = full (the whole suite, minutes) */
+    fls_engine engine; /* FLS_ENGINE_CPU or FLS_ENGINE_CUDA */
+    int threads;       /* CPU threads, 0 = all */
+    uint64_t seed;     /* base seed, logged */
+    int progress;      /* print progress to stderr */
+    /* The family of the run this audit is part of (declared by the caller,
+     * which must have added this audit's tests: fls_audit_family_add). NULL:
+     * the audit is a run of its own and declares its family itself. */
+    const fls_stats_family *family;
+} fls_audit_options;
+
+void fls_audit_options_default(fls_audit_options *o);
 
 typedef enum fls_case_kind {
     FLS_CASE_GOF = 0,          /* marginal distribution of the sampled token */
@@ -54,16 +75,16 @@ const fls_audit_case *fls_audit_case_get(size_t i);
 size_t fls_audit_case_index(int full, size_t i);
 size_t fls_audit_mode_count(int full);
 
-/* Runs case i of the full list on ctx (whose engine must be o->engine).
- * Fills row; FLS_OK unless sampling or memory failed. Progress and the seeds
- * go to stderr when o->progress. */
-fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, size_t i, fls_audit_row *row);
+/* Chance-failing tests case i runs (each is one member of a run's family). */
+int fls_audit_case_tests(size_t i);
+/* Tests of the cases of mode full (0/1): what an audit run adds to its family. */
+int fls_audit_mode_tests(int full);
 
-/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, pass. */
-void fls_audit_print_header(FILE *f);
-void fls_audit_print_row(FILE *f, const fls_audit_row *row);
-/* The family, budget and alpha in one line (every run logs it). */
-void fls_audit_print_family(FILE *f);
+/* Runs case i of the full list on ctx (whose engine must be o->engine) at
+ * level alpha (the run's family's). Fills row; FLS_OK unless sampling or
+ * memory failed. Progress and the seeds go to stderr when o->progress. */
+fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, double alpha, size_t i,
+                              fls_audit_row *row);
 
 #ifdef __cplusplus
 }

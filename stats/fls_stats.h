@@ -1,7 +1,7 @@
 /*
  * fls_stats.h — the exactness machinery of flashsample (GSL, double precision).
  *
- * One protocol for every statistical test (DESIGN.md, "Tests"):
+ * One protocol for every statistical test (docs/STATS.md gives the whole of it):
  *   1. exact reference probabilities in double (one function per sampling rule:
  *      fls_stats_probs_temperature here; top-k, min-p, ... add theirs beside it);
  *   2. equal-mass bins with >= 100 expected counts each; the tail is merged into
@@ -9,7 +9,7 @@
  *      one sample there fails the test outright;
  *   3. Pearson chi-square, p-value from gsl_cdf_chisq_Q;
  *   4. a per-test level alpha from a family-wise false-failure budget of 1e-4 per
- *      full run (Bonferroni over an explicit, logged family size);
+ *      run (Bonferroni over the family the run declares and logs);
  *   5. sample sizes such that a total-variation error of 0.01 on the binned
  *      distribution is caught with probability >= 0.999 at that alpha;
  *   6. fixed, logged seeds.
@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "flashsample.h"
 
@@ -35,31 +36,37 @@ extern "C" {
 #define FLS_STATS_MIN_EXPECTED 100.0 /* smallest expected count of a bin */
 #define FLS_STATS_MAX_BINS     32    /* bins per distribution, so dof <= 31 (see fls_bins_build) */
 
-/* Chance-failing checks that tests/stats runs on the machinery itself (size and
- * power of the chi-square test under the reference sampler). They share the
- * budget with the engine cases; tests/stats asserts it runs exactly this many. */
-#define FLS_STATS_SELFTEST_CHECKS 12
+/* The family of one run. A run (the stats suite, one `flashsample audit`, the
+ * GPU suite) declares every chance-failing test it will run, part by part
+ * (e.g. "audit full on cpu: 24 tests", "machinery self-tests: 12"), before it
+ * runs any; every test of the run then uses alpha = budget / size (Bonferroni).
+ * The family is printed with its parts, so the logged family is the real one,
+ * and adding a test to a run visibly lowers that run's alpha (and only that
+ * run's). Holm would give the same guarantee with more power, but a row's
+ * verdict would then depend on the other rows' p-values; each test here must
+ * stand alone. */
+#define FLS_STATS_FAMILY_MAX_PARTS 16
 
-/* The family of one full run: every goodness-of-fit case of the audit on every
- * engine (CPU in the stats suite, CUDA in the gpu suite) plus the self-tests.
- * Bonferroni: alpha = budget / size for every test, the same in quick and full
- * runs (a quick run is a sub-family, so its family-wise error is smaller).
- * Holm would give the same guarantee with more power, but a row's verdict would
- * then depend on the other rows' p-values; each case here must stand alone
- * (one Criterion test each), and the sample sizes are computed at the smallest
- * Holm level anyway, which is the Bonferroni level. */
+typedef struct fls_stats_family_part {
+    char name[96];
+    int tests;
+} fls_stats_family_part;
+
 typedef struct fls_stats_family {
-    int cases;     /* goodness-of-fit cases in the full audit (fls_audit_case_count) */
-    int engines;   /* engines a full run audits: 2 (cpu, cuda) */
-    int selftests; /* FLS_STATS_SELFTEST_CHECKS */
-    int size;      /* cases * engines + selftests */
-    double budget; /* FLS_STATS_BUDGET */
-    double alpha;  /* budget / size */
+    double budget; /* family-wise false-failure probability of the run (FLS_STATS_BUDGET) */
+    int n_parts;
+    fls_stats_family_part parts[FLS_STATS_FAMILY_MAX_PARTS];
+    int size;     /* tests in the family: the sum over the parts */
+    double alpha; /* budget / size (budget while size is 0) */
 } fls_stats_family;
 
-void fls_stats_family_get(fls_stats_family *family);
-/* The per-test level of the family (fls_stats_family_get(&f), f.alpha). */
-double fls_stats_alpha(void);
+/* An empty family with this budget (<= 0: FLS_STATS_BUDGET). */
+void fls_stats_family_init(fls_stats_family *family, double budget);
+/* Adds a part of `tests` tests; size and alpha follow. FLS_ERR_PARAM if
+ * tests < 0 or the family already has FLS_STATS_FAMILY_MAX_PARTS parts. */
+fls_status fls_stats_family_add(fls_stats_family *family, const char *name, int tests);
+/* The family, its parts, budget and alpha in one line, prefixed. */
+void fls_stats_family_print(FILE *f, const char *prefix, const fls_stats_family *family);
 /* Bonferroni level for a family of size tests. */
 double fls_stats_bonferroni(double budget, int size);
 
@@ -172,6 +179,26 @@ void fls_refsampler_destroy(fls_refsampler *s);
 void fls_refsampler_reseed(fls_refsampler *s, uint64_t seed);
 /* Adds n samples to counts (V entries). */
 void fls_refsampler_counts(fls_refsampler *s, int64_t n, int64_t *counts);
+
+/* ---- Reporting: one row per test ---- */
+
+/* The result of one test (a goodness-of-fit case of the audit, or one test of
+ * an audit of external tokens). */
+typedef struct fls_audit_row {
+    char test[64];  /* e.g. "zipf-fused" */
+    char engine[8]; /* "cpu", "cuda", or "ext" for external tokens */
+    int64_t V;
+    int64_t draws; /* total samples drawn */
+    double chi2;
+    int dof;
+    double p;     /* the test's p-value */
+    double alpha; /* per-test level of the run's family */
+    int pass;     /* p >= alpha, and no sample on a zero-probability token */
+} fls_audit_row;
+
+/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, pass. */
+void fls_audit_print_header(FILE *f);
+void fls_audit_print_row(FILE *f, const fls_audit_row *row);
 
 #ifdef __cplusplus
 }

@@ -15,9 +15,9 @@
  * is good when every bin expects >= 100 samples, which the binning enforces).
  * The power P(X^2 > c_alpha), c_alpha = gsl_cdf_chisq_Qinv(alpha, k - 1),
  * increases with lambda, so power(4 N TV^2) is a lower bound for every
- * alternative at that TV. It also decreases with k, so computing it at the
- * largest dof a case can have (FLS_STATS_MAX_BINS - 1 per group) bounds every
- * case. The noncentral tail is the Poisson mixture
+ * alternative at that TV. It also decreases with k, so it is computed at the
+ * dof of the bins the test really uses (fls_stats_design_size). The
+ * noncentral tail is the Poisson mixture
  *     P(chi'^2_nu(lambda) > x) = sum_j e^{-lambda/2} (lambda/2)^j / j! Q_{nu + 2j}(x),
  * with Q the central tail (gsl_cdf_chisq_Q) and weights gsl_ran_poisson_pdf.
  * The smallest N with power >= 0.999 is then found by bisection over N.

@@ -13,6 +13,7 @@
 #include "fls_audit.h"
 #include "fls_cases.h"
 #include "fls_stats.h"
+#include "suite_family.h"
 
 #define MAX_CASES 64
 
@@ -31,16 +32,14 @@ ParameterizedTestParameters(cases, cpu)
 ParameterizedTest(size_t *i, cases, cpu, .timeout = 1500)
 {
     fls_audit_options o;
-    fls_audit_options_default(&o);
-    o.full = 1;
-    o.engine = FLS_ENGINE_CPU;
+    suite_audit_options(&o);
     o.progress = 1;
     fls_context_config cfg;
     fls_context_config_default(&cfg);
     fls_context_t *ctx = NULL;
     cr_assert_eq(fls_context_create(&ctx, &cfg), FLS_OK);
     fls_audit_row row;
-    fls_status st = fls_audit_run_case(ctx, &o, *i, &row);
+    fls_status st = fls_audit_run_case(ctx, &o, suite_alpha(), *i, &row);
     fls_context_destroy(ctx);
     cr_assert_eq(st, FLS_OK, "case %zu (%s): %s", *i, fls_audit_case_get(*i)->name, fls_status_string(st));
     fls_audit_print_row(stdout, &row);
@@ -59,8 +58,15 @@ ParameterizedTest(size_t *i, cases, cpu, .timeout = 1500)
 Test(cases, list_is_consistent)
 {
     fls_stats_family f;
-    fls_stats_family_get(&f);
-    cr_assert_eq((size_t)f.cases, fls_audit_case_count());
+    suite_family(&f);
+    fls_stats_family_print(stdout, "", &f);
+    /* the suite's audit part is every test of every case */
+    int tests = 0;
+    for (size_t k = 0; k < fls_audit_case_count(); k++)
+        tests += fls_audit_case_tests(k);
+    cr_assert_eq(f.parts[0].tests, tests);
+    cr_assert_eq(f.size, tests + SUITE_SELFTEST_CHECKS);
+    cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
     cr_assert(fls_audit_case_count() <= MAX_CASES);
     size_t quick = fls_audit_mode_count(0);
     cr_assert(quick >= 1 && quick < fls_audit_case_count());
@@ -77,11 +83,16 @@ Test(cases, list_is_consistent)
     cr_assert_eq(vmax, 262144);
 }
 
-/* fls_audit_run itself (quick, CPU): rows in order, every one passing. */
+/* fls_audit_run itself (quick, CPU): rows in order, every one passing. It runs
+ * at the suite's alpha, so its draws (same seeds, same sizes) are exactly
+ * those of the per-case tests above: it adds no member to the family. */
 Test(audit, quick_run, .timeout = 300)
 {
+    fls_stats_family f;
+    suite_family(&f);
     fls_audit_options o;
     fls_audit_options_default(&o);
+    o.family = &f;
     fls_audit_row *rows = NULL;
     size_t n = 0;
     cr_assert_eq(fls_audit_run(&o, &rows, &n), FLS_OK);
@@ -91,6 +102,7 @@ Test(audit, quick_run, .timeout = 300)
         fls_audit_print_row(stdout, &rows[k]);
         cr_expect_str_eq(rows[k].test, fls_audit_case_get(fls_audit_case_index(0, k))->name);
         cr_expect_str_eq(rows[k].engine, "cpu");
+        cr_expect_eq(rows[k].alpha, f.alpha);
         cr_expect(rows[k].pass, "%s failed", rows[k].test);
     }
     free(rows);
@@ -98,6 +110,13 @@ Test(audit, quick_run, .timeout = 300)
     bad.engine = (fls_engine)7;
     cr_assert_eq(fls_audit_run(&bad, &rows, &n), FLS_ERR_PARAM);
     cr_assert_eq(fls_audit_run(NULL, &rows, &n), FLS_ERR_NULL);
+    /* a family that does not hold the audit's tests is refused */
+    fls_stats_family small;
+    fls_stats_family_init(&small, FLS_STATS_BUDGET);
+    fls_stats_family_add(&small, "too few", 1);
+    bad = o;
+    bad.family = &small;
+    cr_assert_eq(fls_audit_run(&bad, &rows, &n), FLS_ERR_PARAM);
 }
 
 /* Negative control through the engine: samples drawn at a temperature whose
@@ -129,7 +148,7 @@ Test(audit, engine_negative_control, .timeout = 300)
     const float T = (float)hi;
     int64_t N = 0;
     int dof = 0;
-    cr_assert_eq(fls_stats_design_size(p, 1, V, fls_stats_alpha(), &N, &dof), FLS_OK);
+    cr_assert_eq(fls_stats_design_size(p, 1, V, suite_alpha(), &N, &dof), FLS_OK);
     const int64_t draws = (N + B - 1) / B;
     int64_t *tok = malloc((size_t)(B * draws) * sizeof(int64_t));
     fls_context_config cfg;
@@ -153,8 +172,7 @@ Test(audit, engine_negative_control, .timeout = 300)
     printf("negative control: samples at T %.6f (TV 0.03 from T = 1), seed 777, N %lld: chi2 %.1f dof %d p "
            "%.3g\n",
            (double)T, (long long)(B * draws), g.chi2, g.dof, g.p);
-    cr_expect(!fls_gof_pass(&g, fls_stats_alpha()), "the T = 1 test accepted samples drawn at T = %g",
-              (double)T);
+    cr_expect(!fls_gof_pass(&g, suite_alpha()), "the T = 1 test accepted samples drawn at T = %g", (double)T);
     fls_bins_free(&bins);
     free(l);
     free(p);

@@ -7,8 +7,8 @@
  * exact samples must be accepted at the nominal rate, and distributions off by
  * a total variation of 0.01 must be rejected at the sample size the power
  * helper prescribes. Each chance check may fail by bad luck with probability
- * <= alpha (the family's per-test level); they are counted in the family
- * (FLS_STATS_SELFTEST_CHECKS), and every seed is fixed and printed.
+ * <= alpha (the suite family's per-test level); they are counted in the family
+ * (SUITE_SELFTEST_CHECKS), and every seed is fixed and printed.
  */
 #include <criterion/criterion.h>
 #include <gsl/gsl_cdf.h>
@@ -20,6 +20,7 @@
 #include "fls_audit.h"
 #include "fls_cases.h"
 #include "fls_stats.h"
+#include "suite_family.h"
 
 /* ---- helpers ---- */
 
@@ -110,14 +111,32 @@ enum {
 
 Test(machinery, chance_checks_are_counted_in_the_family)
 {
-    cr_assert_eq(N_CHECKS, FLS_STATS_SELFTEST_CHECKS);
+    cr_assert_eq(N_CHECKS, SUITE_SELFTEST_CHECKS);
     fls_stats_family f;
-    fls_stats_family_get(&f);
-    cr_assert_eq(f.cases, (int)fls_audit_case_count());
-    cr_assert_eq(f.size, f.cases * f.engines + f.selftests);
+    suite_family(&f);
+    cr_assert_eq(f.n_parts, 2);
+    cr_assert_eq(f.parts[1].tests, N_CHECKS);
+    cr_assert_eq(f.size, f.parts[0].tests + f.parts[1].tests);
     cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
-    cr_assert_float_eq(fls_stats_alpha(), f.alpha, 0.0);
-    fls_audit_print_family(stdout);
+    cr_assert_float_eq(suite_alpha(), f.alpha, 0.0);
+    fls_stats_family_print(stdout, "", &f);
+}
+
+Test(machinery, family_arithmetic)
+{
+    fls_stats_family f;
+    fls_stats_family_init(&f, 0.0);
+    cr_assert_eq(f.budget, FLS_STATS_BUDGET);
+    cr_assert_eq(f.size, 0);
+    cr_assert_eq(fls_stats_family_add(&f, "a", 3), FLS_OK);
+    cr_assert_eq(fls_stats_family_add(&f, "b", 7), FLS_OK);
+    cr_assert_eq(f.size, 10);
+    cr_assert_float_eq(f.alpha, 1e-5, 1e-20);
+    cr_assert_eq(fls_stats_family_add(&f, "c", -1), FLS_ERR_PARAM);
+    for (int i = 2; i < FLS_STATS_FAMILY_MAX_PARTS; i++)
+        cr_assert_eq(fls_stats_family_add(&f, "x", 0), FLS_OK);
+    cr_assert_eq(fls_stats_family_add(&f, "one too many", 1), FLS_ERR_PARAM);
+    cr_assert_eq(f.size, 10);
 }
 
 /* Two-sided check of a rejection count r ~ Binomial(M, level) at the family alpha. */
@@ -143,7 +162,7 @@ static void check_power(int chk, const char *what, int64_t misses, int M, double
 
 Test(machinery, size_exact_samples_accepted_at_the_nominal_rate, .timeout = 600)
 {
-    const double alpha = fls_stats_alpha();
+    const double alpha = suite_alpha();
     const int64_t V = 4096, n = 20000;
     const int M = 2000;
     double *p = zipf_probs(V), *pv = malloc((size_t)M * sizeof(double));
@@ -222,7 +241,7 @@ Test(machinery, size_exact_samples_accepted_at_the_nominal_rate, .timeout = 600)
 /* Power: M replicates of the prescribed N from a perturbed q, tested against p. */
 static void power_case(int chk, const char *what, const double *p, const double *q, int64_t V, uint64_t seed)
 {
-    const double alpha = fls_stats_alpha();
+    const double alpha = suite_alpha();
     const int M = 500;
     /* the audit's rule: N for the dof the bins really have */
     int64_t N = 0;
@@ -244,8 +263,7 @@ Test(machinery, power_worst_case_perturbation, .timeout = 600)
      * rest gain it: sum (q - p)^2 / p = 1e-4 (1/a + 1/(1-a)) with a ~ 1/2, the
      * equality case of the Cauchy-Schwarz bound, so the power is the designed
      * 0.999 and no more. */
-    int64_t N0 =
-        fls_stats_sample_size(FLS_STATS_MAX_BINS - 1, fls_stats_alpha(), FLS_STATS_TV, FLS_STATS_POWER);
+    int64_t N0 = fls_stats_sample_size(FLS_STATS_MAX_BINS - 1, suite_alpha(), FLS_STATS_TV, FLS_STATS_POWER);
     fls_bins b;
     cr_assert_eq(fls_bins_build(&b, p, V, N0, FLS_STATS_MAX_BINS), FLS_OK);
     double acc = 0.0;
@@ -545,7 +563,7 @@ Test(power, noncentral_tail_matches_closed_form)
 
 Test(power, sample_size_is_the_smallest)
 {
-    const double a = fls_stats_alpha();
+    const double a = suite_alpha();
     int64_t prev = 0;
     int dofs[5] = {1, 3, 7, 15, 31};
     for (int i = 0; i < 5; i++) {

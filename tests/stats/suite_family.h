@@ -1,0 +1,41 @@
+/*
+ * suite_family.h — the family of the stats suite (meson test --suite stats):
+ * one run, one budget. Every executable of the suite declares the same family
+ * here and takes its alpha from it; each asserts that its own part is what it
+ * really runs.
+ */
+#ifndef FLS_STATS_SUITE_FAMILY_H
+#define FLS_STATS_SUITE_FAMILY_H
+
+#include "fls_audit.h"
+#include "fls_stats.h"
+
+/* Chance-failing checks of test_machinery.c (size and power of the tests under
+ * the reference sampler). */
+#define SUITE_SELFTEST_CHECKS 12
+
+/* The audit as the suite runs it: every case of the full list on the CPU engine. */
+static inline void suite_audit_options(fls_audit_options *o)
+{
+    fls_audit_options_default(o);
+    o->full = 1;
+    o->engine = FLS_ENGINE_CPU;
+}
+
+static inline void suite_family(fls_stats_family *f)
+{
+    fls_audit_options o;
+    suite_audit_options(&o);
+    fls_stats_family_init(f, FLS_STATS_BUDGET);
+    fls_audit_family_add(&o, f);
+    fls_stats_family_add(f, "machinery self-tests", SUITE_SELFTEST_CHECKS);
+}
+
+static inline double suite_alpha(void)
+{
+    fls_stats_family f;
+    suite_family(&f);
+    return f.alpha;
+}
+
+#endif
