@@ -23,8 +23,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Tokens per call when they are not all kept (32 MiB of int64). */
-#define SAMPLE_CHUNK_TOKENS ((int64_t)1 << 22)
+/* Tokens per call when they are not all kept: 8 MiB of int64, plus the
+ * engine's per-(row, draw) states (16 bytes per thread). */
+#define SAMPLE_CHUNK_TOKENS ((int64_t)1 << 20)
 
 static void sample_help(void)
 {

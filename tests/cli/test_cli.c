@@ -17,12 +17,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tmpdir.h"
@@ -49,23 +51,10 @@ static void slurp(const char *path, char *buf, size_t cap)
     fclose(fp);
 }
 
-/* Runs the tool with the NULL-terminated arguments; stdout and stderr land
- * in out_text and err_text. Returns the exit status (-1 if it crashed). */
-static int run_tool(const char *arg0, ...)
+/* Runs argv (argv[0] a path) with stdout and stderr into out_text and
+ * err_text. Returns the exit status (-1 if it was killed or crashed). */
+static int run_argv(char *const *argv)
 {
-    const char *tool = getenv("FLASHSAMPLE_TOOL");
-    cr_assert_not_null(tool, "FLASHSAMPLE_TOOL is not set (run through meson test)");
-    char *argv[64];
-    int argc = 0;
-    argv[argc++] = (char *)tool;
-    va_list ap;
-    va_start(ap, arg0);
-    for (const char *a = arg0; a; a = va_arg(ap, const char *)) {
-        cr_assert(argc < 63);
-        argv[argc++] = (char *)a;
-    }
-    va_end(ap);
-    argv[argc] = NULL;
     char so[512], se[512];
     snprintf(so, sizeof so, "%s/../%s.stdout", tmpdir, strrchr(tmpdir, '/') + 1);
     snprintf(se, sizeof se, "%s/../%s.stderr", tmpdir, strrchr(tmpdir, '/') + 1);
@@ -79,7 +68,7 @@ static int run_tool(const char *arg0, ...)
             _exit(126);
         dup2(fo, 1);
         dup2(fe, 2);
-        execv(tool, argv);
+        execv(argv[0], argv);
         _exit(127);
     }
     int status;
@@ -89,6 +78,85 @@ static int run_tool(const char *arg0, ...)
     unlink(so);
     unlink(se);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static const char *tool_path(void)
+{
+    const char *tool = getenv("FLASHSAMPLE_TOOL");
+    cr_assert_not_null(tool, "FLASHSAMPLE_TOOL is not set (run through meson test)");
+    return tool;
+}
+
+/* Appends the NULL-terminated arguments to argv from argv[argc] on. */
+static int collect(char **argv, int argc, const char *arg0, va_list ap)
+{
+    for (const char *a = arg0; a; a = va_arg(ap, const char *)) {
+        cr_assert(argc < 63);
+        argv[argc++] = (char *)a;
+    }
+    argv[argc] = NULL;
+    return argc;
+}
+
+/* Runs the tool with the NULL-terminated arguments; stdout and stderr land
+ * in out_text and err_text. Returns the exit status (-1 if it crashed). */
+static int run_tool(const char *arg0, ...)
+{
+    char *argv[64];
+    argv[0] = (char *)tool_path();
+    va_list ap;
+    va_start(ap, arg0);
+    collect(argv, 1, arg0, ap);
+    va_end(ap);
+    return run_argv(argv);
+}
+
+/* The same under an address-space limit (ulimit -v, in KiB) set by /bin/sh. */
+static int run_tool_limited(long long kib, const char *arg0, ...)
+{
+    char script[128];
+    snprintf(script, sizeof script, "ulimit -v %lld && exec \"$0\" \"$@\"", kib);
+    char *argv[64] = {"/bin/sh", "-c", script, (char *)tool_path()};
+    va_list ap;
+    va_start(ap, arg0);
+    collect(argv, 4, arg0, ap);
+    va_end(ap);
+    return run_argv(argv);
+}
+
+/* Starts the tool in the background (output discarded); returns its pid. */
+static pid_t start_tool(const char *arg0, ...)
+{
+    char *argv[64];
+    argv[0] = (char *)tool_path();
+    va_list ap;
+    va_start(ap, arg0);
+    collect(argv, 1, arg0, ap);
+    va_end(ap);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Files in tmpdir whose name holds ".tmp-" (a temporary output). */
+static int tmp_files(void)
+{
+    DIR *d = opendir(tmpdir);
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strstr(e->d_name, ".tmp-") != NULL;
+    closedir(d);
+    return n;
 }
 
 static int exists(const char *p)
@@ -472,7 +540,8 @@ Test(cli, bad_inputs_fail_cleanly)
     int64_t iv[20] = {0};
     save(bad, FLS_NPY_I64, 2, ls, iv);
     cr_expect_eq(run_tool("sample", "--logits", bad, "--out", tp, NULL), 1);
-    cr_expect(strstr(err_text, "int64") && strstr(err_text, "expected float32 ('<f4') or float16 ('<f2')"), "%s", err_text);
+    cr_expect(strstr(err_text, "int64") && strstr(err_text, "expected float32 ('<f4') or float16 ('<f2')"),
+              "%s", err_text);
     expect_untouched(tp, files + 1);
 
     /* row seeds of the wrong length / dtype */
@@ -582,4 +651,376 @@ Test(cli, audit_quick_reports_and_exit_status_agrees)
         cr_expect(strstr(text, "\"all_pass\": false"), "%s", text);
     cr_expect(strstr(out_text, "chi2") && strstr(out_text, "alpha"), "%s", out_text);
     cr_expect_eq(dir_entries(), 1);
+}
+
+/* ---- issue 11: data, files, messages ---- */
+
+static void slurp_bytes(const char *path, char *buf, size_t cap, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s", path);
+    *len = fread(buf, 1, cap, fp);
+    fclose(fp);
+}
+
+Test(cli, output_that_names_an_input_is_refused)
+{
+    const int64_t B = 2, V = 9, D = 3;
+    float *L = random_f32(B * V, 1.0f, 21);
+    const int64_t ls[2] = {B, V}, ws[2] = {V, D}, hs[2] = {B, D}, ss[1] = {B};
+    const uint64_t seeds[2] = {5, 6};
+    const char *lp = tpath("L.npy"), *wp = tpath("W.npy"), *hp = tpath("H.npy"), *sp = tpath("s.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    save(wp, FLS_NPY_F32, 2, ws, L);
+    save(hp, FLS_NPY_F32, 2, hs, L);
+    save(sp, FLS_NPY_U64, 1, ss, seeds);
+    static char before[4096], after[4096];
+    size_t nb, na;
+    slurp_bytes(lp, before, sizeof before, &nb);
+
+    /* the same inode through a symbolic link, a hard link, another spelling */
+    const char *sym = tpath("sym.npy"), *hard = tpath("hard.npy");
+    cr_assert_eq(symlink(lp, sym), 0);
+    cr_assert_eq(link(lp, hard), 0);
+    char dotted[600];
+    snprintf(dotted, sizeof dotted, "%s/./L.npy", tmpdir);
+    const char *names[4] = {lp, sym, hard, dotted};
+    const char *outs[2] = {"--out", "--counts"};
+    for (int k = 0; k < 4; k++)
+        for (int o = 0; o < 2; o++) {
+            cr_expect_eq(run_tool("sample", "--logits", lp, "--samples", "3", outs[o], names[k], NULL), 2,
+                         "%s %s: %s", outs[o], names[k], err_text);
+            cr_expect(strstr(err_text, "is the input file of --logits") && strstr(err_text, outs[o]), "%s",
+                      err_text);
+            slurp_bytes(lp, after, sizeof after, &na);
+            cr_expect(na == nb && memcmp(before, after, nb) == 0, "the input changed (%s %s)", outs[o],
+                      names[k]);
+        }
+    cr_expect_eq(tmp_files(), 0);
+
+    /* the fused inputs and the row seeds too */
+    cr_expect_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--out", hp, NULL), 2, "%s", err_text);
+    cr_expect(strstr(err_text, "--hidden"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--counts", wp, NULL), 2, "%s",
+                 err_text);
+    cr_expect(strstr(err_text, "--weights"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--row-seeds", sp, "--out", sp, NULL), 2, "%s", err_text);
+    cr_expect(strstr(err_text, "--row-seeds"), "%s", err_text);
+    /* --out and --counts: one file through a link */
+    const char *t = tpath("t.npy"), *tl = tpath("tl.npy");
+    write_old(t);
+    cr_assert_eq(symlink(t, tl), 0);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--out", t, "--counts", tl, NULL), 2, "%s", err_text);
+    cr_expect(strstr(err_text, "name the same file"), "%s", err_text);
+    expect_untouched(t, 8);
+    slurp_bytes(lp, after, sizeof after, &na);
+    cr_expect(na == nb && memcmp(before, after, nb) == 0);
+    free(L);
+}
+
+Test(cli, no_temporary_file_before_the_result_is_ready)
+{
+    /* a run that would take hours: killed while it samples */
+    const int64_t V = 1000, s1[1] = {V};
+    float *L = random_f32(V, 1.0f, 22);
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *cp = tpath("c.npy");
+    save(lp, FLS_NPY_F32, 1, s1, L);
+    pid_t pid = start_tool("sample", "--logits", lp, "--samples", "4000000000", "--counts", cp, NULL);
+    for (int k = 0; k < 10; k++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        cr_expect_eq(tmp_files(), 0, "a temporary file exists %d ms into the run", 50 * (k + 1));
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the long run ended early");
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status));
+    cr_expect_eq(dir_entries(), 1, "the killed run left files behind");
+
+    /* SIGINT removes nothing that is not there, and leaves nothing either */
+    pid = start_tool("sample", "--logits", lp, "--samples", "100000000", "--out", tp, NULL);
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    cr_expect_eq(tmp_files(), 0);
+    kill(pid, SIGINT);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect_eq(dir_entries(), 1);
+
+    /* failed mid-way (a NaN found while sampling) and success */
+    L[500] = NAN;
+    save(lp, FLS_NPY_F32, 1, s1, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--samples", "100", "--out", tp, "--counts", cp, NULL),
+                 1);
+    cr_expect_eq(dir_entries(), 1, "the failed run left files behind");
+    L[500] = 0.0f;
+    save(lp, FLS_NPY_F32, 1, s1, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--samples", "100", "--out", tp, "--counts", cp, NULL),
+                 0);
+    cr_expect_eq(dir_entries(), 3);
+    cr_expect_eq(tmp_files(), 0);
+    free(L);
+}
+
+/* The smallest power-of-two address-space limit (KiB) under which a small
+ * `sample --counts` run succeeds. */
+static long long small_run_limit(const char *lp, const char *cp)
+{
+    for (long long mib = 64; mib <= (1ll << 16); mib *= 2) {
+        char n[32];
+        snprintf(n, sizeof n, "%lld", mib * 1024);
+        if (run_tool_limited(mib * 1024, "sample", "--logits", lp, "--samples", "1000", "--threads", "2",
+                             "--counts", cp, NULL) == 0)
+            return mib * 1024;
+    }
+    cr_assert_fail("the tool does not run under any address-space limit up to 64 GiB: %s", err_text);
+    return 0;
+}
+
+Test(cli, counts_do_not_hold_every_token)
+{
+    /* 4 rows x 2^22 draws = 16 M tokens: 128 MiB as int64. Under a limit of
+     * what a small run needs + 96 MiB, --out (which holds them all) must
+     * fail and --counts alone (chunks of 2^20 tokens) must succeed. */
+    const int64_t B = 4, V = 2, N = (int64_t)1 << 22;
+    const float L[8] = {0.0f, 1.0f, 0.5f, 0.5f, -2.0f, 0.0f, 3.0f, -INFINITY};
+    const int64_t ls[2] = {B, V};
+    const char *lp = tpath("L.npy"), *cp = tpath("c.npy"), *tp = tpath("t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    long long base = small_run_limit(lp, cp);
+    long long limit = base + 96 * 1024;
+    cr_log_info("a small run needs at most %lld MiB of address space; limit %lld MiB", base / 1024,
+                limit / 1024);
+    cr_assert_eq(unlink(cp), 0);
+    char ns[32];
+    snprintf(ns, sizeof ns, "%lld", (long long)N);
+    cr_expect_eq(run_tool_limited(limit, "sample", "--logits", lp, "--samples", ns, "--threads", "2", "--out",
+                                  tp, NULL),
+                 1, "holding every token fit under the limit, so the test proves nothing: %s", err_text);
+    cr_expect(strstr(err_text, "out of memory"), "%s", err_text);
+    cr_assert_eq(run_tool_limited(limit, "sample", "--logits", lp, "--samples", ns, "--threads", "2",
+                                  "--counts", cp, NULL),
+                 0, "%s", err_text);
+    int64_t *cnt = load_i64(cp, B, V);
+    for (int64_t b = 0; b < B; b++)
+        cr_expect_eq(cnt[b * V] + cnt[b * V + 1], N, "row %lld", (long long)b);
+    cr_expect_eq(cnt[3 * V + 1], 0, "a masked token was drawn");
+    /* row 1 is a fair coin: within 6 sigma of N/2 */
+    cr_expect(llabs(cnt[1 * V] - N / 2) < 6 * 1024, "%lld", (long long)cnt[1 * V]);
+    free(cnt);
+    cr_expect_eq(tmp_files(), 0);
+}
+
+Test(cli, chunked_counts_equal_the_histogram_of_all_tokens)
+{
+    /* 2 rows x 1.5 M draws: several chunks without --out, one call with it */
+    const int64_t B = 2, V = 5, N = 1500000;
+    float *L = random_f32(B * V, 1.0f, 23);
+    const int64_t ls[2] = {B, V};
+    const char *lp = tpath("L.npy"), *cp = tpath("c.npy"), *c2 = tpath("c2.npy"), *tp = tpath("t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_assert_eq(
+        run_tool("sample", "--logits", lp, "--samples", "1500000", "--seed", "4", "--counts", cp, NULL), 0,
+        "%s", err_text);
+    cr_expect(strstr(out_text, "wrote ") && strstr(out_text, "int64 (2, 5)"), "%s", out_text);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "1500000", "--seed", "4", "--out", tp,
+                          "--counts", c2, NULL),
+                 0, "%s", err_text);
+    int64_t *a = load_i64(cp, B, V), *b = load_i64(c2, B, V), *t = load_i64(tp, B, N);
+    int64_t hist[10] = {0};
+    for (int64_t r = 0; r < B; r++)
+        for (int64_t n = 0; n < N; n++)
+            hist[r * V + t[r * N + n]]++;
+    for (int64_t i = 0; i < B * V; i++) {
+        cr_expect_eq(a[i], b[i], "entry %lld: chunked %lld, one call %lld", (long long)i, (long long)a[i],
+                     (long long)b[i]);
+        cr_expect_eq(a[i], hist[i], "entry %lld", (long long)i);
+    }
+    free(a);
+    free(b);
+    free(t);
+    free(L);
+}
+
+Test(cli, summary_says_what_was_written)
+{
+    const int64_t B = 3, V = 20;
+    float *L = random_f32(B * V, 1.0f, 24);
+    const int64_t ls[2] = {B, V};
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *cp = tpath("c.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "7", "--threads", "1", "--out", tp,
+                          "--counts", cp, NULL),
+                 0, "%s", err_text);
+    char want[700];
+    snprintf(want, sizeof want, "wrote %s: int64 (3, 7)", tp);
+    cr_expect(strstr(out_text, want), "%s", out_text);
+    snprintf(want, sizeof want, "wrote %s: int64 (3, 20)", cp);
+    cr_expect(strstr(out_text, want), "%s", out_text);
+    cr_expect(strstr(out_text, "sampled 3 rows") && strstr(out_text, "engine cpu (1 thread, "), "%s",
+              out_text);
+    cr_expect(!strstr(out_text, "row 0 tokens"), "%s", out_text);
+    free(L);
+}
+
+/* An .npy file of any descr, written by hand (the writer has only our dtypes). */
+static void save_raw(const char *path, const char *descr, int64_t n, size_t itemsize)
+{
+    char dict[128];
+    int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr,
+                     (long long)n);
+    size_t hl = (10 + (size_t)k + 1 + 63) / 64 * 64 - 10;
+    FILE *fp = fopen(path, "wb");
+    cr_assert_not_null(fp);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, fp);
+    fputc((int)(hl & 0xff), fp);
+    fputc((int)(hl >> 8), fp);
+    for (size_t i = 0; i < hl; i++)
+        fputc(i < (size_t)k ? dict[i] : i + 1 == hl ? '\n' : ' ', fp);
+    for (size_t i = 0; i < (size_t)n * itemsize; i++)
+        fputc(0, fp);
+    fclose(fp);
+}
+
+Test(cli, messages_say_what_and_where)
+{
+    /* float64: what each input takes, and the conversion */
+    const char *f8 = tpath("f8.npy");
+    save_raw(f8, "<f8", 10, 8);
+    const char *const opts[3] = {"--logits", "--weights", "--hidden"};
+    for (int k = 0; k < 3; k++) {
+        int rc = k == 0   ? run_tool("sample", "--logits", f8, NULL)
+                 : k == 1 ? run_tool("sample", "--weights", f8, "--hidden", f8, NULL)
+                          : run_tool("sample", "--weights", tpath("none.npy"), "--hidden", f8, NULL);
+        cr_expect_eq(rc, 1);
+        if (k < 2)
+            cr_expect(strstr(err_text, opts[k]) && strstr(err_text, "'<f8' (float64)") &&
+                          strstr(err_text, "expected float32 ('<f4') or float16 ('<f2')") &&
+                          strstr(err_text, ".astype(np.float32)") && !strstr(err_text, "<i8"),
+                      "%s", err_text);
+    }
+    const char *i4 = tpath("i4.npy"), *lp = tpath("L.npy");
+    save_raw(i4, "<i4", 2, 4);
+    const int64_t ls[2] = {2, 10};
+    float L[20];
+    for (int i = 0; i < 20; i++)
+        L[i] = (float)i / 10.0f;
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--row-seeds", i4, NULL), 1);
+    cr_expect(strstr(err_text, "'<i4' (int32)") && strstr(err_text, "uint64"), "%s", err_text);
+
+    /* NaN, +inf, a row of -inf, an overflow of l / T: row and column */
+    L[13] = NAN;
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, NULL), 1);
+    cr_expect(strstr(err_text, "NaN at row 1, column 3"), "%s", err_text);
+    L[13] = INFINITY;
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, NULL), 1);
+    cr_expect(strstr(err_text, "+inf at row 1, column 3"), "%s", err_text);
+    for (int v = 0; v < 10; v++)
+        L[10 + v] = -INFINITY;
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, NULL), 1);
+    cr_expect(strstr(err_text, "row 1 has every logit at -inf"), "%s", err_text);
+    for (int v = 0; v < 10; v++)
+        L[10 + v] = 0.0f;
+    L[4] = 3e38f;
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--temperature", "0.5", NULL), 1);
+    cr_expect(strstr(err_text, "row 0, column 4") && strstr(err_text, "overflows float32"), "%s", err_text);
+
+    /* fused: a NaN in H names its row; a logit W h that overflows names row and token */
+    const int64_t V = 6, D = 4, B = 3, ws[2] = {V, D}, hs[2] = {B, D};
+    float W[24], H[12];
+    for (int i = 0; i < 24; i++)
+        W[i] = (float)(i % 5) * 0.25f;
+    for (int i = 0; i < 12; i++)
+        H[i] = 1.0f - (float)i * 0.1f;
+    const char *wp = tpath("W.npy"), *hp = tpath("H.npy");
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    H[1 * D + 2] = NAN;
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    cr_expect_eq(run_tool("sample", "--weights", wp, "--hidden", hp, NULL), 1);
+    cr_expect(strstr(err_text, "--hidden") && strstr(err_text, "NaN at row 1, column 2"), "%s", err_text);
+    H[1 * D + 2] = 0.5f;
+    for (int d = 0; d < D; d++) {
+        W[3 * D + d] = 1e30f;
+        H[2 * D + d] = 1e10f;
+    }
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    cr_expect_eq(run_tool("sample", "--weights", wp, "--hidden", hp, NULL), 1);
+    cr_expect(strstr(err_text, "row 2, token 3") && strstr(err_text, "overflows float32"), "%s", err_text);
+
+    /* --temperature out of float range, --logits with --hidden */
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--temperature", "1e39", NULL), 2);
+    cr_expect(strstr(err_text, "1e39 overflows float32"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--temperature", "1e-60", NULL), 2);
+    cr_expect(strstr(err_text, "underflows"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--hidden", hp, NULL), 2);
+    cr_expect(strstr(err_text, "--logits cannot be combined with --hidden") && !strstr(err_text, "not both"),
+              "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--weights", wp, NULL), 2);
+    cr_expect(strstr(err_text, "--logits cannot be combined with --weights"), "%s", err_text);
+    cr_expect_eq(tmp_files(), 0);
+}
+
+Test(cli, help_lists_every_option)
+{
+    cr_assert_eq(run_tool("bench", "--help", NULL), 0);
+    const char *bench[] = {"--device", "--csv",    "--quick",   "--reps",   "--threads",
+                           "--simd",   "--shapes", "--batches", "--engines"};
+    for (size_t k = 0; k < sizeof bench / sizeof *bench; k++)
+        cr_expect(strstr(out_text, bench[k]), "bench --help lacks %s", bench[k]);
+    cr_assert_eq(run_tool("sample", "--help", NULL), 0);
+    const char *sample[] = {"--logits",  "--weights",   "--hidden", "--weights-dtype", "--temperature",
+                            "--seed",    "--row-seeds", "--offset", "--samples",       "--device",
+                            "--threads", "--simd",      "--out",    "--counts"};
+    for (size_t k = 0; k < sizeof sample / sizeof *sample; k++)
+        cr_expect(strstr(out_text, sample[k]), "sample --help lacks %s", sample[k]);
+    cr_assert_eq(run_tool("audit", "--help", NULL), 0);
+    cr_expect(strstr(out_text, "--simd"), "%s", out_text);
+
+    /* --version: built without CUDA, or with it and whether a GPU is there */
+    cr_assert_eq(run_tool("--version", NULL), 0);
+    const char *want = !fls_cuda_built()      ? "built without CUDA"
+                       : fls_cuda_available() ? "built with CUDA, GPU available"
+                                              : "built with CUDA, no GPU found";
+    cr_expect(strstr(out_text, want), "%s", out_text);
+}
+
+Test(cli, simd_option)
+{
+    const int64_t B = 2, V = 300, D = 40;
+    float *W = random_f32(V * D, 1.0f, 25), *H = random_f32(B * D, 1.0f, 26);
+    const int64_t ws[2] = {V, D}, hs[2] = {B, D};
+    const char *wp = tpath("W.npy"), *hp = tpath("H.npy"), *a = tpath("a.npy"), *p = tpath("p.npy");
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--weights-dtype", "bf16", "--samples",
+                          "8", "--out", a, NULL),
+                 0, "%s", err_text);
+    cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--weights-dtype", "bf16", "--samples",
+                          "8", "--simd", "portable", "--out", p, NULL),
+                 0, "%s", err_text);
+    cr_expect(strstr(out_text, "portable"), "%s", out_text);
+    int64_t *ta = load_i64(a, B, 8), *tp = load_i64(p, B, 8);
+    cr_expect(memcmp(ta, tp, (size_t)(B * 8) * sizeof *ta) == 0, "--simd portable changed the tokens");
+    free(ta);
+    free(tp);
+    cr_expect_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--simd", "sse9", NULL), 2);
+    cr_expect(strstr(err_text, "auto, portable, avx2 or avx512"), "%s", err_text);
+    cr_expect_eq(run_tool("bench", "--simd", "sse9", NULL), 2);
+    cr_expect_eq(run_tool("audit", "--simd", "sse9", NULL), 2);
+    /* bench names the path it timed */
+    cr_assert_eq(run_tool("bench", "--shapes", "64:1000", "--batches", "1", "--engines", "fused", "--reps",
+                          "1", "--simd", "portable", "--csv", tpath("b.csv"), NULL),
+                 0, "%s", err_text);
+    cr_expect(strstr(out_text, "simd portable"), "%s", out_text);
+    static char text[4096];
+    slurp(tpath("b.csv"), text, sizeof text);
+    cr_expect(strstr(text, "cpu,fused,bf16,1,1000,64,") && strstr(text, ",portable,"), "%s", text);
+    free(W);
+    free(H);
 }
