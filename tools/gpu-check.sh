@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tools/gpu-check.sh OUTDIR [--quick]
 #
-# One command for the GPU machine (nvcc 13, meson + ninja, python3; no GSL,
-# no Criterion there): builds the library, the CLI and the GPU test driver for
-# sm_90, runs the GPU checks (tests/gpu/gpu_tests.c, then compute-sanitizer
+# One command for a machine with an sm_90 GPU (nvcc, meson + ninja, python3;
+# GSL and Criterion may be absent): builds the library, the CLI and the GPU
+# test driver for sm_90, runs the GPU checks (tests/gpu/gpu_tests.c, then compute-sanitizer
 # memcheck and racecheck on a quick subset) and the GPU benchmark, and writes
 # everything into OUTDIR:
 #   env.txt         GPU, driver, nvcc, gcc
@@ -15,10 +15,10 @@
 #   sass.txt        instruction counts of the tensor-core kernels' SASS (HGMMA, TMA, LDL/STL)
 #   summary.txt     the summary, also printed last
 #   ncu.txt         with FLS_GPU_NCU=1: Nsight Compute (--set full, clocks left alone) on one
-#                   B = 256 call of the chunked path's sampler and one B = 1 call of the
-#                   stream kernel: the details page and the stall / issue metrics
-#                   (FLS_GPU_NCU=stream, =chunked or =wgmma: that one only; the wgmma
-#                   kernel at B = FLS_NCU_B, default 128), and ncu_source_ENGINE.csv:
+#                   B = 256 call of the chunked path's sampler and one call of the wgmma
+#                   kernel at B = FLS_NCU_B (default 128): the details page and the stall /
+#                   issue metrics (FLS_GPU_NCU=chunked or =wgmma: that one only), and
+#                   ncu_source_ENGINE.csv:
 #                   per-instruction SASS with stall samples
 # Environment: FLS_BENCH_ARGS (extra benchmark options, e.g. --engines ...),
 # FLS_GPU_TEST_ARGS (extra gpu_tests options, e.g. --only NAME), FLS_GPU_TEST_TIMEOUT and
@@ -52,82 +52,21 @@ status_build=FAIL status_tests=FAIL status_san=SKIP status_bench=FAIL
 } >"$OUT/env.txt" 2>&1
 
 # ---- GSL ----
-GSL_NOTE="system"
-if [ -n "${FLS_FORCE_GSL_DEB:-}" ] || ! pkg-config --exists gsl 2>/dev/null; then
-    GSL_NOTE="none (audit skipped)"
-    if ls .gpudeps/*.deb >/dev/null 2>&1; then
-        DEPS="$BUILD-deps"
-        rm -rf "$DEPS" && mkdir -p "$DEPS"
-        for f in .gpudeps/*.deb; do dpkg -x "$f" "$DEPS"; done
-        PC=$(dirname "$(find "$DEPS" -name gsl.pc | head -1)")
-        if [ -n "$PC" ] && [ -d "$PC" ]; then
-            # Debian's gsl.pc spells /usr out everywhere: point every path into $DEPS
-            sed -i -e "s|=/usr|=$DEPS/usr|g" -e "s|-I/usr/|-I$DEPS/usr/|g" -e "s|-L/usr/|-L$DEPS/usr/|g" "$PC/gsl.pc"
-            LIBDIR=$(dirname "$(find "$DEPS" -name 'libgsl.so' | head -1)")
-            # the -dev package's libgsl.so links to the runtime's soname, present beside it
-            export PKG_CONFIG_PATH="$PC${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-            export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-            export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"
-            GSL_NOTE="carried .deb ($LIBDIR)"
-        fi
-    fi
-fi
+. "$ROOT/tools/gpu-gsl.sh"
 echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
 
-# ---- build: Meson (library, stats, CLI), then the GPU driver against the static libraries ----
+# ---- build: Meson (library, stats, CLI, the gpu suite's driver; Criterion's suites
+#      are skipped where Criterion is absent) ----
 (
     set -x
     rm -rf "$BUILD"
-    JOBS=$(nproc)
-    if [ -z "${FLS_FORCE_DIRECT:-}" ] && meson setup "$BUILD" --buildtype=release -Dtests=false -Dcuda=enabled &&
-        ninja -C "$BUILD" -j "$JOBS"; then
-        GPU_CFLAGS="-DFLS_HAVE_AUDIT -Istats"
-        GPU_LIBS="$BUILD/stats/libfls_stats.a $(pkg-config --libs gsl)"
-        if [ ! -f "$BUILD/stats/libfls_stats.a" ]; then GPU_CFLAGS=""; GPU_LIBS=""; fi
-        gcc -O2 -std=c11 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Ilib -Ikernels $GPU_CFLAGS \
-            tests/gpu/gpu_tests.c -o "$BUILD/gpu_tests" \
-            $GPU_LIBS "$BUILD/lib/libflashsample.a" \
-            -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcurand -lcudart -lstdc++ -lm -lpthread
-    else
-        # Fallback without Meson's dependencies (no pkg-config or no GSL there):
-        # compile the library, the CUDA objects and the drivers directly; no audit.
-        echo "meson build failed: direct build without stats/"
-        rm -rf "$BUILD" && mkdir -p "$BUILD/lib" "$BUILD/tools" "$BUILD/obj"
-        CF="-O2 -std=c11 -fPIC -ffp-contract=off -fno-math-errno -D_POSIX_C_SOURCE=200809L -DFLS_BUILDING_LIBRARY -DFLS_X86_SIMD=1 -Ilib -Ivariants -I."
-        NV="-std=c++17 -O3 -fmad=false -gencode arch=compute_90,code=sm_90 -Xcompiler -fPIC,-ffp-contract=off -DFLS_BUILDING_LIBRARY -Ilib -Ikernels -Itools"
-        srcs=$(sed -n "/^lib_sources = files(/,/)/p" lib/meson.build | grep -o "'[A-Za-z0-9_]*\.c'" | tr -d "'" | grep -v cuda_stub)
-        [ -n "$srcs" ] || srcs="api.c cpu_engine.c cpu_portable.c half.c npy.c"
-        ok=1
-        for f in $srcs; do gcc $CF -c "lib/$f" -o "$BUILD/obj/${f%.c}.o" || ok=0; done
-        gcc $CF -mavx2 -mfma -mf16c -c lib/cpu_avx2.c -o "$BUILD/obj/cpu_avx2.o" || ok=0
-        gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c -c lib/cpu_avx512.c \
-            -o "$BUILD/obj/cpu_avx512.o" || ok=0
-        for f in engine fused_mma fused_stream sample; do
-            "$NVCC" $NV -c "kernels/$f.cu" -o "$BUILD/obj/$f.o" &
-        done
-        "$NVCC" ${NV/compute_90,code=sm_90/compute_90a,code=sm_90a} -c kernels/fused_wgmma.cu \
-            -o "$BUILD/obj/fused_wgmma.o" &
-        "$NVCC" $NV -c tools/bench_cuda.cu -o "$BUILD/bench_cuda.o" &
-        wait
-        ls "$BUILD/obj/engine.o" "$BUILD/obj/fused_mma.o" "$BUILD/obj/fused_stream.o" "$BUILD/obj/sample.o" \
-            "$BUILD/obj/fused_wgmma.o" \
-            "$BUILD/bench_cuda.o" || ok=0
-        ar rcs "$BUILD/lib/libflashsample.a" "$BUILD"/obj/*.o || ok=0
-        CUDALIBS="-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcurand -lcudart -lstdc++ -lm -lpthread"
-        gcc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Ilib -Ikernels tests/gpu/gpu_tests.c -o "$BUILD/gpu_tests" \
-            "$BUILD/lib/libflashsample.a" $CUDALIBS || ok=0
-        printf '#include "bench_cuda.h"\nint main(int c, char **v) { return fls_tool_bench_cuda(c - 1, v + 1); }\n' \
-            >"$BUILD/bench_main.c"
-        gcc -O2 -Itools "$BUILD/bench_main.c" "$BUILD/bench_cuda.o" "$BUILD/lib/libflashsample.a" $CUDALIBS \
-            -o "$BUILD/tools/flashsample" || ok=0
-        [ $ok = 1 ]
-    fi
+    meson setup "$BUILD" --buildtype=release -Dcuda=enabled && ninja -C "$BUILD" -j "$(nproc)"
 ) >"$OUT/build.log" 2>&1 && status_build=PASS
 
 status_simd=SKIP
 if [ "$status_build" = PASS ]; then
     # ---- SASS of the tensor-core kernels: instruction mix, no local memory ----
-    for o in $(find "$BUILD" -name 'fused_wgmma.o' -o -name 'fused_mma.o' -o -name 'fused_stream.o' | sort); do
+    for o in $(find "$BUILD" -name 'fused_wgmma.o' | sort); do
         echo "== $o"
         cuobjdump -sass "$o" 2>&1 | grep -oE '\b(HGMMA|HMMA|UTMALDG|LDL|STL|SYNCS)[A-Z0-9._]*' | sort | uniq -c
     done >"$OUT/sass.txt" 2>&1
@@ -136,7 +75,7 @@ if [ "$status_build" = PASS ]; then
         if "$BUILD/tools/simd_check" >"$OUT/simd_check.log" 2>&1; then status_simd=PASS; else status_simd=FAIL; fi
     fi
     # ---- the gpu suite ----
-    timeout "${FLS_GPU_TEST_TIMEOUT:-420}" "$BUILD/gpu_tests" $QUICK ${FLS_GPU_TEST_ARGS:-} >"$OUT/gpu_tests.log" 2>&1
+    timeout "${FLS_GPU_TEST_TIMEOUT:-420}" "$BUILD/tests/gpu/gpu_tests" $QUICK ${FLS_GPU_TEST_ARGS:-} >"$OUT/gpu_tests.log" 2>&1
     rc=$?
     [ $rc -eq 124 ] && echo "gpu suite: timed out (FLS_GPU_TEST_TIMEOUT)" >>"$OUT/gpu_tests.log"
     if [ $rc -eq 0 ]; then status_tests=PASS; elif [ $rc -eq 77 ]; then status_tests=SKIP; fi
@@ -148,8 +87,7 @@ if [ "$status_build" = PASS ]; then
     # ---- Nsight Compute on single kernels (optional) ----
     NCU=${FLS_GPU_NCU:-0}
     if [ "$NCU" != 0 ] && command -v ncu >/dev/null 2>&1; then
-        for prof in "fls_segments_kernel:256:fused_chunked" "fls_fused_stream_kernel:1:fused_stream" \
-            "fls_fused_wgmma_kernel:${FLS_NCU_B:-128}:fused_wgmma"; do
+        for prof in "fls_segments_kernel:256:fused_chunked" "fls_fused_wgmma_kernel:${FLS_NCU_B:-128}:fused_wgmma"; do
             IFS=: read -r kern pb eng <<<"$prof"
             [ "$NCU" = 1 ] || [ "fused_$NCU" = "$eng" ] || continue
             echo "=== ncu $kern B=$pb ($eng, D=4096, V=151936)" >>"$OUT/ncu.txt"
@@ -182,7 +120,7 @@ if [ "$status_build" = PASS ]; then
                 continue
             fi
             echo "=== compute-sanitizer --tool $tool : $only (limit $left s)" >>"$OUT/sanitizer.log"
-            timeout $left compute-sanitizer --error-exitcode 9 --tool $tool "$BUILD/gpu_tests" --quick --only "$only" \
+            timeout $left compute-sanitizer --error-exitcode 9 --tool $tool "$BUILD/tests/gpu/gpu_tests" --quick --only "$only" \
                 >>"$OUT/sanitizer.log" 2>&1
             rc=$?
             echo "=== exit $rc" >>"$OUT/sanitizer.log"

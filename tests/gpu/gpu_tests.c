@@ -731,6 +731,71 @@ done:
     fls_device_free(dt);
 }
 
+/* first_draw: draws 9..39 of a run on every GPU configuration (and from
+ * logits) are the CPU engine's draws 9..39 of one call of 40 (integer
+ * logits: every path computes the same floats). */
+static void test_first_draw(void)
+{
+    const int64_t V = 3001, D = 64, B = 5, all = 40, d0 = 9, n = all - d0;
+    g_rng = 777;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3), *H = make_int_matrix(B, D, D, FLS_DTYPE_BF16, 2);
+    int64_t *ref = malloc(8 * (size_t)(B * all)), *got = malloc(8 * (size_t)(B * n));
+    float *L = malloc(4 * (size_t)(B * V));
+    CHECK(W && H && ref && got && L, "host memory");
+    fls_params p;
+    fls_params_default(&p);
+    p.seed = 31;
+    p.temperature_value = 0.9f;
+    p.draws = all;
+    fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+    fls_outputs oc = {ref, NULL, NULL};
+    fls_status st = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+    CHECK(st == FLS_OK, "cpu: %s", fls_status_string(st));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t v = 0; v < V; v++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < D; k++)
+                acc +=
+                    fls_bf16_to_f32(((uint16_t *)W)[v * D + k]) * fls_bf16_to_f32(((uint16_t *)H)[b * D + k]);
+            L[b * V + v] = acc; /* small integers: exact in any order */
+        }
+    void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = to_dev(H, (size_t)(B * D) * 2),
+         *dL = to_dev(L, 4 * (size_t)(B * V));
+    void *dt = NULL;
+    fls_device_malloc(&dt, 8 * (size_t)(B * n));
+    CHECK(dW && dH && dL && dt, "device memory");
+    p.first_draw = d0;
+    p.draws = n;
+    fls_row_params *rows = resolve_rows(&p, B);
+    fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+    fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, V};
+    int mism = 0;
+    for (int k = 0; k <= N_CFGS; k++) {
+        /* k == N_CFGS: from logits */
+        fls_request req = {rows, B, V, n, k < N_CFGS ? k_cfgs[k].method : FLS_METHOD_FUSED, (uint32_t)d0};
+        fls_outputs og = {(int64_t *)dt, NULL, NULL};
+        fls_cuda_opts o = k < N_CFGS ? cfg_opts(k) : cfg_opts(0);
+        st = k < N_CFGS ? fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o)
+                        : fls_cuda_run(g_gpu, NULL, NULL, &dLm, &req, &og, &o);
+        CHECK(st == FLS_OK, "%s: %s", k < N_CFGS ? k_cfgs[k].label : "from logits", fls_status_string(st));
+        fls_device_download(got, dt, 8 * (size_t)(B * n));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < n; j++)
+                mism += got[b * n + j] != ref[b * all + d0 + j];
+    }
+    free(rows);
+    CHECK(mism == 0, "%d tokens of draws %lld.. differ from the CPU engine's", mism, (long long)d0);
+    free(W);
+    free(H);
+    free(L);
+    free(ref);
+    free(got);
+    fls_device_free(dW);
+    fls_device_free(dH);
+    fls_device_free(dL);
+    fls_device_free(dt);
+}
+
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
 static void test_logits_path(void)
 {
@@ -1252,6 +1317,7 @@ int main(int argc, char **argv)
     run_test("logits_path_masks_nan", test_logits_path);
     run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
+    run_test("first_draw_all_configs", test_first_draw);
     run_test("temperature_overflow_is_an_error", test_temperature_overflow);
     run_test("fused_bad_values_are_errors", test_fused_bad_values);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);

@@ -86,3 +86,58 @@ Test(determinism, error_status_does_not_depend_on_threads)
             fls_context_destroy(ctx);
         }
 }
+
+/* A run of draws split into calls of consecutive draw ranges (first_draw)
+ * gives the tokens of one call, on the fused and the from-logits paths and
+ * the unfused baselines. */
+Test(determinism, first_draw_splits_a_run)
+{
+    const int64_t B = 3, V = 5000, D = 16, draws = 7;
+    float *W = malloc((size_t)(V * D) * sizeof(float)), *H = malloc((size_t)(B * D) * sizeof(float));
+    float *L = malloc((size_t)(B * V) * sizeof(float));
+    cr_assert(W && H && L);
+    for (int64_t i = 0; i < V * D; i++)
+        W[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    for (int64_t i = 0; i < B * D; i++)
+        H[i] = (float)((i * 40503u) % 101) / 50.0f - 1.0f;
+    for (int64_t i = 0; i < B * V; i++)
+        L[i] = (float)((i * 2246822519u) % 3001) / 1000.0f;
+    fls_matrix Wm = {W, FLS_DTYPE_F32, V, D, D}, Hm = {H, FLS_DTYPE_F32, B, D, D},
+               Lm = {L, FLS_DTYPE_F32, B, V, V};
+    fls_context_t *ctx = ctx_threads(2, 0);
+    const fls_method methods[3] = {FLS_METHOD_FUSED, FLS_METHOD_UNFUSED_GUMBEL,
+                                   FLS_METHOD_UNFUSED_MULTINOMIAL};
+    for (int mi = 0; mi < 3; mi++)
+        for (int fused = 0; fused < 2; fused++) {
+            fls_params p;
+            fls_params_default(&p);
+            p.method = methods[mi];
+            p.seed = 5;
+            p.temperature_value = 0.8f;
+            p.draws = draws;
+            int64_t all[3 * 7], part[3 * 7];
+            fls_outputs o = {all, NULL, NULL};
+            cr_assert_eq(fused ? fls_sample_fused(ctx, &Wm, &Hm, &p, &o)
+                               : fls_sample_logits(ctx, &Lm, &p, &o),
+                         FLS_OK);
+            for (int64_t d0 = 0; d0 < draws;) {
+                const int64_t n = d0 == 0 ? 3 : draws - d0; /* draws 0-2, then 3-6 */
+                p.first_draw = d0;
+                p.draws = n;
+                o.tokens = part;
+                cr_assert_eq(fused ? fls_sample_fused(ctx, &Wm, &Hm, &p, &o)
+                                   : fls_sample_logits(ctx, &Lm, &p, &o),
+                             FLS_OK);
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t j = 0; j < n; j++)
+                        cr_assert_eq(part[b * n + j], all[b * draws + d0 + j],
+                                     "method %d fused %d row %lld draw %lld", mi, fused, (long long)b,
+                                     (long long)(d0 + j));
+                d0 += n;
+            }
+        }
+    fls_context_destroy(ctx);
+    free(W);
+    free(H);
+    free(L);
+}

@@ -380,6 +380,46 @@ Test(errors, bad_draws)
     }
 }
 
+static void expect_create(const fls_context_config *cfg, fls_status want, const char *what);
+
+/* first_draw: 0 <= first_draw, first_draw + draws < 2^32. */
+Test(errors, bad_first_draw)
+{
+    const int64_t first[] = {-1, ((int64_t)1 << 32) - 1, INT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        fls_params p = fx.p;
+        p.first_draw = first[i];
+        char what[64];
+        snprintf(what, sizeof what, "first_draw = %lld", (long long)first[i]);
+        expect_params(&p, FLS_ERR_SIZE, what);
+    }
+    fls_params p = fx.p;
+    p.first_draw = (int64_t)UINT32_MAX - p.draws; /* the last draw indices: fine */
+    cr_assert_eq(fls_sample_fused(fx.ctx, &fx.W.m, &fx.H.m, &p, &fx.o.out), FLS_OK);
+    cr_assert_eq(fls_sample_logits(fx.ctx, &fx.L.m, &p, &fx.o.out), FLS_OK);
+}
+
+/* struct_size: a size this library does not know is a parameter error,
+ * a smaller known one (an older caller) gets the later fields' defaults. */
+Test(errors, struct_size)
+{
+    fls_params p = fx.p;
+    p.struct_size = 0;
+    expect_params(&p, FLS_ERR_PARAM, "struct_size 0 (params not from fls_params_default)");
+    p = fx.p, p.struct_size = sizeof p + 8;
+    expect_params(&p, FLS_ERR_PARAM, "struct_size from a newer header");
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.struct_size = 3;
+    expect_create(&cfg, FLS_ERR_PARAM, "config struct_size 3");
+    cfg.struct_size = sizeof cfg + 16;
+    expect_create(&cfg, FLS_ERR_PARAM, "config struct_size from a newer header");
+    fls_context_config_default(&cfg);
+    fls_context_t *ctx = NULL;
+    cr_assert_eq(fls_context_create(&ctx, &cfg), FLS_OK);
+    fls_context_destroy(ctx);
+}
+
 Test(errors, bad_method)
 {
     const int bad[] = {3, -1, 1000};
