@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Installs what flashsample needs from Debian's packages (idempotent; quiet when
-# everything is already there). Used by the two quick-start scripts.
+# Installs what flashsample and its tests need from Debian's packages (tested
+# on Debian 12; idempotent; quiet when everything is already there). Used by
+# the two quick-start scripts.
+#   build: meson ninja-build pkg-config gcc libgsl-dev
+#   tests: libcriterion-dev valgrind clang-format (14 on Debian 12, the
+#          version .clang-format is checked with);
+#          python3-numpy (numpy interop test), python3-matplotlib,
+#          python3-nbconvert python3-ipykernel jupyter-nbconvert (the notebooks
+#          run in the test suite, and paper_repro/report.py's figures).
+# The tests use /usr/bin/python3 (where apt installs numpy) even when another
+# python3 comes first on PATH.
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config gcc libgsl-dev libcriterion-dev python3 valgrind clang-format)
+pkgs=(meson ninja-build pkg-config gcc libgsl-dev libcriterion-dev python3 valgrind clang-format
+    python3-numpy python3-matplotlib python3-nbconvert python3-ipykernel jupyter-nbconvert)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
