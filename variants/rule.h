@@ -39,6 +39,14 @@
 #include <math.h>
 #endif
 
+/* A truth value: bool in C++ and CUDA (the kernels OR these into bool
+ * registers), int in C. */
+#if defined(__cplusplus)
+#define FLS_BOOL bool
+#else
+#define FLS_BOOL int
+#endif
+
 /* ---- One candidate: (key, tempered logit, token) ---- */
 
 /* idx < 0: empty (nothing with a finite key pushed yet). */
@@ -60,7 +68,7 @@ FLS_HD fls_cand fls_cand_empty(void)
 /* Whether (key, idx) beats the candidate c: a larger key, or the same key
  * and a lower index. A -inf key never enters (a masked token is never
  * sampled); an empty c is beaten by any finite key. */
-FLS_HD int fls_cand_beats(float key, int64_t idx, const fls_cand *c)
+FLS_HD FLS_BOOL fls_cand_beats(float key, int64_t idx, const fls_cand *c)
 {
     return key > -INFINITY && (c->idx < 0 || key > c->key || (key == c->key && idx < c->idx));
 }
@@ -233,13 +241,13 @@ FLS_HD fls_lse fls_lse_span(const float *x, int64_t n)
 /* ---- A row's input errors, in the engines' order of priority ---- */
 
 /* A NaN or +inf logit: FLS_ERR_NAN. -inf is a mask, never an error. */
-FLS_HD int fls_bad_logit(float l)
+FLS_HD FLS_BOOL fls_bad_logit(float l)
 {
     return !(l <= 3.40282347e38f); /* one compare: true for NaN and +inf */
 }
 
 /* A finite logit whose tempered value x is infinite: FLS_ERR_TEMPERATURE. */
-FLS_HD int fls_temper_overflows(float l, float x)
+FLS_HD FLS_BOOL fls_temper_overflows(float l, float x)
 {
     return isfinite(l) && isinf(x);
 }

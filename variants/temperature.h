@@ -29,7 +29,7 @@ FLS_HD float fls_temper(float l, float T)
 }
 
 /* Whether the row draws noise at all (T = 0, greedy, does not). */
-FLS_HD int fls_temperature_noisy(float T)
+FLS_HD FLS_BOOL fls_temperature_noisy(float T)
 {
     return T != 0.0f;
 }
@@ -114,7 +114,7 @@ struct fls_temperature_rule {
     }
     static FLS_HDM bool noisy(float T)
     {
-        return fls_temperature_noisy(T) != 0;
+        return fls_temperature_noisy(T);
     }
     static FLS_HDM float key(float x, float g, float T)
     {
