@@ -1,7 +1,7 @@
 /*
  * api.c — the public entry points: status strings, defaults, contexts, and
  * the validation that every request passes before an engine sees it.
- * Rule (DESIGN.md, Errors): bad input gets a clear status and changes nothing,
+ * Rule (docs/CONTRACTS.md, Errors): bad input gets a clear status and changes nothing,
  * so every check here happens before any output is touched.
  */
 #include "internal.h"

@@ -1,5 +1,5 @@
 /*
- * test_errors.c — DESIGN.md's error rules through the public API: every bad
+ * test_errors.c — the error contract (docs/CONTRACTS.md) through the public API: every bad
  * input gets its status and changes nothing (outputs are guard-filled before
  * each call and must still hold the guard after it); defaults, names and
  * status strings.
@@ -205,7 +205,7 @@ Test(errors, misaligned_outputs)
 }
 
 /* Misaligned parameter arrays (temperature, row_seeds, row_offsets) are bad
- * pointers too (DESIGN.md: "NULL or misaligned pointers"); reading them would
+ * pointers too (docs/CONTRACTS.md: "a pointer misaligned for its dtype"); reading them would
  * be undefined behaviour. */
 Test(errors, misaligned_param_arrays)
 {
