@@ -264,6 +264,60 @@ static int ptr_aligned(const void *p, size_t a)
     return ((uintptr_t)p) % a == 0;
 }
 
+/* The rule family's parameters: every value in range, every array aligned;
+ * FLS_ERR_PARAM otherwise (docs/RULES.md). */
+static fls_status check_rule_params(const fls_params *p, int64_t B, int64_t V)
+{
+    if ((p->row_top_k && !ptr_aligned(p->row_top_k, sizeof(int64_t))) ||
+        (p->row_top_p && !ptr_aligned(p->row_top_p, sizeof(float))) ||
+        (p->row_min_p && !ptr_aligned(p->row_min_p, sizeof(float))) ||
+        (p->row_without_replacement_k && !ptr_aligned(p->row_without_replacement_k, sizeof(int64_t))) ||
+        (p->row_filter_value && !ptr_aligned(p->row_filter_value, sizeof(double))))
+        return FLS_ERR_ALIGN;
+    if (p->without_replacement_k < 0 || p->without_replacement_k > V ||
+        (p->row_without_replacement_k && p->without_replacement_k == 0))
+        return FLS_ERR_PARAM;
+    const int extra = p->filter ? fls_filter_lookup(p->filter) : -1;
+    /* `filter` names a rule added to the registry; the three built-ins have their own fields */
+    if (p->filter && extra <= FLS_FILTER_TOP_P)
+        return FLS_ERR_PARAM;
+    if (!p->filter && p->row_filter_value)
+        return FLS_ERR_PARAM;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t k = p->row_top_k ? p->row_top_k[b] : p->top_k;
+        const float tp = p->row_top_p ? p->row_top_p[b] : p->top_p;
+        const float mp = p->row_min_p ? p->row_min_p[b] : p->min_p;
+        if (k < 0 || k > V || !fls_top_p_valid(tp) || !fls_min_p_valid(mp))
+            return FLS_ERR_PARAM;
+        if (extra >= 0 &&
+            !fls_filter_valid(extra, p->row_filter_value ? p->row_filter_value[b] : p->filter_value))
+            return FLS_ERR_PARAM;
+        if (p->row_without_replacement_k && (p->row_without_replacement_k[b] < 1 ||
+                                             p->row_without_replacement_k[b] > p->without_replacement_k))
+            return FLS_ERR_PARAM;
+        if (!p->row_top_k && !p->row_top_p && !p->row_min_p && !p->row_without_replacement_k &&
+            !p->row_filter_value)
+            break; /* scalars only: one row says it all */
+    }
+    return FLS_OK;
+}
+
+/* Whether any row uses a filter or draws more than one token. */
+static int rule_active(const fls_params *p, int64_t B)
+{
+    if (p->without_replacement_k > 0 || p->filter)
+        return 1;
+    for (int64_t b = 0; b < B; b++) {
+        if ((p->row_top_k ? p->row_top_k[b] : p->top_k) != 0 ||
+            (p->row_top_p ? p->row_top_p[b] : p->top_p) != 1.0f ||
+            (p->row_min_p ? p->row_min_p[b] : p->min_p) != 0.0f)
+            return 1;
+        if (!p->row_top_k && !p->row_top_p && !p->row_min_p)
+            break;
+    }
+    return 0;
+}
+
 /* Validates params and outputs for a (B, V) request and resolves the rows.
  * On success *rows_out is a malloc'ed array of B rows (caller frees). */
 static fls_status resolve_request(const fls_context_t *ctx, const fls_params *params, const fls_outputs *out,
@@ -285,21 +339,19 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *pa
         return FLS_ERR_ALIGN;
     if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_UNFUSED_MULTINOMIAL)
         return FLS_ERR_PARAM;
-    /* Reserved variants: not implemented yet, never silently ignored. */
-    if (p->top_k != 0 || p->top_p != 1.0f || p->min_p != 0.0f || p->without_replacement_k != 0) {
-        if (p->top_k < 0 || (p->top_k > V) || !(p->top_p >= 0.0f && p->top_p <= 1.0f) ||
-            !(p->min_p >= 0.0f && p->min_p <= 1.0f) || p->without_replacement_k < 0 ||
-            p->without_replacement_k > V)
-            return FLS_ERR_PARAM;
-        return FLS_ERR_UNSUPPORTED;
-    }
+    fls_status rst = check_rule_params(p, B, V);
+    if (rst != FLS_OK)
+        return rst;
     if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
         p->first_draw > (int64_t)UINT32_MAX - p->draws)
         return FLS_ERR_SIZE;
     if (V >= ((int64_t)1 << 33) - 1)
         return FLS_ERR_SIZE;
-    if (B > INT64_MAX / 16 / p->draws)
+    const int64_t K = p->without_replacement_k > 0 ? p->without_replacement_k : 1;
+    if (B > INT64_MAX / 16 / p->draws / K)
         return FLS_ERR_SIZE;
+    if (K > 1 && p->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
+        return FLS_ERR_UNSUPPORTED; /* the multinomial baseline draws one token per draw */
     if (ctx->engine == FLS_ENGINE_CUDA) {
         fls_status st = fls_cuda_check_device_pointer(out->tokens);
         if (st == FLS_OK && out->logsumexp)
@@ -320,6 +372,32 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *pa
     fls_row_params *rows = malloc((size_t)B * sizeof *rows);
     if (!rows)
         return FLS_ERR_OUT_OF_MEMORY;
+    fls_row_rule *rule = NULL;
+    unsigned needs = 0;
+    if (rule_active(p, B)) {
+        rule = malloc((size_t)B * sizeof *rule);
+        if (!rule) {
+            free(rows);
+            return FLS_ERR_OUT_OF_MEMORY;
+        }
+        const int extra = p->filter ? fls_filter_lookup(p->filter) : -1;
+        for (int64_t b = 0; b < B; b++) {
+            fls_row_rule *r = &rule[b];
+            r->value[FLS_FILTER_MIN_P] = p->row_min_p ? p->row_min_p[b] : p->min_p;
+            r->value[FLS_FILTER_TOP_K] = (double)(p->row_top_k ? p->row_top_k[b] : p->top_k);
+            r->value[FLS_FILTER_TOP_P] = p->row_top_p ? p->row_top_p[b] : p->top_p;
+            for (int id = FLS_FILTER_TOP_P + 1; id < FLS_FILTER_COUNT; id++)
+                r->value[id] = 0.0; /* every registry rule's "off" is 0 */
+            if (extra >= 0)
+                r->value[extra] = p->row_filter_value ? p->row_filter_value[b] : p->filter_value;
+            for (int id = 0; id < FLS_FILTER_COUNT; id++)
+                if (!fls_filter_off(id, r->value[id]))
+                    needs |= fls_filter_table[id].needs;
+            r->K = p->without_replacement_k == 0
+                       ? 1
+                       : (p->row_without_replacement_k ? p->row_without_replacement_k[b] : K);
+        }
+    }
     for (int64_t b = 0; b < B; b++) {
         rows[b].temperature = p->temperature ? p->temperature[b] : p->temperature_value;
         /* -0.0 is greedy too */
@@ -335,6 +413,10 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *pa
     req->draws = p->draws;
     req->first_draw = (uint32_t)p->first_draw;
     req->method = p->method;
+    req->rule = rule;
+    req->K = K;
+    req->needs = needs;
+    req->second_pass_rows = NULL;
     *rows_out = rows;
     return FLS_OK;
 }
@@ -347,6 +429,36 @@ static fls_status check_inputs_memory(const fls_context_t *ctx, const fls_matrix
     if (st == FLS_OK && b)
         st = fls_cuda_check_device_pointer(b->data);
     return st;
+}
+
+static void count_call(fls_context_t *ctx, const fls_request *req, fls_status st, uint64_t second)
+{
+    if (st != FLS_OK)
+        return;
+    ctx->counters.calls++;
+    ctx->counters.rows += (uint64_t)req->batch;
+    ctx->counters.second_pass_rows += second;
+}
+
+void fls_counters_default(fls_counters *counters)
+{
+    if (!counters)
+        return;
+    memset(counters, 0, sizeof *counters);
+    counters->struct_size = sizeof *counters;
+}
+
+fls_status fls_context_counters(const fls_context_t *ctx, fls_counters *counters)
+{
+    if (!ctx || !counters)
+        return FLS_ERR_NULL;
+    if (counters->struct_size < sizeof(size_t) + 3 * sizeof(uint64_t) ||
+        counters->struct_size > sizeof *counters)
+        return FLS_ERR_PARAM;
+    fls_counters c = ctx->counters;
+    c.struct_size = counters->struct_size;
+    memcpy(counters, &c, counters->struct_size);
+    return FLS_OK;
 }
 
 fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
@@ -368,11 +480,15 @@ fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_m
     st = resolve_request(ctx, params, out, H->rows, W->rows, &req, &rows);
     if (st != FLS_OK)
         return st;
+    uint64_t second = 0;
+    req.second_pass_rows = &second;
     if (ctx->engine == FLS_ENGINE_CUDA)
         st = fls_cuda_sample_fused(ctx, W, H, &req, out);
     else
         st = fls_cpu_sample_fused(ctx, W, H, &req, out);
+    count_call(ctx, &req, st, second);
     free(rows);
+    free((void *)req.rule);
     return st;
 }
 
@@ -391,10 +507,14 @@ fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_
     st = resolve_request(ctx, params, out, L->rows, L->cols, &req, &rows);
     if (st != FLS_OK)
         return st;
+    uint64_t second = 0;
+    req.second_pass_rows = &second;
     if (ctx->engine == FLS_ENGINE_CUDA)
         st = fls_cuda_sample_logits(ctx, L, &req, out);
     else
         st = fls_cpu_sample_logits(ctx, L, &req, out);
+    count_call(ctx, &req, st, second);
     free(rows);
+    free((void *)req.rule);
     return st;
 }

@@ -19,8 +19,11 @@
 #include "cpu_kernels.h"
 #include "fls_dtype.h"
 #include "fls_noise.h"
+#include "cpu_rules.h"
 #include "rule.h"
+#include "stair.h"
 #include "temperature.h"
+#include "topc.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -151,54 +154,26 @@ static fls_status run_threads(int n, worker_fn fn, void *arg)
     return FLS_OK;
 }
 
-/* ---- the tile engine ---- */
-
-/*
- * The rule the tile loop folds over (variants/rule.h): its per-(row, draw)
- * candidate state and the functions the engine calls. The loop itself knows
- * no rule: it produces a tile's logits, tempers them, checks them, keeps
- * the row's log-sum-exp partial, draws the noise of the draws that need it
- * and pushes the tile into each (row, draw) state; threads' states merge at
- * the end and the rule finalizes each (row, draw).
+/* ---- the tile engine ----
+ *
+ * The loop knows no rule (lib/cpu_rules.h): it produces a tile's logits,
+ * tempers and checks them, keeps the row's partial statistics (log-sum-exp
+ * and, for filters that need them, moments) per tile, pushes the tile into
+ * the row's statistics state and, with each draw's noise, into each (row,
+ * draw) candidate state. Threads' states merge at the end; partials merge in
+ * tile order (the same bits for any thread count); the rule finalizes each
+ * row, and rows it cannot decide from what was kept take an exact second
+ * pass over their materialized logits (same noise, same token).
  */
-typedef struct cpu_rule {
-    size_t cand_size;
-    void (*init)(void *c);
-    /* the tile's n tokens v0.. : tempered logits x, noise g (NULL: T = 0) */
-    void (*push_span)(void *c, const float *x, const float *g, float T, int64_t v0, int64_t n);
-    void (*merge)(void *a, const void *b);
-    fls_status (*finalize)(const void *c, float T, double lse, int64_t *token, float *logprob);
-} cpu_rule;
-
-static void temperature_init(void *c)
-{
-    fls_temperature_init(c);
-}
-
-static void temperature_push_span(void *c, const float *x, const float *g, float T, int64_t v0, int64_t n)
-{
-    fls_temperature_push_span(c, x, g, T, v0, n);
-}
-
-static void temperature_merge(void *a, const void *b)
-{
-    fls_temperature_merge(a, b);
-}
-
-static fls_status temperature_finalize(const void *c, float T, double lse, int64_t *token, float *logprob)
-{
-    return fls_temperature_finalize(c, T, lse, token, logprob);
-}
-
-static const cpu_rule k_temperature_rule = {sizeof(fls_cand), temperature_init, temperature_push_span,
-                                            temperature_merge, temperature_finalize};
 
 typedef struct thread_state {
-    char *cand;   /* B x draws rule states (rule->cand_size bytes each) */
-    char *greedy; /* one rule state: a greedy row's tile winner, shared by its draws */
-    float *ltile; /* B x tile_v logits */
-    float *wbuf;  /* tile_v x Dp converted W rows (when convert_w) */
-    float *g;     /* tile_v noise */
+    char *cand;     /* B x draws rule states (rule.cand_size bytes each) */
+    char *rows;     /* B row states (rule.row_size bytes each), or NULL */
+    char *greedy;   /* one rule state: a greedy row's tile, shared by its draws */
+    float *ltile;   /* B x tile_v logits */
+    float *wbuf;    /* tile_v x Dp converted W rows (when convert_w) */
+    float *g;       /* tile_v noise */
+    float *scratch; /* tile_v floats for the rule */
     int bad_nan;
     int bad_temp;
 } thread_state;
@@ -207,7 +182,8 @@ enum { SRC_FUSED, SRC_LOGITS };
 
 typedef struct tile_job {
     fls_cpu_kernels k;
-    const cpu_rule *rule;
+    cpu_rule rule;
+    cpu_rule_ctx rc;
     const fls_request *req;
     int src;
     const fls_matrix *W;
@@ -216,10 +192,11 @@ typedef struct tile_job {
     const fls_matrix *L;
     float *store; /* non-NULL: only materialize logits into this (B, V) buffer */
     int64_t tile_v, ntiles, dchunks, dchunk;
-    int want_lse;
-    fls_lse *lse_parts; /* ntiles x B partial log-sum-exps, merged in tile order */
-    int convert_w;      /* convert each W tile to f32 first, then the blocked f32 kernel (every
-                           path but AVX2 at B > 2, which converts W in registers) */
+    int want_parts;  /* per-tile partials (logsumexp outputs, or the rule needs them) */
+    int moments;     /* ... with the moments */
+    cpu_part *parts; /* ntiles x B partials, merged in tile order */
+    int convert_w;   /* convert each W tile to f32 first, then the blocked f32 kernel (every
+                        path but AVX2 at B > 2, which converts W in registers) */
     atomic_llong next;
     thread_state *ts;
 } tile_job;
@@ -256,16 +233,12 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
 /* The state of (row b, draw d) in an array of B x draws states. */
 static void *cand_at(const tile_job *j, char *base, int64_t b, int64_t d)
 {
-    return base + (size_t)(b * j->req->draws + d) * j->rule->cand_size;
+    return base + (size_t)(b * j->req->draws + d) * j->rule.cand_size;
 }
 
-/* Samples one row of one tile: x holds the nv logits of row b, v0 the
- * global index of x[0]. Draws [d0, d1) of the row. */
-static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_t v0, int64_t nv, int64_t d0,
-                       int64_t d1, fls_lse *lse)
+/* Tempers row b's logits in place and records input errors. */
+static void temper_row(thread_state *s, float *x, int64_t nv, float T)
 {
-    const fls_row_params *rp = &j->req->rows[b];
-    const float T = rp->temperature;
     for (int64_t i = 0; i < nv; i++) {
         float l = x[i];
         s->bad_nan |= fls_bad_logit(l);
@@ -273,18 +246,31 @@ static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_
         s->bad_temp |= fls_temper_overflows(l, t);
         x[i] = t;
     }
-    if (lse)
-        *lse = fls_lse_span(x, nv);
+}
+
+/* Samples one row of one tile: x holds the nv logits of row b, v0 the
+ * global index of x[0]. Draws [d0, d1) of the row; part (the row's partial
+ * of this tile) and the row statistics only on the tile's first draw chunk. */
+static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_t v0, int64_t nv, int64_t d0,
+                       int64_t d1, cpu_part *part, int first_chunk)
+{
+    const fls_row_params *rp = &j->req->rows[b];
+    const float T = rp->temperature;
+    temper_row(s, x, nv, T);
+    if (part)
+        cpu_part_span(part, x, nv, j->moments);
+    if (first_chunk && j->rule.row_size)
+        j->rule.row_push(s->rows + (size_t)b * j->rule.row_size, x, v0, nv);
     if (!fls_temperature_noisy(T)) { /* no noise: every draw sees the same keys */
-        j->rule->init(s->greedy);
-        j->rule->push_span(s->greedy, x, NULL, T, v0, nv);
+        j->rule.cand_init(&j->rc, s->greedy);
+        j->rule.push_span(s->greedy, x, NULL, T, v0, nv, s->scratch);
         for (int64_t d = d0; d < d1; d++)
-            j->rule->merge(cand_at(j, s->cand, b, d), s->greedy);
+            j->rule.cand_merge(cand_at(j, s->cand, b, d), s->greedy);
         return;
     }
     for (int64_t d = d0; d < d1; d++) {
         j->k.gumbel(rp->seed, rp->offset, j->req->first_draw + (uint32_t)d, (uint64_t)v0, nv, s->g);
-        j->rule->push_span(cand_at(j, s->cand, b, d), x, s->g, T, v0, nv);
+        j->rule.push_span(cand_at(j, s->cand, b, d), x, s->g, T, v0, nv, s->scratch);
     }
 }
 
@@ -310,7 +296,7 @@ static void tile_worker(void *arg, int thread)
         int64_t d0 = dc * j->dchunk, d1 = d0 + j->dchunk < draws ? d0 + j->dchunk : draws;
         for (int64_t b = 0; b < B; b++)
             sample_row(j, s, b, s->ltile + b * nv, v0, nv, d0, d1,
-                       j->want_lse && dc == 0 ? &j->lse_parts[tile * B + b] : NULL);
+                       j->parts && dc == 0 ? &j->parts[tile * B + b] : NULL, dc == 0);
     }
 }
 
@@ -320,10 +306,12 @@ static void free_states(thread_state *ts, int n)
         return;
     for (int t = 0; t < n; t++) {
         free(ts[t].cand);
+        free(ts[t].rows);
         free(ts[t].greedy);
         free(ts[t].ltile);
         free(ts[t].wbuf);
         free(ts[t].g);
+        free(ts[t].scratch);
     }
     free(ts);
 }
@@ -345,6 +333,9 @@ static int64_t choose_tile(const fls_context_t *ctx, int src, int convert_w, int
     return t > V + (V & 1) ? V + (V & 1) : t;
 }
 
+static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
+                              const cpu_part *part, int64_t *tok, float *lp, double *lse);
+
 /* Runs the tile engine. With store != NULL it only materializes logits. */
 static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_outputs *out)
 {
@@ -364,22 +355,24 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         threads = (int)(j->ntiles * j->dchunks);
     atomic_init(&j->next, 0);
 
-    j->lse_parts = NULL;
-    if (j->want_lse && !j->store) { /* every tile's dc == 0 item writes its B parts */
-        if ((size_t)j->ntiles > SIZE_MAX / sizeof(fls_lse) / (size_t)B)
+    const size_t cs = j->rule.cand_size, rs = j->rule.row_size;
+    j->parts = NULL;
+    if (j->want_parts && !j->store) { /* every tile's dc == 0 item writes its B parts */
+        if ((size_t)j->ntiles > SIZE_MAX / sizeof(cpu_part) / (size_t)B)
             return FLS_ERR_SIZE;
-        j->lse_parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(fls_lse));
-        if (!j->lse_parts)
+        j->parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(cpu_part));
+        if (!j->parts)
             return FLS_ERR_OUT_OF_MEMORY;
     }
     if (too_big(B, j->tile_v, sizeof(float)) || too_big(j->tile_v, j->Dp, sizeof(float)) ||
-        too_big(B, draws, j->rule->cand_size)) {
-        free(j->lse_parts);
+        too_big(B * draws, j->req->K, sizeof(int64_t) + sizeof(float)) || too_big(B, draws, cs) ||
+        (rs && too_big(B, 1, rs))) {
+        free(j->parts);
         return FLS_ERR_SIZE;
     }
     thread_state *ts = calloc((size_t)threads, sizeof *ts);
     if (!ts) {
-        free(j->lse_parts);
+        free(j->parts);
         return FLS_ERR_OUT_OF_MEMORY;
     }
     int need_wbuf = j->src == SRC_FUSED && j->convert_w;
@@ -387,26 +380,31 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         thread_state *s = &ts[t];
         s->ltile = malloc((size_t)(B * j->tile_v) * sizeof(float));
         s->g = malloc((size_t)j->tile_v * sizeof(float));
+        s->scratch = malloc((size_t)j->tile_v * sizeof(float));
         s->wbuf = need_wbuf ? malloc((size_t)(j->tile_v * j->Dp) * sizeof(float)) : NULL;
         if (!j->store) {
-            s->cand = malloc((size_t)(B * draws) * j->rule->cand_size);
-            s->greedy = malloc(j->rule->cand_size);
+            s->cand = malloc((size_t)(B * draws) * cs);
+            s->greedy = malloc(cs);
+            s->rows = rs ? malloc((size_t)B * rs) : NULL;
         }
-        if (!s->ltile || !s->g || (need_wbuf && !s->wbuf) || (!j->store && (!s->cand || !s->greedy))) {
+        if (!s->ltile || !s->g || !s->scratch || (need_wbuf && !s->wbuf) ||
+            (!j->store && (!s->cand || !s->greedy || (rs && !s->rows)))) {
             free_states(ts, threads);
-            free(j->lse_parts);
+            free(j->parts);
             return FLS_ERR_OUT_OF_MEMORY;
         }
         if (!j->store) {
             for (int64_t i = 0; i < B * draws; i++)
-                j->rule->init(s->cand + (size_t)i * j->rule->cand_size);
+                j->rule.cand_init(&j->rc, s->cand + (size_t)i * cs);
+            for (int64_t b = 0; rs && b < B; b++)
+                j->rule.row_init(&j->rc, s->rows + (size_t)b * rs);
         }
     }
     j->ts = ts;
     fls_status st = run_threads(threads, tile_worker, j);
     if (st != FLS_OK || j->store) {
         free_states(ts, threads);
-        free(j->lse_parts);
+        free(j->parts);
         return st;
     }
 
@@ -417,46 +415,93 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         else if (ts[t].bad_temp)
             st = FLS_ERR_TEMPERATURE;
     }
-    const size_t cs = j->rule->cand_size;
-    for (int t = 1; t < threads && st == FLS_OK; t++)
+    for (int t = 1; t < threads && st == FLS_OK; t++) {
         for (int64_t i = 0; i < B * draws; i++)
-            j->rule->merge(ts[0].cand + (size_t)i * cs, ts[t].cand + (size_t)i * cs);
-    /* the rows' log-sum-exps, merged in tile order: the same bits for any
-     * thread count */
+            j->rule.cand_merge(ts[0].cand + (size_t)i * cs, ts[t].cand + (size_t)i * cs);
+        for (int64_t b = 0; rs && b < B; b++)
+            j->rule.row_merge(ts[0].rows + (size_t)b * rs, ts[t].rows + (size_t)b * rs);
+    }
+    /* every row: its partials in tile order, then the rule; the outputs are
+     * staged, so nothing is written unless every row succeeds */
+    const int64_t K = j->req->K, nout = B * draws * K;
+    int64_t *tok = NULL, *redo = NULL;
+    float *lp = NULL;
     double *lse = NULL;
-    if (st == FLS_OK && j->lse_parts) {
+    cpu_part *row_part = NULL;
+    int64_t nredo = 0;
+    if (st == FLS_OK) {
+        tok = malloc((size_t)nout * sizeof *tok);
+        lp = malloc((size_t)nout * sizeof *lp);
         lse = malloc((size_t)B * sizeof *lse);
-        if (!lse)
+        redo = malloc((size_t)B * sizeof *redo);
+        row_part = malloc((size_t)B * sizeof *row_part);
+        if (!tok || !lp || !lse || !redo || !row_part)
             st = FLS_ERR_OUT_OF_MEMORY;
-        for (int64_t b = 0; b < B && lse; b++) {
-            fls_lse a = fls_lse_empty();
+    }
+    for (int64_t b = 0; b < B && st == FLS_OK; b++) {
+        row_part[b] = cpu_part_empty();
+        if (j->parts)
             for (int64_t t = 0; t < j->ntiles; t++)
-                fls_lse_merge(&a, j->lse_parts[t * B + b].m, j->lse_parts[t * B + b].s);
-            lse[b] = fls_lse_value(a.m, a.s, !fls_temperature_noisy(j->req->rows[b].temperature));
-        }
+                cpu_part_merge(&row_part[b], &j->parts[t * B + b]);
+        int r = j->rule.finalize(&j->rc, b, rs ? ts[0].rows + (size_t)b * rs : NULL, &row_part[b],
+                                 ts[0].cand + (size_t)(b * draws) * cs, tok + b * draws * K,
+                                 lp + b * draws * K, &lse[b]);
+        if (r == CPU_RULE_SECOND_PASS)
+            redo[nredo++] = b;
+        else if (r != FLS_OK)
+            st = (fls_status)r;
     }
-    /* finalize every (row, draw) once to learn the status, then write */
-    for (int pass = 0; pass < 2 && st == FLS_OK; pass++) {
-        for (int64_t b = 0; b < B && st == FLS_OK; b++) {
-            const float T = j->req->rows[b].temperature;
-            const double l = lse ? lse[b] : 0.0;
-            if (pass && out->logsumexp)
-                out->logsumexp[b] = (float)l;
-            for (int64_t d = 0; d < draws && st == FLS_OK; d++) {
-                int64_t tok;
-                float lp;
-                st = j->rule->finalize(ts[0].cand + (size_t)(b * draws + d) * cs, T, l, &tok, &lp);
-                if (pass) {
-                    out->tokens[b * draws + d] = tok;
-                    if (out->logprobs)
-                        out->logprobs[b * draws + d] = lp;
-                }
-            }
-        }
-    }
-    free(lse);
     free_states(ts, threads);
-    free(j->lse_parts);
+    free(j->parts);
+    j->parts = NULL;
+    if (st == FLS_OK && nredo > 0) {
+        st = second_pass(ctx, j, redo, nredo, row_part, tok, lp, lse);
+        if (j->req->second_pass_rows)
+            *j->req->second_pass_rows += (uint64_t)nredo;
+    }
+    if (st == FLS_OK) {
+        memcpy(out->tokens, tok, (size_t)nout * sizeof *tok);
+        if (out->logprobs)
+            memcpy(out->logprobs, lp, (size_t)nout * sizeof *lp);
+        for (int64_t b = 0; out->logsumexp && b < B; b++)
+            out->logsumexp[b] = (float)lse[b];
+    }
+    free(tok);
+    free(lp);
+    free(lse);
+    free(redo);
+    free(row_part);
+    return st;
+}
+
+/* The tempered logits of row b of the request, all V of them, into x (the
+ * same floats as the one-pass engine's: same kernels, same accumulation). */
+static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, const int64_t *rows,
+                                   int64_t n, float *x);
+
+/* The exact second pass: the rows' logits materialized (a batch of rows at
+ * a time), then the rule's sort-based reference with the statistics of the
+ * first pass (so every decision the first pass could make comes out the
+ * same) and the contract's noise. */
+static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
+                              const cpu_part *part, int64_t *tok, float *lp, double *lse)
+{
+    const int64_t V = j->req->vocab, draws = j->req->draws, K = j->req->K;
+    const int64_t batch = 16;
+    float *x = too_big(batch, V, sizeof(float)) ? NULL : malloc((size_t)(batch * V) * sizeof(float));
+    if (!x)
+        return FLS_ERR_OUT_OF_MEMORY;
+    fls_status st = FLS_OK;
+    for (int64_t r0 = 0; r0 < nrows && st == FLS_OK; r0 += batch) {
+        const int64_t n = nrows - r0 < batch ? nrows - r0 : batch;
+        st = materialize_rows(ctx, j, rows + r0, n, x);
+        for (int64_t i = 0; i < n && st == FLS_OK; i++) {
+            const int64_t b = rows[r0 + i];
+            st = (fls_status)cpu_rule_reference_row(&j->rc, b, x + i * V, &part[b], j->k.gumbel,
+                                                    tok + b * draws * K, lp + b * draws * K, &lse[b]);
+        }
+    }
+    free(x);
     return st;
 }
 
@@ -476,6 +521,59 @@ static float *convert_hidden(const fls_matrix *H, int64_t Dp)
 
 static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
                               const fls_outputs *out);
+static fls_status unfused_rules(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                                const fls_outputs *out);
+
+/* The job's rule for the request, and what the tile loop must keep. */
+static void job_rule(tile_job *j, const fls_outputs *out)
+{
+    const int want_lse = out->logsumexp || out->logprobs;
+    j->rule = *cpu_rule_for(j->req, want_lse, &j->rc);
+    if (j->rule.cand_size == 0) /* the family: sized per request */
+        j->rule.cand_size = fls_stair_bytes(j->rc.stair_cap);
+    j->rule.row_size = j->rc.top_cap ? fls_topc_bytes(j->rc.top_cap) : 0;
+    j->want_parts = want_lse || j->rule.needs_part;
+    j->moments = (j->req->needs & FLS_NEED_MOMENTS) != 0;
+}
+
+static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, const int64_t *rows,
+                                   int64_t n, float *x)
+{
+    const int64_t V = j->req->vocab;
+    if (j->src == SRC_LOGITS) {
+        const size_t es = fls_dtype_bytes(j->L->dtype);
+        for (int64_t i = 0; i < n; i++)
+            j->k.convert((const char *)j->L->data + (size_t)(rows[i] * j->L->ld) * es, j->L->dtype, V,
+                         x + i * V, V);
+    } else {
+        /* the rows' hidden states against all of W, through the same kernels */
+        float *h = malloc((size_t)(n * j->Dp) * sizeof(float));
+        if (!h)
+            return FLS_ERR_OUT_OF_MEMORY;
+        for (int64_t i = 0; i < n; i++)
+            memcpy(h + i * j->Dp, j->Hf + rows[i] * j->Dp, (size_t)j->Dp * sizeof(float));
+        fls_request sub = *j->req;
+        sub.batch = n;
+        sub.draws = 1;
+        sub.K = 1;
+        tile_job m = *j;
+        m.req = &sub;
+        m.Hf = h;
+        m.store = x;
+        m.want_parts = 0;
+        m.parts = NULL;
+        fls_status st = run_tiles(ctx, &m, NULL);
+        free(h);
+        if (st != FLS_OK)
+            return st;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const float T = j->req->rows[rows[i]].temperature;
+        for (int64_t v = 0; v < V; v++)
+            x[i * V + v] = fls_temper(x[i * V + v], T);
+    }
+    return FLS_OK;
+}
 
 fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                 const fls_request *req, const fls_outputs *out)
@@ -488,8 +586,8 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     tile_job j;
     memset(&j, 0, sizeof j);
     select_kernels(ctx->simd, &j.k);
-    j.rule = &k_temperature_rule;
     j.req = req;
+    job_rule(&j, out);
     j.src = SRC_FUSED;
     j.W = W;
     j.Hf = hf;
@@ -499,7 +597,6 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
      * tile once, then run their blocked f32 kernel */
     j.convert_w = ctx->simd != FLS_SIMD_AVX2 && B > 2;
     j.tile_v = choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, V);
-    j.want_lse = out->logsumexp || out->logprobs;
 
     fls_status st;
     if (req->method == FLS_METHOD_FUSED) {
@@ -512,6 +609,7 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
             return FLS_ERR_OUT_OF_MEMORY;
         }
         j.store = logits;
+        j.want_parts = 0;
         st = run_tiles(ctx, &j, out);
         fls_matrix L = {logits, FLS_DTYPE_F32, B, V, V};
         if (st == FLS_OK)
@@ -527,16 +625,108 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
 {
     if (req->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
         return multinomial(ctx, L, req, out);
+    if (req->method == FLS_METHOD_UNFUSED_GUMBEL && req->rule)
+        return unfused_rules(ctx, L, req, out);
     tile_job j;
     memset(&j, 0, sizeof j);
     select_kernels(ctx->simd, &j.k);
-    j.rule = &k_temperature_rule;
     j.req = req;
+    job_rule(&j, out);
     j.src = SRC_LOGITS;
     j.L = L;
     j.tile_v = choose_tile(ctx, SRC_LOGITS, 0, 0, req->vocab);
-    j.want_lse = out->logsumexp || out->logprobs;
     return run_tiles(ctx, &j, out);
+}
+
+/* ---- the unfused Gumbel method with a rule: every row materialized,
+ * sorted, filtered, then the Gumbel-max over the support (the reference
+ * the tests compare the one-pass path with) ---- */
+
+typedef struct unf_job {
+    const fls_matrix *L;
+    const fls_request *req;
+    cpu_rule_ctx rc;
+    fls_cpu_kernels k;
+    atomic_llong next;
+    atomic_int oom;
+    fls_status *row_status;
+    int64_t *tok;
+    float *lp;
+    double *lse;
+} unf_job;
+
+static void unfused_rules_worker(void *arg, int thread)
+{
+    (void)thread;
+    unf_job *j = arg;
+    const int64_t V = j->req->vocab, nout = j->req->draws * j->req->K;
+    const size_t es = fls_dtype_bytes(j->L->dtype);
+    float *x = malloc((size_t)V * sizeof(float));
+    if (!x) {
+        atomic_store(&j->oom, 1);
+        return;
+    }
+    for (;;) {
+        long long b = atomic_fetch_add(&j->next, 1);
+        if (b >= j->req->batch)
+            break;
+        j->k.convert((const char *)j->L->data + (size_t)(b * j->L->ld) * es, j->L->dtype, V, x, V);
+        thread_state s;
+        memset(&s, 0, sizeof s);
+        temper_row(&s, x, V, j->req->rows[b].temperature);
+        if (s.bad_nan || s.bad_temp) {
+            j->row_status[b] = s.bad_nan ? FLS_ERR_NAN : FLS_ERR_TEMPERATURE;
+            continue;
+        }
+        j->row_status[b] = (fls_status)cpu_rule_reference_row(
+            &j->rc, b, x, NULL, j->k.gumbel, j->tok + b * nout, j->lp + b * nout, &j->lse[b]);
+    }
+    free(x);
+}
+
+static fls_status unfused_rules(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
+                                const fls_outputs *out)
+{
+    const int64_t B = req->batch, nout = req->draws * req->K;
+    unf_job j;
+    memset(&j, 0, sizeof j);
+    j.L = L;
+    j.req = req;
+    (void)cpu_rule_for(req, out->logsumexp || out->logprobs, &j.rc);
+    select_kernels(ctx->simd, &j.k);
+    atomic_init(&j.next, 0);
+    atomic_init(&j.oom, 0);
+    j.row_status = calloc((size_t)B, sizeof *j.row_status);
+    j.tok = malloc((size_t)(B * nout) * sizeof *j.tok);
+    j.lp = malloc((size_t)(B * nout) * sizeof *j.lp);
+    j.lse = malloc((size_t)B * sizeof *j.lse);
+    fls_status st = FLS_OK;
+    if (!j.row_status || !j.tok || !j.lp || !j.lse)
+        st = FLS_ERR_OUT_OF_MEMORY;
+    if (st == FLS_OK) {
+        int threads = ctx->threads < B ? ctx->threads : (int)B;
+        st = run_threads(threads, unfused_rules_worker, &j);
+        if (st == FLS_OK && atomic_load(&j.oom))
+            st = FLS_ERR_OUT_OF_MEMORY;
+        const fls_status order[] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED,
+                                    FLS_ERR_OUT_OF_MEMORY, FLS_ERR_INTERNAL};
+        for (int k = 0; k < 5 && st == FLS_OK; k++)
+            for (int64_t b = 0; b < B; b++)
+                if (j.row_status[b] == order[k])
+                    st = order[k];
+    }
+    if (st == FLS_OK) {
+        memcpy(out->tokens, j.tok, (size_t)(B * nout) * sizeof *j.tok);
+        if (out->logprobs)
+            memcpy(out->logprobs, j.lp, (size_t)(B * nout) * sizeof *j.lp);
+        for (int64_t b = 0; out->logsumexp && b < B; b++)
+            out->logsumexp[b] = (float)j.lse[b];
+    }
+    free(j.row_status);
+    free(j.tok);
+    free(j.lp);
+    free(j.lse);
+    return st;
 }
 
 /* ---- the unfused multinomial baseline: softmax, then inverse CDF ---- */
@@ -544,6 +734,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
 typedef struct mn_job {
     const fls_matrix *L;
     const fls_request *req;
+    cpu_rule_ctx rc;
     const fls_outputs *out;
     atomic_llong next;
     atomic_int oom;
@@ -593,6 +784,18 @@ static void multinomial_worker(void *arg, int thread)
                                       : FLS_OK;
         if (j->row_status[b] != FLS_OK)
             continue;
+        if (j->req->rule && fls_temperature_noisy(rp->temperature)) {
+            /* the rule's support, from the sorted row; the rest gets no mass */
+            float c;
+            int r = cpu_rule_reference_cut(&j->rc, b, x, &c);
+            if (r != FLS_OK) {
+                j->row_status[b] = (fls_status)r;
+                continue;
+            }
+            for (int64_t v = 0; v < V; v++)
+                if (x[v] < c)
+                    x[v] = -INFINITY;
+        }
         if (!fls_temperature_noisy(rp->temperature)) { /* greedy: the first maximum */
             j->lse[b] = (float)m;
             for (int64_t d = 0; d < draws; d++) {
@@ -638,6 +841,7 @@ static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, con
     memset(&j, 0, sizeof j);
     j.L = L;
     j.req = req;
+    (void)cpu_rule_for(req, 0, &j.rc);
     j.out = out;
     atomic_init(&j.next, 0);
     atomic_init(&j.oom, 0);
@@ -653,8 +857,9 @@ static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, con
         st = run_threads(threads, multinomial_worker, &j);
         if (st == FLS_OK && atomic_load(&j.oom))
             st = FLS_ERR_OUT_OF_MEMORY;
-        const fls_status order[] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED};
-        for (int k = 0; k < 3 && st == FLS_OK; k++)
+        const fls_status order[] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED,
+                                    FLS_ERR_OUT_OF_MEMORY, FLS_ERR_INTERNAL};
+        for (int k = 0; k < 5 && st == FLS_OK; k++)
             for (int64_t b = 0; b < B; b++)
                 if (j.row_status[b] == order[k])
                     st = order[k];

@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define FLS_VERSION_MAJOR 0
-#define FLS_VERSION_MINOR 1
+#define FLS_VERSION_MINOR 2
 #define FLS_VERSION_PATCH 0
 
 /* Status codes: 0 is success, negative values are errors. */
@@ -177,11 +177,32 @@ typedef struct fls_params {
      * of consecutive draw ranges and gives the tokens of one call. */
     int64_t draws;      /* default 1; 1 <= draws, first_draw + draws < 2^32 */
     int64_t first_draw; /* default 0 */
-    /* Reserved for the rule family; the defaults mean "off". */
-    int64_t top_k;                 /* 0 = off */
-    float top_p;                   /* 1 = off */
-    float min_p;                   /* 0 = off */
-    int64_t without_replacement_k; /* 0 = off */
+    /* The rule family (docs/RULES.md), applied to the tempered logits in
+     * vLLM's order: min-p, top-k, top-p, then `filter`; the token is the
+     * Gumbel-max over what survives (the same noise: a token that survives
+     * every filter is exactly the unfiltered token). Each has a per-row
+     * array (B entries, overriding the scalar when given). Out of range
+     * (k < 0 or k > V, p outside its interval, NaN) is FLS_ERR_PARAM. */
+    int64_t top_k; /* >= 0; 0 = off */
+    float top_p;   /* in (0, 1]; 1 = off */
+    float min_p;   /* in [0, 1]; 0 = off */
+    /* Sampling without replacement (Gumbel-top-k, Plackett-Luce): K >= 1
+     * tokens per draw, the K largest keys over the filtered support, in
+     * order; tokens and logprobs are then (B, draws, K), positions beyond
+     * the support's size are -1 (logprob 0). 0 = off (one token). */
+    int64_t without_replacement_k;
+    /* ---- since 0.2 ---- */
+    const int64_t *row_top_k;
+    const float *row_top_p;
+    const float *row_min_p;
+    /* per-row K_b <= without_replacement_k (positions past K_b are -1) */
+    const int64_t *row_without_replacement_k;
+    /* A rule of the registry (variants/registry.h) by name, e.g.
+     * "top-nsigma", applied after top-p with filter_value (or
+     * row_filter_value[b]); NULL = none. An unknown name is FLS_ERR_PARAM. */
+    const char *filter;
+    double filter_value;
+    const double *row_filter_value;
 } fls_params;
 
 FLS_API void fls_params_default(fls_params *params);
@@ -189,12 +210,17 @@ FLS_API void fls_params_default(fls_params *params);
 /* The row seed used when params.row_seeds is NULL (docs/NOISE.md). */
 FLS_API uint64_t fls_row_seed(uint64_t seed, uint64_t row);
 
-/* Outputs. tokens is required: int64 (B, draws), row-major. The others are
- * optional (NULL = not computed), computed in the same pass:
- *   logsumexp (B): log sum_v exp(l_bv / T_b) of the tempered logits
- *                  (for T = 0: max_v l_bv, the limit of T log-sum-exp);
- *   logprobs (B, draws): log-probability of each sampled token under the
- *                  rule, l_b,tok / T_b - logsumexp_b (0 for T = 0).
+/* Outputs. tokens is required: int64 (B, draws), or (B, draws, K) with
+ * without_replacement_k = K, row-major. The others are optional (NULL = not
+ * computed), computed in the same pass:
+ *   logsumexp (B): log sum_v exp(l_bv / T_b) over the final support of the
+ *                  rule (every finite token without filters; for T = 0:
+ *                  max_v l_bv, the limit of T log-sum-exp);
+ *   logprobs (B, draws) or (B, draws, K): log-probability of each sampled
+ *                  token under the rule, l_b,tok / T_b - logsumexp_b (0 for
+ *                  T = 0); without replacement, position j's probability
+ *                  given positions 0..j-1 (their sum is the log-probability
+ *                  of the ordered tuple).
  * For the CUDA engine these are device pointers. On the CPU engine they are
  * bit-identical for any thread count at a given tile_v (partials merge in
  * tile order); across tile sizes and engines they agree to double rounding. */
@@ -215,6 +241,22 @@ FLS_API fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, con
  * token; NaN is FLS_ERR_NAN; a row of all -inf is FLS_ERR_ALL_MASKED. */
 FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_params *params,
                                      const fls_outputs *out);
+
+/* What a context has done, for the rule family's cost model: a filter
+ * decides in one pass over W unless the statistics kept during the pass
+ * cannot decide it (a nucleus larger than the kept list, top-k beyond it, a
+ * staircase over capacity); such rows take an exact second pass over their
+ * logits (the same noise, the same token). Fill struct_size first (or call
+ * fls_counters_default). */
+typedef struct fls_counters {
+    size_t struct_size;
+    uint64_t calls;            /* successful sampling calls */
+    uint64_t rows;             /* rows sampled */
+    uint64_t second_pass_rows; /* rows that took the exact second pass */
+} fls_counters;
+
+FLS_API void fls_counters_default(fls_counters *counters);
+FLS_API fls_status fls_context_counters(const fls_context_t *ctx, fls_counters *counters);
 
 /* bf16/f16 <-> f32 helpers (round to nearest even; NaN stays NaN). */
 FLS_API float fls_bf16_to_f32(uint16_t x);

@@ -7,6 +7,7 @@
 #define FLS_INTERNAL_H
 
 #include "flashsample.h"
+#include "registry.h"
 
 #include <stdint.h>
 
@@ -22,6 +23,14 @@ typedef struct fls_row_params {
     uint64_t offset; /* the row offset */
 } fls_row_params;
 
+/* The rule family's parameters of one row (host memory): the value of
+ * every filter of variants/registry.h (its "off" value when unused) and the
+ * tokens per draw. */
+typedef struct fls_row_rule {
+    double value[FLS_FILTER_COUNT];
+    int64_t K; /* 1 unless sampling without replacement (then <= fls_request.K) */
+} fls_row_rule;
+
 /* A validated request. rows has B entries (host memory). */
 typedef struct fls_request {
     const fls_row_params *rows;
@@ -30,11 +39,18 @@ typedef struct fls_request {
     int64_t draws; /* >= 1 */
     fls_method method;
     uint32_t first_draw; /* the noise's draw index of tokens[b * draws + 0] */
+    /* The rule family: NULL = the plain temperature rule (no filter, one
+     * token per draw); else B entries. */
+    const fls_row_rule *rule;
+    int64_t K;                  /* tokens per draw in the output (1 without replacement off) */
+    unsigned needs;             /* FLS_NEED_* of the filters some row uses */
+    uint64_t *second_pass_rows; /* the engine adds the rows it decided by a second pass */
 } fls_request;
 
 struct fls_cuda_state; /* defined by the CUDA engine */
 
 struct fls_context {
+    fls_counters counters;
     fls_context_config config;
     fls_engine engine;
     int threads;                 /* resolved */

@@ -164,7 +164,14 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
 {
     fls_matrix W = {b->W[r], FLS_DTYPE_BF16, b->V, b->D, b->D};
     fls_matrix H = {b->H, FLS_DTYPE_BF16, b->B, b->D, b->D};
-    fls_request req = {b->rows, b->B, b->V, 1, FLS_METHOD_FUSED, 0};
+    fls_request req;
+    memset(&req, 0, sizeof req);
+    req.rows = b->rows;
+    req.batch = b->B;
+    req.vocab = b->V;
+    req.draws = 1;
+    req.method = FLS_METHOD_FUSED;
+    req.K = 1;
     fls_outputs out = {b->tokens, NULL, NULL};
     fls_cuda_opts o;
     fls_cuda_opts_default(&o);

@@ -279,7 +279,13 @@ static void exact_case(const case_spec *c, int *mismatch_out)
     fls_matrix dWm = {dW, c->wd, c->V, c->D, c->ldw}, dHm = {dH, c->hd, c->B, c->D, c->ldh};
     fls_row_params *rows = resolve_rows(&p, c->B);
     for (int k = 0; k < N_CFGS; k++) {
-        fls_request req = {rows, c->B, c->V, c->draws, k_cfgs[k].method, 0};
+        fls_request req = {.rows = rows,
+                           .batch = c->B,
+                           .vocab = c->V,
+                           .draws = c->draws,
+                           .method = k_cfgs[k].method,
+                           .first_draw = 0,
+                           .K = 1};
         fls_outputs og = {(int64_t *)dtok, (float *)dlse, (float *)dlp};
         fls_cuda_opts o = cfg_opts(k);
         for (int64_t i = 0; i < n; i++)
@@ -563,7 +569,13 @@ static void test_fused_bad_values(void)
                 guard[i] = -3 - i;
             fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
             fls_outputs og = {(int64_t *)dtok, NULL, NULL};
-            fls_request req = {rows, B, V, draws, k_cfgs[k].method, 0};
+            fls_request req = {.rows = rows,
+                               .batch = B,
+                               .vocab = V,
+                               .draws = draws,
+                               .method = k_cfgs[k].method,
+                               .first_draw = 0,
+                               .K = 1};
             fls_cuda_opts o = cfg_opts(k);
             const fls_status st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
             fls_cuda_memcpy(back, dtok, sizeof back, 0);
@@ -619,7 +631,13 @@ static void test_temperature_overflow(void)
         fls_status st;
         const char *label;
         if (k < N_CFGS) {
-            fls_request req = {rows, B, V, draws, k_cfgs[k].method, 0};
+            fls_request req = {.rows = rows,
+                               .batch = B,
+                               .vocab = V,
+                               .draws = draws,
+                               .method = k_cfgs[k].method,
+                               .first_draw = 0,
+                               .K = 1};
             fls_cuda_opts o = cfg_opts(k);
             st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
             label = k_cfgs[k].label;
@@ -694,7 +712,13 @@ static void test_agreement_random(void)
         const fls_cuda_path paths[2] = {FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_WGMMA};
         int64_t *dst[2] = {tk, tw};
         for (int k = 0; k < 2; k++) {
-            fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED, 0};
+            fls_request req = {.rows = rows,
+                               .batch = B,
+                               .vocab = V,
+                               .draws = draws,
+                               .method = FLS_METHOD_FUSED,
+                               .first_draw = 0,
+                               .K = 1};
             fls_outputs og = {(int64_t *)dt, NULL, NULL};
             fls_cuda_opts o;
             fls_cuda_opts_default(&o);
@@ -772,7 +796,13 @@ static void test_first_draw(void)
     int mism = 0;
     for (int k = 0; k <= N_CFGS; k++) {
         /* k == N_CFGS: from logits */
-        fls_request req = {rows, B, V, n, k < N_CFGS ? k_cfgs[k].method : FLS_METHOD_FUSED, (uint32_t)d0};
+        fls_request req = {.rows = rows,
+                           .batch = B,
+                           .vocab = V,
+                           .draws = n,
+                           .method = k < N_CFGS ? k_cfgs[k].method : FLS_METHOD_FUSED,
+                           .first_draw = (uint32_t)d0,
+                           .K = 1};
         fls_outputs og = {(int64_t *)dt, NULL, NULL};
         fls_cuda_opts o = k < N_CFGS ? cfg_opts(k) : cfg_opts(0);
         st = k < N_CFGS ? fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o)
@@ -959,7 +989,13 @@ static void test_skip_identity(void)
             fls_status sg[2] = {FLS_ERR_INTERNAL, FLS_ERR_INTERNAL};
             if (st == FLS_OK && dL && dt && dlse && dlp && rows) {
                 fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
-                fls_request req = {rows, B, V, draws, FLS_METHOD_FUSED, 0};
+                fls_request req = {.rows = rows,
+                                   .batch = B,
+                                   .vocab = V,
+                                   .draws = draws,
+                                   .method = FLS_METHOD_FUSED,
+                                   .first_draw = 0,
+                                   .K = 1};
                 fls_outputs og = {(int64_t *)dt, (float *)dlse, (float *)dlp};
                 for (int ns = 0; ns < 2; ns++) {
                     fls_cuda_opts o;
@@ -1185,7 +1221,8 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
         free(Wb);
         fls_matrix W = {dW, FLS_DTYPE_BF16, V, D, D}, H = {dH, FLS_DTYPE_BF16, 1, D, D};
         fls_row_params *rows = resolve_rows(&p, 1);
-        fls_request req = {rows, 1, V, N, method, 0};
+        fls_request req = {
+            .rows = rows, .batch = 1, .vocab = V, .draws = N, .method = method, .first_draw = 0, .K = 1};
         fls_cuda_opts op;
         fls_cuda_opts_default(&op);
         op.path = path;

@@ -84,6 +84,16 @@ static void expect_params(const fls_params *p, fls_status want, const char *what
     expect_logits(&fx.L.m, p, &fx.o.out, want, what);
 }
 
+/* A valid request: FLS_OK on both paths. */
+static void expect_params_ok(const fls_params *p, const char *what)
+{
+    tout_guard(&fx.o);
+    fls_status st = fls_sample_fused(fx.ctx, &fx.W.m, &fx.H.m, p, &fx.o.out);
+    cr_assert_eq(st, FLS_OK, "fused, %s: got %s", what, fls_status_string(st));
+    st = fls_sample_logits(fx.ctx, &fx.L.m, p, &fx.o.out);
+    cr_assert_eq(st, FLS_OK, "logits, %s: got %s", what, fls_status_string(st));
+}
+
 Test(errors, fixture_is_valid)
 {
     tout_guard(&fx.o);
@@ -333,19 +343,19 @@ Test(errors, bad_temperature)
 
 /* Reserved fields: a valid non-default value is FLS_ERR_UNSUPPORTED (never a
  * silent default); a value out of its range is FLS_ERR_PARAM. */
-Test(errors, reserved_fields)
+/* The rule family's parameters: valid values sample, out-of-range ones
+ * are FLS_ERR_PARAM with nothing written (docs/RULES.md). */
+Test(errors, rule_params)
 {
     fls_params p = fx.p;
     p.top_k = 5;
-    expect_params(&p, FLS_ERR_UNSUPPORTED, "top_k = 5");
+    expect_params_ok(&p, "top_k = 5");
     p = fx.p, p.top_p = 0.9f;
-    expect_params(&p, FLS_ERR_UNSUPPORTED, "top_p = 0.9");
-    p = fx.p, p.top_p = 0.0f;
-    expect_params(&p, FLS_ERR_UNSUPPORTED, "top_p = 0");
+    expect_params_ok(&p, "top_p = 0.9");
     p = fx.p, p.min_p = 0.1f;
-    expect_params(&p, FLS_ERR_UNSUPPORTED, "min_p = 0.1");
-    p = fx.p, p.without_replacement_k = 2;
-    expect_params(&p, FLS_ERR_UNSUPPORTED, "without_replacement_k = 2");
+    expect_params_ok(&p, "min_p = 0.1");
+    p = fx.p, p.top_k = FV;
+    expect_params_ok(&p, "top_k = V");
 
     p = fx.p, p.top_k = FV + 1;
     expect_params(&p, FLS_ERR_PARAM, "top_k > V");
@@ -353,18 +363,46 @@ Test(errors, reserved_fields)
     expect_params(&p, FLS_ERR_PARAM, "top_k < 0");
     p = fx.p, p.top_p = 1.5f;
     expect_params(&p, FLS_ERR_PARAM, "top_p > 1");
+    p = fx.p, p.top_p = 0.0f;
+    expect_params(&p, FLS_ERR_PARAM, "top_p = 0");
     p = fx.p, p.top_p = -0.1f;
     expect_params(&p, FLS_ERR_PARAM, "top_p < 0");
     p = fx.p, p.top_p = NAN;
     expect_params(&p, FLS_ERR_PARAM, "top_p NaN");
     p = fx.p, p.min_p = 2.0f;
     expect_params(&p, FLS_ERR_PARAM, "min_p > 1");
+    p = fx.p, p.min_p = -0.5f;
+    expect_params(&p, FLS_ERR_PARAM, "min_p < 0");
     p = fx.p, p.min_p = NAN;
     expect_params(&p, FLS_ERR_PARAM, "min_p NaN");
     p = fx.p, p.without_replacement_k = FV + 1;
     expect_params(&p, FLS_ERR_PARAM, "without_replacement_k > V");
     p = fx.p, p.without_replacement_k = -3;
     expect_params(&p, FLS_ERR_PARAM, "without_replacement_k < 0");
+    p = fx.p, p.filter = "no-such-rule";
+    expect_params(&p, FLS_ERR_PARAM, "an unknown filter");
+    p = fx.p, p.filter = "top-p", p.filter_value = 0.5;
+    expect_params(&p, FLS_ERR_PARAM, "a built-in named as filter");
+    p = fx.p, p.filter = "top-nsigma", p.filter_value = -1.0;
+    expect_params(&p, FLS_ERR_PARAM, "top-nsigma < 0");
+    p = fx.p, p.filter = "top-nsigma", p.filter_value = NAN;
+    expect_params(&p, FLS_ERR_PARAM, "top-nsigma NaN");
+    /* per-row arrays: one bad row is enough */
+    int64_t ks[FB];
+    float ps[FB];
+    int64_t wk[FB];
+    for (int i = 0; i < FB; i++)
+        ks[i] = 2, ps[i] = 0.5f, wk[i] = 1;
+    ks[FB - 1] = -2;
+    p = fx.p, p.row_top_k = ks;
+    expect_params(&p, FLS_ERR_PARAM, "row_top_k with a negative row");
+    ps[0] = 1.01f;
+    p = fx.p, p.row_top_p = ps;
+    expect_params(&p, FLS_ERR_PARAM, "row_top_p with a row above 1");
+    p = fx.p, p.row_without_replacement_k = wk;
+    expect_params(&p, FLS_ERR_PARAM, "row_without_replacement_k without without_replacement_k");
+    p = fx.p, p.without_replacement_k = 2, wk[1] = 3, p.row_without_replacement_k = wk;
+    expect_params(&p, FLS_ERR_PARAM, "a row's K above without_replacement_k");
 }
 
 /* draws: 1 <= draws < 2^32; out of range is a size error. */

@@ -1,0 +1,424 @@
+/*
+ * cpu_rules.c — the rules of variants/ as the CPU tile engine's function
+ * tables (cpu_rules.h), and the exact sort-based reference of the rule
+ * family, which decides the rows that the one-pass statistics cannot (the
+ * second pass) and is the unfused Gumbel method's rule.
+ */
+#include "cpu_rules.h"
+#include "filters.h"
+#include "registry.h"
+#include "stair.h"
+#include "temperature.h"
+#include "topc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- partial statistics ---- */
+
+cpu_part cpu_part_empty(void)
+{
+    cpu_part p;
+    p.lse = fls_lse_empty();
+    p.n = p.mean = p.m2 = 0.0;
+    return p;
+}
+
+void cpu_part_span(cpu_part *p, const float *x, int64_t n, int moments)
+{
+    p->lse = fls_lse_span(x, n);
+    p->n = p->mean = p->m2 = 0.0;
+    if (!moments)
+        return;
+    double s = 0.0, c = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > -INFINITY) {
+            s += x[i];
+            c += 1.0;
+        }
+    if (c == 0.0)
+        return;
+    const double mean = s / c;
+    double m2 = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > -INFINITY)
+            m2 += ((double)x[i] - mean) * ((double)x[i] - mean);
+    p->n = c;
+    p->mean = mean;
+    p->m2 = m2;
+}
+
+/* Chan et al.'s merge of (count, mean, M2), and the log-sum-exp merge */
+void cpu_part_merge(cpu_part *a, const cpu_part *b)
+{
+    fls_lse_merge(&a->lse, b->lse.m, b->lse.s);
+    if (b->n == 0.0)
+        return;
+    if (a->n == 0.0) {
+        a->n = b->n;
+        a->mean = b->mean;
+        a->m2 = b->m2;
+        return;
+    }
+    const double n = a->n + b->n, d = b->mean - a->mean;
+    a->mean += d * b->n / n;
+    a->m2 += b->m2 + d * d * a->n * b->n / n;
+    a->n = n;
+}
+
+/* ---- the temperature rule ---- */
+
+static void temp_cand_init(const cpu_rule_ctx *rc, void *c)
+{
+    (void)rc;
+    fls_temperature_init(c);
+}
+
+static void temp_push_span(void *c, const float *x, const float *g, float T, int64_t v0, int64_t n,
+                           float *scratch)
+{
+    (void)scratch;
+    fls_temperature_push_span(c, x, g, T, v0, n);
+}
+
+static void temp_merge(void *a, const void *b)
+{
+    fls_temperature_merge(a, b);
+}
+
+static int temp_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_part *part,
+                         const char *cands, int64_t *tok, float *lp, double *lse)
+{
+    (void)row;
+    const float T = rc->req->rows[b].temperature;
+    *lse = rc->want_lse ? fls_lse_value(part->lse.m, part->lse.s, !fls_temperature_noisy(T)) : 0.0;
+    for (int64_t d = 0; d < rc->req->draws; d++) {
+        fls_status st = fls_temperature_finalize((const fls_cand *)(cands + (size_t)d * sizeof(fls_cand)), T,
+                                                 *lse, &tok[d], &lp[d]);
+        if (st != FLS_OK)
+            return st;
+    }
+    return FLS_OK;
+}
+
+const cpu_rule cpu_rule_temperature = {
+    sizeof(fls_cand), 0, 0, temp_cand_init, NULL, NULL, temp_push_span, temp_merge, NULL, temp_finalize,
+};
+
+/* ---- the rule family ---- */
+
+static void fam_cand_init(const cpu_rule_ctx *rc, void *c)
+{
+    fls_stair_init(c, (int32_t)rc->K, rc->stair_cap);
+}
+
+static void fam_row_init(const cpu_rule_ctx *rc, void *r)
+{
+    fls_topc_init(r, rc->top_cap);
+}
+
+static void fam_row_push(void *r, const float *x, int64_t v0, int64_t n)
+{
+    fls_topc_push_span(r, x, v0, n);
+}
+
+static void fam_push_span(void *c, const float *x, const float *g, float T, int64_t v0, int64_t n,
+                          float *scratch)
+{
+    const float *key = x;
+    if (g) {
+        for (int64_t i = 0; i < n; i++)
+            scratch[i] = fls_temperature_key(x[i], g[i], T);
+        key = scratch;
+    }
+    fls_stair_push_span(c, x, key, v0, n);
+}
+
+static void fam_cand_merge(void *a, const void *b)
+{
+    fls_stair_merge(a, b);
+}
+
+static void fam_row_merge(void *a, const void *b)
+{
+    fls_topc_merge(a, b);
+}
+
+/* The outputs of one draw from the picked support tokens (x, v), best key
+ * first: tokens, and each position's log-probability given the positions
+ * before it (0 for greedy rows; positions past the picks: -1 and 0). */
+static void write_draw(const float *px, const int64_t *pv, int32_t n, int64_t K, int greedy, double m,
+                       double lse, int64_t *tok, float *lp)
+{
+    double removed = 0.0;
+    const double Z = exp(lse - m);
+    for (int64_t j = 0; j < K; j++) {
+        if (j >= n) {
+            tok[j] = -1;
+            lp[j] = 0.0f;
+            continue;
+        }
+        tok[j] = pv[j];
+        if (greedy) {
+            lp[j] = 0.0f;
+        } else if (j == 0) {
+            lp[j] = (float)((double)px[j] - lse);
+        } else {
+            const double e = exp((double)px[j] - m);
+            double rem = Z - removed;
+            rem = rem > e ? rem : e; /* rounding: never less than the token's own mass */
+            lp[j] = (float)((double)px[j] - m - log(rem));
+        }
+        if (!greedy)
+            removed += exp((double)px[j] - m);
+    }
+}
+
+static int fam_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_part *part, const char *cands,
+                        int64_t *tok, float *lp, double *lse)
+{
+    const fls_request *req = rc->req;
+    const fls_row_rule *rr = &req->rule[b];
+    const float T = req->rows[b].temperature;
+    const int greedy = !fls_temperature_noisy(T);
+    if (part->lse.m == -INFINITY)
+        return FLS_ERR_ALL_MASKED;
+    fls_filter_stats st;
+    memset(&st, 0, sizeof st);
+    st.m = part->lse.m;
+    st.lse_m = part->lse.m;
+    st.lse_s = part->lse.s;
+    st.mom_n = part->n;
+    st.mom_mean = part->mean;
+    st.mom_m2 = part->m2;
+    st.dropped = -INFINITY;
+    if (row) {
+        fls_topc *t = row;
+        fls_topc_sort(t);
+        st.top = fls_topc_entries(t);
+        st.ntop = t->n;
+        st.dropped = t->dropped;
+    } else {
+        st.dropped = INFINITY; /* no list kept: nothing is known beyond m and the moments */
+    }
+    float c;
+    if (fls_filter_chain(&st, rr->value, &c) != FLS_CUT_OK)
+        return CPU_RULE_SECOND_PASS;
+    double l = 0.0;
+    if (rc->want_lse && !greedy && fls_support_lse(&st, c, greedy, &l) != FLS_CUT_OK)
+        return CPU_RULE_SECOND_PASS;
+    if (greedy)
+        l = st.m;
+    *lse = l;
+    const size_t cs = fls_stair_bytes(rc->stair_cap);
+    int32_t *pick = malloc((size_t)rc->K * (sizeof(int32_t) + sizeof(float) + sizeof(int64_t)));
+    if (!pick)
+        return FLS_ERR_OUT_OF_MEMORY;
+    float *px = (float *)(pick + rc->K);
+    int64_t *pv = (int64_t *)(px + rc->K);
+    int status = FLS_OK;
+    for (int64_t d = 0; d < req->draws && status == FLS_OK; d++) {
+        const fls_stair *s = (const fls_stair *)(cands + (size_t)d * cs);
+        if (s->overflow) {
+            status = CPU_RULE_SECOND_PASS;
+            break;
+        }
+        const int32_t n = fls_stair_select(s, c, (int32_t)rr->K, pick);
+        const fls_stair_entry *e = fls_stair_entries_c(s);
+        for (int32_t j = 0; j < n; j++) {
+            px[j] = e[pick[j]].x;
+            pv[j] = e[pick[j]].v;
+        }
+        if (n == 0)
+            status = FLS_ERR_ALL_MASKED;
+        else
+            write_draw(px, pv, n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K);
+        for (int64_t j = rr->K; j < rc->K && n > 0; j++) { /* past this row's own K */
+            tok[d * rc->K + j] = -1;
+            lp[d * rc->K + j] = 0.0f;
+        }
+    }
+    free(pick);
+    return status;
+}
+
+const cpu_rule cpu_rule_family = {
+    0,
+    0,
+    1,
+    fam_cand_init,
+    fam_row_init,
+    fam_row_push,
+    fam_push_span,
+    fam_cand_merge,
+    fam_row_merge,
+    fam_finalize,
+};
+
+/* The capacity of the top list: enough for every top-k up to 1024 and for
+ * nuclei of up to 1024 tokens; larger ones take the second pass. */
+#define CPU_TOP_CAP 1024
+
+const cpu_rule *cpu_rule_for(const fls_request *req, int want_lse, cpu_rule_ctx *rc)
+{
+    memset(rc, 0, sizeof *rc);
+    rc->req = req;
+    rc->K = req->K;
+    rc->want_lse = want_lse;
+    if (!req->rule)
+        return &cpu_rule_temperature;
+    rc->stair_cap = fls_stair_cap(req->K, req->vocab);
+    int any_filter = 0;
+    for (int64_t b = 0; b < req->batch && !any_filter; b++)
+        for (int id = 0; id < FLS_FILTER_COUNT; id++)
+            any_filter |= !fls_filter_off(id, req->rule[b].value[id]);
+    /* the list also gives the log-sum-exp over a small support in one pass */
+    if ((req->needs & FLS_NEED_TOP) || (any_filter && want_lse)) {
+        int64_t cap = CPU_TOP_CAP;
+        for (int64_t b = 0; b < req->batch; b++) { /* every top-k decided in one pass */
+            const double k = req->rule[b].value[FLS_FILTER_TOP_K];
+            if (k > (double)cap && k <= 65536.0)
+                cap = (int64_t)k;
+        }
+        rc->top_cap = cap < req->vocab ? cap : req->vocab;
+    }
+    return &cpu_rule_family;
+}
+
+/* ---- the exact reference on a materialized row ---- */
+
+static int rank_cmp(const void *a, const void *b)
+{
+    const fls_top_entry *x = a, *y = b;
+    return fls_rank_before(x->x, x->v, y->x, y->v) ? -1 : fls_rank_before(y->x, y->v, x->x, x->v) ? 1 : 0;
+}
+
+/* the finite tokens of x in rank order, and the statistics over every token */
+static fls_top_entry *reference_stats(const float *x, int64_t V, const cpu_part *part, int moments,
+                                      fls_filter_stats *st, cpu_part *own)
+{
+    fls_top_entry *all = malloc((size_t)(V > 0 ? V : 1) * sizeof *all);
+    if (!all)
+        return NULL;
+    int64_t n = 0;
+    for (int64_t v = 0; v < V; v++)
+        if (x[v] > -INFINITY) {
+            all[n].x = x[v];
+            all[n].pad_ = 0;
+            all[n].v = v;
+            n++;
+        }
+    qsort(all, (size_t)n, sizeof *all, rank_cmp);
+    if (!part) {
+        cpu_part_span(own, x, V, moments);
+        part = own;
+    }
+    memset(st, 0, sizeof *st);
+    st->m = part->lse.m;
+    st->lse_m = part->lse.m;
+    st->lse_s = part->lse.s;
+    st->mom_n = part->n;
+    st->mom_mean = part->mean;
+    st->mom_m2 = part->m2;
+    st->top = all;
+    st->ntop = n;
+    st->dropped = -INFINITY;
+    return all;
+}
+
+int cpu_rule_reference_cut(const cpu_rule_ctx *rc, int64_t b, const float *x, float *c)
+{
+    fls_filter_stats st;
+    cpu_part own;
+    fls_top_entry *all = reference_stats(x, rc->req->vocab, NULL, 1, &st, &own);
+    if (!all)
+        return FLS_ERR_OUT_OF_MEMORY;
+    int r = FLS_OK;
+    if (st.m == -INFINITY)
+        r = FLS_ERR_ALL_MASKED;
+    else if (fls_filter_chain(&st, rc->req->rule[b].value, c) != FLS_CUT_OK)
+        r = FLS_ERR_INTERNAL; /* complete statistics always decide */
+    free(all);
+    return r;
+}
+
+int cpu_rule_reference_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
+                           cpu_gumbel_fn gumbel, int64_t *tok, float *lp, double *lse)
+{
+    const fls_request *req = rc->req;
+    const int64_t V = req->vocab;
+    const fls_row_params *rp = &req->rows[b];
+    const int greedy = !fls_temperature_noisy(rp->temperature);
+    const int64_t K = req->rule ? req->rule[b].K : 1;
+    fls_filter_stats st;
+    cpu_part own;
+    fls_top_entry *all = reference_stats(x, V, part, 1, &st, &own);
+    if (!all)
+        return FLS_ERR_OUT_OF_MEMORY;
+    int r = FLS_OK;
+    float c = -INFINITY;
+    double l = 0.0;
+    float *g = NULL, *px = NULL;
+    int64_t *pv = NULL;
+    if (st.m == -INFINITY) {
+        r = FLS_ERR_ALL_MASKED;
+        goto done;
+    }
+    if (req->rule && fls_filter_chain(&st, req->rule[b].value, &c) != FLS_CUT_OK) {
+        r = FLS_ERR_INTERNAL;
+        goto done;
+    }
+    if (greedy)
+        l = st.m;
+    else if (fls_support_lse(&st, c, 0, &l) != FLS_CUT_OK) {
+        r = FLS_ERR_INTERNAL;
+        goto done;
+    }
+    *lse = l;
+    int64_t ns = 0; /* the support: the first ns tokens of the rank order */
+    while (ns < st.ntop && st.top[ns].x >= c)
+        ns++;
+    g = greedy ? NULL : malloc((size_t)V * sizeof(float));
+    px = malloc((size_t)K * sizeof(float));
+    pv = malloc((size_t)K * sizeof(int64_t));
+    float *pk = malloc((size_t)K * sizeof(float));
+    if ((!greedy && !g) || !px || !pv || !pk) {
+        free(pk);
+        r = FLS_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (int64_t d = 0; d < req->draws; d++) {
+        if (g)
+            gumbel(rp->seed, rp->offset, req->first_draw + (uint32_t)d, 0, V, g);
+        /* the K best keys of the support, best first (insertion into K slots) */
+        int64_t n = 0;
+        for (int64_t i = 0; i < ns; i++) {
+            const int64_t v = st.top[i].v;
+            const float key = fls_temperature_key(st.top[i].x, g ? g[v] : 0.0f, rp->temperature);
+            int64_t q = n < K ? n++ : K;
+            if (q == K) {
+                if (!fls_key_beats(key, v, pk[K - 1], pv[K - 1]))
+                    continue;
+                q = K - 1;
+            }
+            while (q > 0 && fls_key_beats(key, v, pk[q - 1], pv[q - 1])) {
+                pk[q] = pk[q - 1];
+                px[q] = px[q - 1];
+                pv[q] = pv[q - 1];
+                q--;
+            }
+            pk[q] = key;
+            px[q] = st.top[i].x;
+            pv[q] = v;
+        }
+        write_draw(px, pv, (int32_t)n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K);
+    }
+    free(pk);
+done:
+    free(all);
+    free(g);
+    free(px);
+    free(pv);
+    return r;
+}

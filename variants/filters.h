@@ -1,0 +1,192 @@
+/*
+ * filters.h — the truncation filters of the rule family, as cutoffs on the
+ * rank order. C, C++, CUDA; no engine code.
+ *
+ * Per row, with tempered logits x_v = l_v / T over the finite tokens and
+ * m = max_v x_v (docs/RULES.md is the normative text), in vLLM's order:
+ *   min-p p:  S1 = { v : x_v - m >= ln p }
+ *   top-k k:  S2 = { v in S1 : #{u in S1 : x_u > x_v} < k }  (ties at the k-th value kept)
+ *   top-p p:  S3 = { v in S2 : mass of the tokens of S2 more probable than v < p }
+ *             (q = softmax of x over S2; ties at the boundary kept)
+ *   then any filter of variants/registry.h (e.g. top-n-sigma), within S3.
+ * Every support is an upper set of the rank order: { v : x_v >= c }. A
+ * filter is a function from what the engine gathered about the row
+ * (fls_filter_stats) and the support so far ({x >= c_prev}) to its cutoff
+ * c >= c_prev, or FLS_CUT_UNDECIDED when those statistics cannot decide it
+ * (the engine then runs an exact second pass over the row's logits, with
+ * statistics that hold every token, and calls the same function again).
+ * So the semantics of each filter are written once, here.
+ *
+ * Arithmetic: every decision is made in double from the float tempered
+ * logits (x_v - m, log p, cumulative masses); a cutoff is returned as the
+ * smallest float x that passes the test, so "x >= c" is the filter exactly.
+ */
+#ifndef FLS_VARIANT_FILTERS_H
+#define FLS_VARIANT_FILTERS_H
+
+#include "rule.h"
+#include "topc.h"
+
+/* What a filter may look at. m, lse_m/lse_s and the moments cover every
+ * finite token of the row; top holds the row's largest tempered logits in
+ * rank order, every token with x > dropped (dropped = -inf: all of them). */
+typedef struct fls_filter_stats {
+    double m;                 /* the largest tempered logit (-inf: none finite) */
+    double lse_m, lse_s;      /* log-sum-exp partial: lse = lse_m + log(lse_s) */
+    double mom_n, mom_mean;   /* count and mean of the finite tempered logits */
+    double mom_m2;            /* their sum of squared deviations */
+    const fls_top_entry *top; /* rank order */
+    int64_t ntop;
+    float dropped;
+} fls_filter_stats;
+
+/* What a filter needs the engine to gather beyond m and the log-sum-exp. */
+#define FLS_NEED_TOP     1u /* the top list */
+#define FLS_NEED_MOMENTS 2u /* count, mean, M2 */
+
+#define FLS_CUT_OK        0
+#define FLS_CUT_UNDECIDED 1
+
+/* The smallest float c with (double)c - m >= L (a monotone test in c). */
+FLS_HD float fls_cut_from_offset(double m, double L)
+{
+    float c = (float)(m + L);
+    if (!((double)c - m >= L)) {
+        while (!((double)c - m >= L))
+            c = nextafterf(c, INFINITY);
+    } else {
+        while ((double)nextafterf(c, -INFINITY) - m >= L && nextafterf(c, -INFINITY) > -INFINITY)
+            c = nextafterf(c, -INFINITY);
+    }
+    return c;
+}
+
+/* The smallest float c with (double)c >= t. */
+FLS_HD float fls_cut_from_threshold(double t)
+{
+    float c = (float)t;
+    if ((double)c < t)
+        c = nextafterf(c, INFINITY);
+    while ((double)nextafterf(c, -INFINITY) >= t && nextafterf(c, -INFINITY) > -INFINITY)
+        c = nextafterf(c, -INFINITY);
+    return c;
+}
+
+FLS_HD float fls_cut_max(float a, float b)
+{
+    return a > b ? a : b;
+}
+
+/* ---- min-p: keep x - m >= ln p (p in (0, 1]; 0 = off) ---- */
+
+FLS_HD FLS_BOOL fls_min_p_off(double p)
+{
+    return p == 0.0;
+}
+
+FLS_HD FLS_BOOL fls_min_p_valid(double p)
+{
+    return p >= 0.0 && p <= 1.0; /* false for NaN */
+}
+
+FLS_HD int fls_min_p_cut(const fls_filter_stats *st, double p, float c_prev, float *c)
+{
+    *c = fls_cut_max(c_prev, fls_cut_from_offset(st->m, log(p)));
+    return FLS_CUT_OK;
+}
+
+/* ---- top-k: the k highest ranked (ties at the k-th value kept; 0 = off) ---- */
+
+FLS_HD FLS_BOOL fls_top_k_off(double k)
+{
+    return k == 0.0;
+}
+
+FLS_HD FLS_BOOL fls_top_k_valid(double k)
+{
+    return k >= 0.0 && k == floor(k);
+}
+
+FLS_HD int fls_top_k_cut(const fls_filter_stats *st, double kd, float c_prev, float *c)
+{
+    const int64_t k = (int64_t)kd;
+    if (k > st->ntop) {
+        if (st->dropped > -INFINITY)
+            return FLS_CUT_UNDECIDED; /* the k-th value lies beyond the list */
+        *c = c_prev;                  /* fewer than k finite tokens: all kept */
+        return FLS_CUT_OK;
+    }
+    /* the list holds the top ntop of the rank order (ties at its end share
+     * the value dropped), so its k-th entry has the k-th value */
+    *c = fls_cut_max(c_prev, st->top[k - 1].x);
+    return FLS_CUT_OK;
+}
+
+/* ---- top-p: the smallest head of mass >= p, ties at the boundary kept (1 = off) ---- */
+
+FLS_HD FLS_BOOL fls_top_p_off(double p)
+{
+    return p == 1.0;
+}
+
+FLS_HD FLS_BOOL fls_top_p_valid(double p)
+{
+    return p > 0.0 && p <= 1.0;
+}
+
+FLS_HD int fls_top_p_cut(const fls_filter_stats *st, double p, float c_prev, float *c)
+{
+    /* Z: the support's sum of exp(x - m) */
+    double Z = 0.0;
+    if (c_prev == -INFINITY) {
+        Z = fls_lse_term(st->lse_s, st->lse_m, st->m);
+    } else {
+        if (!(c_prev > st->dropped))
+            return FLS_CUT_UNDECIDED;
+        for (int64_t i = 0; i < st->ntop && st->top[i].x >= c_prev; i++)
+            Z += exp((double)st->top[i].x - st->m);
+    }
+    const double target = p * Z;
+    double A = 0.0; /* the mass of the tokens strictly more probable than the group */
+    float last = c_prev;
+    int64_t i = 0;
+    while (i < st->ntop && st->top[i].x >= c_prev) {
+        const float xg = st->top[i].x;
+        if (!(A < target)) {
+            *c = last; /* this group and everything after it is out */
+            return FLS_CUT_OK;
+        }
+        last = xg;
+        for (; i < st->ntop && st->top[i].x == xg; i++)
+            A += exp((double)xg - st->m);
+    }
+    if (st->dropped > -INFINITY && !(c_prev > st->dropped))
+        return FLS_CUT_UNDECIDED; /* the head goes on beyond the list */
+    *c = c_prev;
+    return FLS_CUT_OK;
+}
+
+/* ---- the log-sum-exp of the final support {x >= c} ---- */
+
+/* lse over {x >= c} into *lse; FLS_CUT_UNDECIDED when the support is not
+ * all in the list (and is not the whole row). greedy: the max. */
+FLS_HD int fls_support_lse(const fls_filter_stats *st, float c, int greedy, double *lse)
+{
+    if (greedy || st->m == -INFINITY) {
+        *lse = st->m;
+        return FLS_CUT_OK;
+    }
+    if (c == -INFINITY) {
+        *lse = fls_lse_value(st->lse_m, st->lse_s, 0);
+        return FLS_CUT_OK;
+    }
+    if (!(c > st->dropped))
+        return FLS_CUT_UNDECIDED;
+    double Z = 0.0;
+    for (int64_t i = 0; i < st->ntop && st->top[i].x >= c; i++)
+        Z += exp((double)st->top[i].x - st->m);
+    *lse = st->m + log(Z);
+    return FLS_CUT_OK;
+}
+
+#endif /* FLS_VARIANT_FILTERS_H */
