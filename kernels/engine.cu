@@ -443,8 +443,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         return FLS_ERR_UNSUPPORTED; /* 32-bit token field of the packed winner */
     if (L && L->dtype != FLS_DTYPE_F32)
         return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
-    if (req->rule)
-        return FLS_ERR_UNSUPPORTED; /* the rule family runs on the CPU engine (docs/RULES.md) */
+    if (req->rule || req->method == FLS_METHOD_GROUPED)
+        return FLS_ERR_UNSUPPORTED; /* the rule family and the grouped method: CPU engine */
     cudaError_t ce = cudaSetDevice(s->device);
     if (ce != cudaSuccess)
         return fls_from_cuda(ce);

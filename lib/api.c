@@ -337,7 +337,10 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *pa
         (p->row_seeds && !ptr_aligned(p->row_seeds, sizeof(uint64_t))) ||
         (p->row_offsets && !ptr_aligned(p->row_offsets, sizeof(uint64_t))))
         return FLS_ERR_ALIGN;
-    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_UNFUSED_MULTINOMIAL)
+    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_GROUPED)
+        return FLS_ERR_PARAM;
+    const int64_t gs = p->group_size ? p->group_size : FLS_GROUP_SIZE_DEFAULT;
+    if (p->group_size < 0 || gs < 2 || gs > ((int64_t)1 << 20) || (gs & (gs - 1)))
         return FLS_ERR_PARAM;
     fls_status rst = check_rule_params(p, B, V);
     if (rst != FLS_OK)
@@ -352,6 +355,8 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *pa
         return FLS_ERR_SIZE;
     if (K > 1 && p->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
         return FLS_ERR_UNSUPPORTED; /* the multinomial baseline draws one token per draw */
+    if (p->method == FLS_METHOD_GROUPED && rule_active(p, B))
+        return FLS_ERR_UNSUPPORTED; /* filters need the row's maximum first (docs/GROUPED.md) */
     if (ctx->engine == FLS_ENGINE_CUDA) {
         fls_status st = fls_cuda_check_device_pointer(out->tokens);
         if (st == FLS_OK && out->logsumexp)
@@ -417,6 +422,7 @@ static fls_status resolve_request(const fls_context_t *ctx, const fls_params *pa
     req->K = K;
     req->needs = needs;
     req->second_pass_rows = NULL;
+    req->group_size = gs;
     *rows_out = rows;
     return FLS_OK;
 }

@@ -261,6 +261,10 @@ static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_
         cpu_part_span(part, x, nv, j->moments);
     if (first_chunk && j->rule.row_size)
         j->rule.row_push(s->rows + (size_t)b * j->rule.row_size, x, v0, nv);
+    if (j->rule.push_tile) { /* a rule that draws its own noise */
+        j->rule.push_tile(&j->rc, cand_at(j, s->cand, b, 0), d0, d1, x, v0, nv, rp, j->k.gumbel, s->scratch);
+        return;
+    }
     if (!fls_temperature_noisy(T)) { /* no noise: every draw sees the same keys */
         j->rule.cand_init(&j->rc, s->greedy);
         j->rule.push_span(s->greedy, x, NULL, T, v0, nv, s->scratch);
@@ -333,6 +337,15 @@ static int64_t choose_tile(const fls_context_t *ctx, int src, int convert_w, int
     return t > V + (V & 1) ? V + (V & 1) : t;
 }
 
+/* The grouped method's tiles hold whole groups. */
+static int64_t group_tile(int64_t t, const fls_request *req)
+{
+    if (req->method != FLS_METHOD_GROUPED)
+        return t;
+    const int64_t g = req->group_size;
+    return (t + g - 1) / g * g;
+}
+
 static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
                               const cpu_part *part, int64_t *tok, float *lp, double *lse);
 
@@ -380,7 +393,7 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         thread_state *s = &ts[t];
         s->ltile = malloc((size_t)(B * j->tile_v) * sizeof(float));
         s->g = malloc((size_t)j->tile_v * sizeof(float));
-        s->scratch = malloc((size_t)j->tile_v * sizeof(float));
+        s->scratch = malloc((size_t)j->tile_v * 2 * sizeof(float));
         s->wbuf = need_wbuf ? malloc((size_t)(j->tile_v * j->Dp) * sizeof(float)) : NULL;
         if (!j->store) {
             s->cand = malloc((size_t)(B * draws) * cs);
@@ -596,10 +609,10 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     /* AVX2 converts W in registers (dot_direct); the other paths convert a
      * tile once, then run their blocked f32 kernel */
     j.convert_w = ctx->simd != FLS_SIMD_AVX2 && B > 2;
-    j.tile_v = choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, V);
+    j.tile_v = group_tile(choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, V), req);
 
     fls_status st;
-    if (req->method == FLS_METHOD_FUSED) {
+    if (req->method == FLS_METHOD_FUSED || req->method == FLS_METHOD_GROUPED) {
         st = run_tiles(ctx, &j, out);
     } else {
         /* unfused baselines: materialize B x V fp32 logits first */
@@ -634,7 +647,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
     job_rule(&j, out);
     j.src = SRC_LOGITS;
     j.L = L;
-    j.tile_v = choose_tile(ctx, SRC_LOGITS, 0, 0, req->vocab);
+    j.tile_v = group_tile(choose_tile(ctx, SRC_LOGITS, 0, 0, req->vocab), req);
     return run_tiles(ctx, &j, out);
 }
 

@@ -6,6 +6,8 @@
  */
 #include "cpu_rules.h"
 #include "filters.h"
+#include "fls_noise.h"
+#include "grouped.h"
 #include "registry.h"
 #include "stair.h"
 #include "temperature.h"
@@ -103,7 +105,11 @@ static int temp_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu
 }
 
 const cpu_rule cpu_rule_temperature = {
-    sizeof(fls_cand), 0, 0, temp_cand_init, NULL, NULL, temp_push_span, temp_merge, NULL, temp_finalize,
+    .cand_size = sizeof(fls_cand),
+    .cand_init = temp_cand_init,
+    .push_span = temp_push_span,
+    .cand_merge = temp_merge,
+    .finalize = temp_finalize,
 };
 
 /* ---- the rule family ---- */
@@ -244,16 +250,85 @@ static int fam_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_
 }
 
 const cpu_rule cpu_rule_family = {
-    0,
-    0,
-    1,
-    fam_cand_init,
-    fam_row_init,
-    fam_row_push,
-    fam_push_span,
-    fam_cand_merge,
-    fam_row_merge,
-    fam_finalize,
+    .needs_part = 1,
+    .cand_init = fam_cand_init,
+    .row_init = fam_row_init,
+    .row_push = fam_row_push,
+    .push_span = fam_push_span,
+    .cand_merge = fam_cand_merge,
+    .row_merge = fam_row_merge,
+    .finalize = fam_finalize,
+};
+
+/* ---- the grouped method ---- */
+
+static void grp_cand_init(const cpu_rule_ctx *rc, void *c)
+{
+    (void)rc;
+    *(fls_gbest *)c = fls_gbest_empty();
+}
+
+static void grp_merge(void *a, const void *b)
+{
+    fls_gbest_merge(a, b);
+}
+
+/* A tile of whole groups (v0 a multiple of g): each group's log-mass once,
+ * then per draw its key; the token noise only for a group that beats the
+ * (row, draw)'s best so far. */
+static void grp_push_tile(const cpu_rule_ctx *rc, char *cands, int64_t d0, int64_t d1, const float *x,
+                          int64_t v0, int64_t n, const fls_row_params *rp, cpu_gumbel_fn gumbel,
+                          float *scratch)
+{
+    const int64_t g = rc->req->group_size;
+    const int greedy = !fls_temperature_noisy(rp->temperature);
+    const uint64_t gk = fls_group_key(rp->seed);
+    fls_gbest *best = (fls_gbest *)cands;
+    for (int64_t i0 = 0; i0 < n; i0 += g) {
+        const int64_t ng = n - i0 < g ? n - i0 : g, k = (v0 + i0) / g;
+        const double L = fls_group_lse(x + i0, ng, greedy);
+        if (L == -INFINITY)
+            continue; /* a fully masked group has no mass */
+        for (int64_t d = d0; d < d1; d++) {
+            const uint32_t draw = rc->req->first_draw + (uint32_t)d;
+            const double key = greedy ? L : L + (double)fls_group_gumbel(gk, rp->offset, draw, (uint64_t)k);
+            if (!fls_gbest_beats(key, k, &best[d]))
+                continue;
+            /* the within-group sample: the flat contract's token noise */
+            fls_cand c = fls_cand_empty();
+            if (!greedy)
+                gumbel(rp->seed, rp->offset, draw, (uint64_t)(v0 + i0), ng, scratch);
+            fls_temperature_push_span(&c, x + i0, greedy ? NULL : scratch, rp->temperature, v0 + i0, ng);
+            best[d].gkey = key;
+            best[d].group = k;
+            best[d].tok = c.idx;
+            best[d].x = c.x;
+        }
+    }
+}
+
+static int grp_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_part *part, const char *cands,
+                        int64_t *tok, float *lp, double *lse)
+{
+    (void)row;
+    const float T = rc->req->rows[b].temperature;
+    *lse = rc->want_lse ? fls_lse_value(part->lse.m, part->lse.s, !fls_temperature_noisy(T)) : 0.0;
+    for (int64_t d = 0; d < rc->req->draws; d++) {
+        const fls_gbest *g = (const fls_gbest *)cands + d;
+        if (g->group < 0)
+            return FLS_ERR_ALL_MASKED;
+        tok[d] = g->tok;
+        lp[d] = fls_temperature_noisy(T) ? (float)((double)g->x - *lse) : 0.0f;
+    }
+    return FLS_OK;
+}
+
+const cpu_rule cpu_rule_grouped = {
+    .cand_size = sizeof(fls_gbest),
+    .cand_init = grp_cand_init,
+    .cand_merge = grp_merge,
+    .finalize = grp_finalize,
+    .push_tile = grp_push_tile,
 };
 
 /* The capacity of the top list: enough for every top-k up to 1024 and for
@@ -266,6 +341,8 @@ const cpu_rule *cpu_rule_for(const fls_request *req, int want_lse, cpu_rule_ctx 
     rc->req = req;
     rc->K = req->K;
     rc->want_lse = want_lse;
+    if (req->method == FLS_METHOD_GROUPED)
+        return &cpu_rule_grouped;
     if (!req->rule)
         return &cpu_rule_temperature;
     rc->stair_cap = fls_stair_cap(req->K, req->vocab);

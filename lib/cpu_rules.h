@@ -30,6 +30,9 @@ void cpu_part_span(cpu_part *p, const float *x, int64_t n, int moments);
 void cpu_part_merge(cpu_part *a, const cpu_part *b);
 cpu_part cpu_part_empty(void);
 
+typedef void (*cpu_gumbel_fn)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n,
+                              float *g);
+
 /* finalize's answer for a row the kept statistics cannot decide */
 #define CPU_RULE_SECOND_PASS 1
 
@@ -54,6 +57,11 @@ typedef struct cpu_rule {
      * position j, *lse; FLS_OK, FLS_ERR_ALL_MASKED or CPU_RULE_SECOND_PASS. */
     int (*finalize)(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_part *part, const char *cands,
                     int64_t *tok, float *lp, double *lse);
+    /* Optional: a rule that draws its own noise (the grouped method) takes
+     * a whole tile of row b for draws [d0, d1) here instead of push_span;
+     * cands is the row's first draw's state. scratch: 2 n floats. */
+    void (*push_tile)(const cpu_rule_ctx *rc, char *cands, int64_t d0, int64_t d1, const float *x, int64_t v0,
+                      int64_t n, const fls_row_params *rp, cpu_gumbel_fn gumbel, float *scratch);
 } cpu_rule;
 
 /* The temperature rule (no filter, one token per draw). */
@@ -61,6 +69,8 @@ extern const cpu_rule cpu_rule_temperature;
 /* The rule family: filters of variants/registry.h and sampling without
  * replacement, on K-staircases (variants/stair.h). */
 extern const cpu_rule cpu_rule_family;
+/* The grouped method (variants/grouped.h). */
+extern const cpu_rule cpu_rule_grouped;
 
 /* The rule for a request and its context. */
 const cpu_rule *cpu_rule_for(const fls_request *req, int want_lse, cpu_rule_ctx *rc);

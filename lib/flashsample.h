@@ -100,7 +100,10 @@ typedef enum fls_simd {
 typedef enum fls_method {
     FLS_METHOD_FUSED = 0,          /* tile-streaming Gumbel-max, logits stay on chip */
     FLS_METHOD_UNFUSED_GUMBEL = 1, /* materialize B x V logits, then Gumbel argmax (same tokens as FUSED) */
-    FLS_METHOD_UNFUSED_MULTINOMIAL = 2 /* materialize logits, softmax, inverse-CDF multinomial */
+    FLS_METHOD_UNFUSED_MULTINOMIAL = 2, /* materialize logits, softmax, inverse-CDF multinomial */
+    FLS_METHOD_GROUPED = 3              /* Group-Gumbel-Max (docs/GROUPED.md): a group of group_size tokens by
+                                           its log-mass and a group Gumbel, then the token inside it; exact in
+                                           distribution, its own noise contract */
 } fls_method;
 
 typedef struct fls_context fls_context_t; /* opaque */
@@ -203,7 +206,13 @@ typedef struct fls_params {
     const char *filter;
     double filter_value;
     const double *row_filter_value;
+    /* FLS_METHOD_GROUPED: tokens per group, a power of two in [2, 2^20];
+     * 0 = the library's default (FLS_GROUP_SIZE_DEFAULT). */
+    int64_t group_size;
 } fls_params;
+
+/* The grouped method's default group size (docs/GROUPED.md says why). */
+#define FLS_GROUP_SIZE_DEFAULT 128
 
 FLS_API void fls_params_default(fls_params *params);
 

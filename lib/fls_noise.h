@@ -216,6 +216,38 @@ FLS_HD double fls_uniform_from_bits(uint64_t k)
     return u < 1.0 ? u : 0x1.fffffffffffffp-1;
 }
 
+/*
+ * The group noise of the grouped method (docs/NOISE.md, "Group noise"): one
+ * Gumbel per (row seed, offset, draw, group k), from a key domain of its
+ * own. The group key K' of seed s is the (r1:r0) word of the Philox block
+ * at counter (0x67726F75, 0xFFFFFFFF, 0, 0) under s: the draw word
+ * 0xFFFFFFFF is one no token noise ever uses (draw indices < 2^32 - 1), so
+ * deriving K' takes nothing from the token stream. Group k's bits are then
+ * laid out exactly like token k's under K': counter (k >> 1, d, lo32(o),
+ * hi32(o)), even k the low pair, odd k the high pair; the transform is the
+ * same. Group noise would coincide with token noise only for a row whose
+ * seed equals another row's K' (a 2^-64 event for unrelated seeds).
+ */
+#define FLS_GROUP_TAG 0x67726F75u
+FLS_HD uint64_t fls_group_key(uint64_t seed)
+{
+    uint32_t c[4] = {FLS_GROUP_TAG, 0xFFFFFFFFu, 0u, 0u};
+    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    fls_philox_block b = fls_philox4x32_10(c, k);
+    return ((uint64_t)b.r[1] << 32) | b.r[0];
+}
+
+/* 64 random bits and the Gumbel noise of group k (gkey = fls_group_key(seed)). */
+FLS_HD uint64_t fls_group_noise_bits(uint64_t gkey, uint64_t offset, uint32_t draw, uint64_t group)
+{
+    return fls_noise_bits(gkey, offset, draw, group);
+}
+
+FLS_HD float fls_group_gumbel(uint64_t gkey, uint64_t offset, uint32_t draw, uint64_t group)
+{
+    return fls_gumbel_from_bits(fls_group_noise_bits(gkey, offset, draw, group));
+}
+
 /* Row seed of row b when only one seed is given: splitmix64's finalizer of
  * seed + (b + 1) * golden gamma. Documented in docs/NOISE.md; frozen. */
 FLS_HD uint64_t fls_splitmix64_(uint64_t z)

@@ -45,6 +45,7 @@ typedef struct fls_request {
     int64_t K;                  /* tokens per draw in the output (1 without replacement off) */
     unsigned needs;             /* FLS_NEED_* of the filters some row uses */
     uint64_t *second_pass_rows; /* the engine adds the rows it decided by a second pass */
+    int64_t group_size;         /* FLS_METHOD_GROUPED: tokens per group (a power of two) */
 } fls_request;
 
 struct fls_cuda_state; /* defined by the CUDA engine */

@@ -460,7 +460,7 @@ Test(errors, struct_size)
 
 Test(errors, bad_method)
 {
-    const int bad[] = {3, -1, 1000};
+    const int bad[] = {4, -1, 1000};
     for (int i = 0; i < 3; i++) {
         fls_params p = fx.p;
         p.method = (fls_method)bad[i];

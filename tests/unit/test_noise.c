@@ -191,3 +191,31 @@ Test(noise, multinomial_uniform)
     /* FLS_MULTINOMIAL_TOKEN is the reserved token index 2^33 - 1 */
     cr_assert_eq(FLS_MULTINOMIAL_TOKEN, (1ull << 33) - 1);
 }
+
+/* The group noise domain (docs/NOISE.md, "Group noise"): frozen values. The
+ * derivation of K' is the Philox block at the reserved draw word 0xFFFFFFFF;
+ * group k's bits are token k's under K'. */
+Test(noise, group_noise_frozen)
+{
+    const struct {
+        uint64_t seed, key, bits;
+        float g;
+    } kat[] = {
+        {0, 0xe8c7047b49fc3b2full, 0xd67fe7a7e37b85ccull, 0x1.bb7adep+0f},
+        {1, 0xc2a260c356b2fd35ull, 0xb3956843efe7a511ull, 0x1.09752ap+0f},
+        {0x0123456789abcdefull, 0x0019abdf21678b54ull, 0xd0138ea807105d3eull, 0x1.92df7cp+0f},
+    };
+    for (int i = 0; i < 3; i++) {
+        const uint64_t k = fls_group_key(kat[i].seed);
+        cr_assert_eq(k, kat[i].key, "group key of seed %d", i);
+        cr_assert_eq(fls_group_noise_bits(k, 5, 2, 7), kat[i].bits);
+        cr_assert_eq(fls_group_gumbel(k, 5, 2, 7), kat[i].g);
+        /* the same layout as the token noise, under K' */
+        cr_assert_eq(fls_group_noise_bits(k, 5, 2, 7), fls_noise_bits(k, 5, 2, 7));
+        /* and the derivation uses the reserved draw word: never a token's block */
+        uint32_t c[4] = {FLS_GROUP_TAG, 0xFFFFFFFFu, 0, 0},
+                 key[2] = {(uint32_t)kat[i].seed, (uint32_t)(kat[i].seed >> 32)};
+        fls_philox_block b = fls_philox4x32_10(c, key);
+        cr_assert_eq(k, ((uint64_t)b.r[1] << 32) | b.r[0]);
+    }
+}
