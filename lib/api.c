@@ -320,8 +320,8 @@ static int rule_active(const fls_params *p, int64_t B)
 
 /* Validates params and outputs for a (B, V) request and resolves the rows.
  * On success *rows_out is a malloc'ed array of B rows (caller frees). */
-static fls_status resolve_request(const fls_context_t *ctx, const fls_params *params, const fls_outputs *out,
-                                  int64_t B, int64_t V, fls_request *req, fls_row_params **rows_out)
+fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *params, const fls_outputs *out,
+                               int64_t B, int64_t V, fls_request *req, fls_row_params **rows_out)
 {
     if (!params || !out || !out->tokens)
         return FLS_ERR_NULL;
@@ -483,7 +483,7 @@ fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_m
         return st;
     fls_request req;
     fls_row_params *rows = NULL;
-    st = resolve_request(ctx, params, out, H->rows, W->rows, &req, &rows);
+    st = fls_resolve_request(ctx, params, out, H->rows, W->rows, &req, &rows);
     if (st != FLS_OK)
         return st;
     uint64_t second = 0;
@@ -510,7 +510,7 @@ fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_
         return st;
     fls_request req;
     fls_row_params *rows = NULL;
-    st = resolve_request(ctx, params, out, L->rows, L->cols, &req, &rows);
+    st = fls_resolve_request(ctx, params, out, L->rows, L->cols, &req, &rows);
     if (st != FLS_OK)
         return st;
     uint64_t second = 0;

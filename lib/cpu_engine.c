@@ -93,7 +93,7 @@ fls_simd fls_cpu_best_simd(void)
     return FLS_SIMD_PORTABLE;
 }
 
-static void select_kernels(fls_simd simd, fls_cpu_kernels *k)
+void fls_cpu_select_kernels(fls_simd simd, fls_cpu_kernels *k)
 {
     fls_cpu_kernels_portable(k);
 #if defined(FLS_X86_SIMD)
@@ -598,7 +598,7 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
         return FLS_ERR_OUT_OF_MEMORY;
     tile_job j;
     memset(&j, 0, sizeof j);
-    select_kernels(ctx->simd, &j.k);
+    fls_cpu_select_kernels(ctx->simd, &j.k);
     j.req = req;
     job_rule(&j, out);
     j.src = SRC_FUSED;
@@ -633,6 +633,36 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     return st;
 }
 
+fls_status fls_cpu_logits(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H, float *out)
+{
+    const int64_t D = W->cols, Dp = (D + FLS_LANES - 1) / FLS_LANES * FLS_LANES;
+    float *hf = convert_hidden(H, Dp);
+    if (!hf)
+        return FLS_ERR_OUT_OF_MEMORY;
+    fls_request req;
+    memset(&req, 0, sizeof req);
+    req.batch = H->rows;
+    req.vocab = W->rows;
+    req.draws = 1;
+    req.K = 1;
+    tile_job j;
+    memset(&j, 0, sizeof j);
+    fls_cpu_select_kernels(ctx->simd, &j.k);
+    j.req = &req;
+    j.rule = cpu_rule_temperature;
+    j.src = SRC_FUSED;
+    j.W = W;
+    j.Hf = hf;
+    j.D = D;
+    j.Dp = Dp;
+    j.convert_w = ctx->simd != FLS_SIMD_AVX2 && H->rows > 2;
+    j.tile_v = choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, W->rows);
+    j.store = out;
+    fls_status st = run_tiles(ctx, &j, NULL);
+    free(hf);
+    return st;
+}
+
 fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
                                  const fls_outputs *out)
 {
@@ -642,7 +672,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
         return unfused_rules(ctx, L, req, out);
     tile_job j;
     memset(&j, 0, sizeof j);
-    select_kernels(ctx->simd, &j.k);
+    fls_cpu_select_kernels(ctx->simd, &j.k);
     j.req = req;
     job_rule(&j, out);
     j.src = SRC_LOGITS;
@@ -706,7 +736,7 @@ static fls_status unfused_rules(const fls_context_t *ctx, const fls_matrix *L, c
     j.L = L;
     j.req = req;
     (void)cpu_rule_for(req, out->logsumexp || out->logprobs, &j.rc);
-    select_kernels(ctx->simd, &j.k);
+    fls_cpu_select_kernels(ctx->simd, &j.k);
     atomic_init(&j.next, 0);
     atomic_init(&j.oom, 0);
     j.row_status = calloc((size_t)B, sizeof *j.row_status);

@@ -42,6 +42,8 @@ void fls_gumbel_span_c(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v
 void fls_convert_row(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad);
 
 void fls_cpu_kernels_portable(fls_cpu_kernels *k);
+/* The table of a SIMD path (the portable one, upgraded by the path's). */
+void fls_cpu_select_kernels(fls_simd simd, fls_cpu_kernels *k);
 void fls_cpu_kernels_avx2(fls_cpu_kernels *k);
 void fls_cpu_kernels_avx512(fls_cpu_kernels *k);
 

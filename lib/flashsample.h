@@ -251,6 +251,62 @@ FLS_API fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, con
 FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_params *params,
                                      const fls_outputs *out);
 
+/*
+ * Streaming (online) sampling (docs/GROUPED.md; the paper's Algorithm I.3):
+ * feed the vocabulary in chunks of any size and order — materialized logits
+ * or rows of W with H — merge states (threads, shards, ranks), finalize.
+ * The token is the one-shot call's (fls_sample_logits / fls_sample_fused
+ * with the same params), whatever the chunking: FLS_METHOD_FUSED (the flat
+ * Gumbel-max, temperature rule) or FLS_METHOD_GROUPED. The state is O(B x
+ * draws) plus the groups split by chunk boundaries, and serializes to bytes.
+ * CPU engine; filters and without replacement are FLS_ERR_UNSUPPORTED here.
+ *
+ * Early finalization: given an upper bound on the logits of a chunk not yet
+ * fed (fls_logit_bound from row norms, or your own), fls_stream_skip draws
+ * that chunk's noise (no matmul) and, when no token of it can beat any row's
+ * leader, marks it done without its logits: the token is still the full
+ * pass's. (A skipped chunk's mass is unknown, so logsumexp / logprobs are
+ * then FLS_ERR_UNSUPPORTED at finalize.)
+ */
+typedef struct fls_stream fls_stream_t; /* opaque */
+
+/* A state for B rows over V tokens with params (seeds, offsets, T, draws,
+ * method, group_size) resolved now; ctx (CPU engine) must outlive it. */
+FLS_API fls_status fls_stream_create(fls_stream_t **stream, fls_context_t *ctx, int64_t B, int64_t V,
+                                     const fls_params *params);
+FLS_API void fls_stream_destroy(fls_stream_t *stream);
+/* Logits L (B, n) of tokens v0 .. v0 + n - 1. A token fed twice is FLS_ERR_PARAM;
+ * a NaN is FLS_ERR_NAN (the state is unchanged on any error). */
+FLS_API fls_status fls_stream_feed_logits(fls_stream_t *stream, const fls_matrix *L, int64_t v0);
+/* Rows v0 .. v0 + Wc->rows - 1 of W (Wc is that (n, D) slice) against H (B, D). */
+FLS_API fls_status fls_stream_feed_fused(fls_stream_t *stream, const fls_matrix *Wc, const fls_matrix *H,
+                                         int64_t v0);
+/* Chunk v0 .. v0 + n - 1 not fed: upper[b] >= every logit l_bv of the chunk.
+ * *skipped = 1 when the chunk cannot hold any row's token (then it counts
+ * as done), else 0 and nothing changes. */
+FLS_API fls_status fls_stream_skip(fls_stream_t *stream, int64_t v0, int64_t n, const float *upper,
+                                   int *skipped);
+/* dst += src: two states of the same (B, V, params) over disjoint tokens. */
+FLS_API fls_status fls_stream_merge(fls_stream_t *dst, const fls_stream_t *src);
+/* Tokens fed + skipped == V: the outputs, as fls_sample_logits. */
+FLS_API fls_status fls_stream_finalize(const fls_stream_t *stream, const fls_outputs *out);
+/* Progress: tokens fed, tokens skipped, chunks fed, chunks skipped. */
+FLS_API fls_status fls_stream_progress(const fls_stream_t *stream, int64_t *tokens_fed,
+                                       int64_t *tokens_skipped, int64_t *chunks_fed, int64_t *chunks_skipped);
+/* Bytes: *bytes = the size of the serialized state (call with buf = NULL
+ * first); a state from fls_stream_deserialize continues where it stopped. */
+FLS_API fls_status fls_stream_serialize(const fls_stream_t *stream, void *buf, size_t *bytes);
+FLS_API fls_status fls_stream_deserialize(fls_stream_t **stream, fls_context_t *ctx, const void *buf,
+                                          size_t bytes);
+
+/* Norm bounds for early finalization: out[c] >= ||w_v||_2 for every row v
+ * of chunk c (chunks of `chunk` rows of W), computed once per W. */
+FLS_API fls_status fls_chunk_max_norms(const fls_matrix *W, int64_t chunk, float *out);
+/* An upper bound of every fp32 dot product w . h the engines compute with
+ * ||w|| <= wnorm, ||h|| <= hnorm over D terms (Cauchy-Schwarz plus the
+ * worst-case rounding of a D-term fp32 sum). */
+FLS_API float fls_logit_bound(float wnorm, float hnorm, int64_t D);
+
 /* What a context has done, for the rule family's cost model: a filter
  * decides in one pass over W unless the statistics kept during the pass
  * cannot decide it (a nucleus larger than the kept list, top-k beyond it, a

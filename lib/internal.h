@@ -50,6 +50,12 @@ typedef struct fls_request {
 
 struct fls_cuda_state; /* defined by the CUDA engine */
 
+/* The front end's validation and resolution of params for a (B, V) request
+ * (lib/api.c): *rows_out (B rows) and req->rule are malloc'ed (caller frees). */
+fls_status fls_resolve_request(const struct fls_context *ctx, const fls_params *params,
+                               const fls_outputs *out, int64_t B, int64_t V, fls_request *req,
+                               fls_row_params **rows_out);
+
 struct fls_context {
     fls_counters counters;
     fls_context_config config;
@@ -64,6 +70,9 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
                                 const fls_request *req, const fls_outputs *out);
 fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
                                  const fls_outputs *out);
+/* The logits (H->rows, W->rows) of W H^T into out (row stride W->rows),
+ * through the fused path's kernels (the same floats). */
+fls_status fls_cpu_logits(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H, float *out);
 /* Best SIMD path this processor supports. */
 fls_simd fls_cpu_best_simd(void);
 int fls_cpu_simd_supported(fls_simd simd);
