@@ -57,10 +57,27 @@ echo "GSL: $GSL_NOTE" >>"$OUT/env.txt"
 
 # ---- build: Meson (library, stats, CLI, the gpu suite's driver; Criterion's suites
 #      are skipped where Criterion is absent) ----
+# NCCL for libflashsample_nccl: the toolkit's, else the nvidia-nccl wheel's
+# (its lib/ has only the versioned soname: a folder with the link beside it)
+NCCL_OPT=""
+if ! ls /usr/local/cuda/lib*/libnccl.so >/dev/null 2>&1; then
+    NW=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null ||
+        python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+    if [ -n "$NW" ] && [ -f "$NW/include/nccl.h" ]; then
+        ND="$BUILD-nccl"
+        rm -rf "$ND" && mkdir -p "$ND/lib"
+        ln -s "$NW/include" "$ND/include"
+        for f in "$NW"/lib/libnccl.so*; do ln -s "$f" "$ND/lib/"; done
+        [ -e "$ND/lib/libnccl.so" ] || ln -s "$(ls "$NW"/lib/libnccl.so.* | head -1)" "$ND/lib/libnccl.so"
+        NCCL_OPT="-Dnccl_dir=$ND"
+        export LD_LIBRARY_PATH="$ND/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+fi
+echo "NCCL: ${NCCL_OPT:-toolkit or none}" >>"$OUT/env.txt"
 (
     set -x
     rm -rf "$BUILD"
-    meson setup "$BUILD" --buildtype=release -Dcuda=enabled && ninja -C "$BUILD" -j "$(nproc)"
+    meson setup "$BUILD" --buildtype=release -Dcuda=enabled $NCCL_OPT && ninja -C "$BUILD" -j "$(nproc)"
 ) >"$OUT/build.log" 2>&1 && status_build=PASS
 
 status_simd=SKIP

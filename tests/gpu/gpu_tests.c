@@ -20,6 +20,10 @@
 #ifdef FLS_HAVE_AUDIT
 #include "fls_audit.h"
 #endif
+#ifdef FLS_HAVE_NCCL
+#include "flashsample_nccl.h"
+#include <nccl.h>
+#endif
 
 #include <math.h>
 #include <stdarg.h>
@@ -185,7 +189,7 @@ static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked no-skip", 1},
     {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel", 0},
 };
-#define N_CFGS    ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+#define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
 /* The fls_cuda_run options of configuration k. */
 static fls_cuda_opts cfg_opts(int k)
@@ -826,6 +830,52 @@ static void test_first_draw(void)
     fls_device_free(dt);
 }
 
+#ifdef FLS_HAVE_NCCL
+/* Tensor-parallel exchange over NCCL with a world of one rank (this
+ * machine's one GPU): the state round-trips through ncclAllGather and
+ * finalizes to the one-shot tokens; two CPU shards merged locally and the
+ * NCCL-merged state agree. */
+static void test_nccl_one_rank(void)
+{
+    const int64_t B = 4, V = 30011, draws = 3;
+    g_rng = 909;
+    float *L = malloc(sizeof(float) * (size_t)(B * V));
+    CHECK(L, "host memory");
+    for (int64_t i = 0; i < B * V; i++)
+        L[i] = (float)((rndu() - 0.5) * 10.0);
+    ncclComm_t comm;
+    int dev = 0;
+    CHECK(ncclCommInitAll(&comm, 1, &dev) == ncclSuccess, "ncclCommInitAll");
+    for (int grouped = 0; grouped < 2; grouped++) {
+        fls_params p;
+        fls_params_default(&p);
+        p.method = grouped ? FLS_METHOD_GROUPED : FLS_METHOD_FUSED;
+        p.draws = draws;
+        p.seed = 5;
+        int64_t want[12], got[12];
+        fls_matrix Lm = {L, FLS_DTYPE_F32, B, V, V};
+        fls_outputs o = {want, NULL, NULL};
+        CHECK_ST(fls_sample_logits(g_cpu, &Lm, &p, &o));
+        fls_stream_t *s = NULL, *m = NULL;
+        CHECK_ST(fls_stream_create(&s, g_cpu, B, V, &p));
+        CHECK_ST(fls_stream_feed_logits(s, &Lm, 0));
+        size_t sent = 0;
+        CHECK_ST(fls_stream_allgather_nccl(s, g_cpu, comm, NULL, &m, &sent));
+        o.tokens = got;
+        CHECK_ST(fls_stream_finalize(m, &o));
+        CHECK(memcmp(want, got, sizeof want) == 0, "NCCL-merged tokens differ (grouped %d)", grouped);
+        printf("    NCCL world of 1 (%s): %zu bytes sent for %lld rows (%.1f per row; the logits: %lld per "
+               "row)\n",
+               grouped ? "grouped" : "flat", sent, (long long)B, (double)sent / (double)B,
+               (long long)(4 * V));
+        fls_stream_destroy(s);
+        fls_stream_destroy(m);
+    }
+    ncclCommDestroy(comm);
+    free(L);
+}
+#endif
+
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
 static void test_logits_path(void)
 {
@@ -1355,6 +1405,11 @@ int main(int argc, char **argv)
     run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
     run_test("first_draw_all_configs", test_first_draw);
+#ifdef FLS_HAVE_NCCL
+    run_test("nccl_one_rank", test_nccl_one_rank);
+#else
+    printf("SKIP nccl_one_rank: built without NCCL (libflashsample_nccl)\n");
+#endif
     run_test("temperature_overflow_is_an_error", test_temperature_overflow);
     run_test("fused_bad_values_are_errors", test_fused_bad_values);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
