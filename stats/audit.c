@@ -1,8 +1,9 @@
 /*
- * audit.c — fls_audit_run: every case of the list (quick or full) on one
- * engine, one row each, at the level of the run's family. A failed test is a
- * row with pass = 0; only a failure to sample (or to allocate) is an error
- * status.
+ * audit.c — fls_audit_run: every case of the run (quick or full, on one
+ * engine), one row per test, at the level of the run's family. A failed test
+ * is a row with pass = 0; a case that could not sample is reported as error
+ * rows and the run goes on; only a failure to start (context, memory) is an
+ * error status.
  */
 #include "fls_audit.h"
 #include "fls_cases.h"
@@ -17,8 +18,8 @@ fls_status fls_audit_family_add(const fls_audit_options *o, fls_stats_family *f)
         return FLS_ERR_NULL;
     char name[96];
     snprintf(name, sizeof name, "audit %s on %s (%zu cases)", o->full ? "full" : "quick",
-             o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu", fls_audit_mode_count(o->full));
-    return fls_stats_family_add(f, name, fls_audit_mode_tests(o->full));
+             o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu", fls_audit_run_count(o->full, o->engine));
+    return fls_stats_family_add(f, name, fls_audit_run_tests(o->full, o->engine));
 }
 
 fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_t *n_rows)
@@ -38,7 +39,7 @@ fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_
             return st;
         fam = &own;
     }
-    if (fam->size < fls_audit_mode_tests(o->full))
+    if (fam->size < fls_audit_run_tests(o->full, o->engine))
         return FLS_ERR_PARAM; /* a family that does not hold this audit's tests */
     fls_context_config cfg;
     fls_context_config_default(&cfg);
@@ -48,26 +49,29 @@ fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_
     fls_status st = fls_context_create(&ctx, &cfg);
     if (st != FLS_OK)
         return st;
-    const size_t n = fls_audit_mode_count(o->full);
+    const size_t n_cases = fls_audit_run_count(o->full, o->engine);
+    const size_t n = (size_t)fls_audit_run_tests(o->full, o->engine);
     fls_audit_row *out = calloc(n, sizeof *out);
     if (!out) {
         fls_context_destroy(ctx);
         return FLS_ERR_OUT_OF_MEMORY;
     }
     if (o->progress) {
-        fprintf(stderr, "[audit] %s run, engine %s (%d thread(s), simd %s), base seed %llu, %zu case(s)\n",
+        fprintf(stderr,
+                "[audit] %s run, engine %s (%d thread(s), simd %s), base seed %llu, %zu case(s), %zu tests\n",
                 o->full ? "full" : "quick", o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu",
                 fls_context_threads(ctx), fls_simd_name(fls_context_simd(ctx)), (unsigned long long)o->seed,
-                n);
+                n_cases, n);
         fls_stats_family_print(stderr, "[audit] ", fam);
     }
-    for (size_t k = 0; k < n && st == FLS_OK; k++)
-        st = fls_audit_run_case(ctx, o, fam->alpha, fls_audit_case_index(o->full, k), &out[k]);
-    fls_context_destroy(ctx);
-    if (st != FLS_OK) {
-        free(out);
-        return st;
+    /* every case runs; one that cannot sample fills its rows as errors */
+    size_t r = 0;
+    for (size_t k = 0; k < n_cases; k++) {
+        size_t i = fls_audit_run_index(o->full, o->engine, k);
+        (void)fls_audit_run_case(ctx, o, fam->alpha, i, &out[r]);
+        r += (size_t)fls_audit_case_tests(i);
     }
+    fls_context_destroy(ctx);
     *rows = out;
     *n_rows = n;
     return FLS_OK;

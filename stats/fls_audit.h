@@ -25,8 +25,14 @@ extern "C" {
 /* Adds this audit's tests to a run's family: one part, "audit <mode> on <engine>". */
 fls_status fls_audit_family_add(const fls_audit_options *o, fls_stats_family *family);
 
-/* Runs the goodness-of-fit cases; *rows is malloc'ed (caller frees). Returns an error status only if
- * sampling itself failed; failed tests are rows with pass = 0. */
+/* Runs the cases of the run (fls_audit_run_count(o->full, o->engine)), one
+ * row per test (fls_audit_run_tests rows), at the family's alpha (o->family,
+ * or the audit's own family when NULL); *rows is malloc'ed (caller frees).
+ * Failed tests are rows with pass = 0; a case that could not sample (or ran
+ * out of memory) is reported as error rows (status != FLS_OK, pass = 0) and
+ * the other cases still run. Returns an error status only if the run could
+ * not start (bad options, no context, no memory for the rows, or a family
+ * smaller than this audit). */
 fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_t *n_rows);
 
 #ifdef __cplusplus

@@ -49,7 +49,8 @@ typedef enum fls_case_shape {
     FLS_SHAPE_MASKED = 4, /* N(0, 1.5) with about 40% of the tokens at -inf */
     FLS_SHAPE_NORMAL = 5, /* N(0, scale) */
     FLS_SHAPE_TIES = 6,   /* N(0, 1) and the maximum repeated at three places (greedy) */
-    FLS_SHAPE_COIN = 7    /* V = 2: {0, -0.85}, p = (0.70, 0.30) */
+    FLS_SHAPE_COIN = 7,   /* V = 2: {0, -0.85}, p = (0.70, 0.30) */
+    FLS_SHAPE_DEEP = 8    /* a head, 12% of the tokens 10.5-14.5 nats below, the rest scale..30 nats below */
 } fls_case_shape;
 
 typedef struct fls_audit_case {
@@ -60,32 +61,40 @@ typedef struct fls_audit_case {
     fls_case_shape shape;
     double scale; /* FLS_SHAPE_NORMAL: standard deviation */
     int64_t V;
-    int groups;         /* distinct reference distributions: temperature and (fused) H row */
-    float temps[8];     /* temperature of each group */
-    int rows_per_group; /* rows with their own seeds per group (pairs: pairs of rows) */
-    fls_dtype w_dtype;  /* fused: dtype of W */
-    int64_t D;          /* fused: columns of W and H */
-    int quick;          /* part of the quick audit */
+    int groups;          /* distinct reference distributions: temperature and (fused) H row */
+    float temps[8];      /* temperature of each group */
+    int rows_per_group;  /* rows with their own seeds per group (pairs: pairs of rows) */
+    fls_dtype w_dtype;   /* fused: dtype of W */
+    int64_t D;           /* fused: columns of W and H */
+    int tier;            /* 0: every run (quick); 1: full runs; 2: full runs on the CUDA engine only */
+    int tail;            /* runs the tail tests (t = 10, 15, 20, 25) beside the goodness of fit */
+    double tail_deficit; /* > 0: enough draws that the t = 15 test catches this relative deficit */
 } fls_audit_case;
 
-/* The full list, and how many cases a run of that mode has. */
+/* The full list. */
 size_t fls_audit_case_count(void);
 const fls_audit_case *fls_audit_case_get(size_t i);
-/* The index in the full list of the i-th case of mode full (0/1); (size_t)-1 if none. */
-size_t fls_audit_case_index(int full, size_t i);
-size_t fls_audit_mode_count(int full);
-
-/* Chance-failing tests case i runs (each is one member of a run's family). */
+/* Whether case i is part of a run of mode full (0/1) on this engine (tiers). */
+int fls_audit_case_in_run(size_t i, int full, fls_engine engine);
+/* Cases of such a run, and the index in the full list of its k-th ((size_t)-1 if none). */
+size_t fls_audit_run_count(int full, fls_engine engine);
+size_t fls_audit_run_index(int full, fls_engine engine, size_t k);
+/* Chance-failing tests (rows) case i makes: the goodness of fit, and the
+ * FLS_STATS_N_TAILS tail tests if it has them. Each is one member of a run's
+ * family. */
 int fls_audit_case_tests(size_t i);
-/* Tests of the cases of mode full (0/1): what an audit run adds to its family. */
-int fls_audit_mode_tests(int full);
+/* Tests of such a run: what an audit run adds to its family. */
+int fls_audit_run_tests(int full, fls_engine engine);
 
 /* Runs case i of the full list on ctx (whose engine must be o->engine) at
- * level alpha (the run's family's). Fills row; FLS_OK unless sampling or
- * memory failed. Progress and the seeds go to stderr when o->progress. */
+ * level alpha (the run's family's) and fills its fls_audit_case_tests(i) rows
+ * (test names "<case>" and "<case>/tail<t>"). If sampling fails (or memory
+ * runs out) every row of the case is an error row (status set, pass 0) and
+ * that status is returned; the other cases of a run are not affected.
+ * Progress, the seeds and what each test can see go to stderr when
+ * o->progress. */
 fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, double alpha, size_t i,
-                              fls_audit_row *row);
-
+                              fls_audit_row *rows);
 #ifdef __cplusplus
 }
 #endif

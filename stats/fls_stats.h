@@ -4,14 +4,20 @@
  * One protocol for every statistical test (docs/STATS.md gives the whole of it):
  *   1. exact reference probabilities in double (one function per sampling rule:
  *      fls_stats_probs_temperature here; top-k, min-p, ... add theirs beside it);
- *   2. equal-mass bins with >= 100 expected counts each; the tail is merged into
- *      bins, never dropped; zero-probability tokens form an "impossible" set, and
- *      one sample there fails the test outright;
- *   3. Pearson chi-square, p-value from gsl_cdf_chisq_Q;
+ *   2. equal-mass bins; the tail is merged into bins, never dropped;
+ *      zero-probability tokens form an "impossible" set, and one sample there
+ *      fails the test outright;
+ *   3. an exact binomial test where there are two bins (whatever their expected
+ *      counts), Pearson chi-square where there are three or more, each bin then
+ *      expecting >= 1000, its p-value multiplied by a calibration factor
+ *      (FLS_STATS_CHI2_KAPPA) that bounds the approximation's excess size at
+ *      the levels used; an exact binomial (or sum-of-binomials) test of the
+ *      mass more than t nats below the row's head, t = 10, 15, 20, 25;
  *   4. a per-test level alpha from a family-wise false-failure budget of 1e-4 per
  *      run (Bonferroni over the family the run declares and logs);
  *   5. sample sizes such that a total-variation error of 0.01 on the binned
- *      distribution is caught with probability >= 0.999 at that alpha;
+ *      distribution is caught with probability >= 0.999 at that alpha, and a
+ *      statement of what each test can and cannot see at the size it ran;
  *   6. fixed, logged seeds.
  * An independent reference sampler (gsl_ran_discrete) tests the tests: exact
  * samples must pass at the controlled rate, perturbed ones must fail.
@@ -30,11 +36,20 @@ extern "C" {
 #endif
 
 /* ---- The protocol's constants ---- */
-#define FLS_STATS_BUDGET       1e-4  /* family-wise false-failure probability of one full run */
-#define FLS_STATS_TV           0.01  /* total-variation error (binned) every test must catch ... */
-#define FLS_STATS_POWER        0.999 /* ... with at least this probability */
-#define FLS_STATS_MIN_EXPECTED 100.0 /* smallest expected count of a bin */
-#define FLS_STATS_MAX_BINS     32    /* bins per distribution, so dof <= 31 (see fls_bins_build) */
+#define FLS_STATS_BUDGET       1e-4   /* family-wise false-failure probability of one run */
+#define FLS_STATS_TV           0.01   /* total-variation error (binned) every test must catch ... */
+#define FLS_STATS_POWER        0.999  /* ... with at least this probability */
+#define FLS_STATS_MIN_EXPECTED 1000.0 /* smallest expected count of a bin of a chi-square test */
+#define FLS_STATS_MAX_BINS     32     /* bins per distribution, so dof <= 31 (see fls_bins_build) */
+/* Pearson's chi-square p-values are multiplied by this before they are compared
+ * with alpha. With every bin expecting >= FLS_STATS_MIN_EXPECTED, the real
+ * size of the uncorrected test at alpha in [1e-8, 1e-4] is at most ~1.15 alpha
+ * (exact enumeration of the worst layout, one small bin beside large ones;
+ * tests/stats/test_machinery.c checks it at the alpha the suite uses). */
+#define FLS_STATS_CHI2_KAPPA 1.25
+/* The tail thresholds (nats below the row's most likely token). */
+#define FLS_STATS_N_TAILS 4
+extern const double fls_stats_tail_t[FLS_STATS_N_TAILS]; /* 10, 15, 20, 25 */
 
 /* The family of one run. A run (the stats suite, one `flashsample audit`, the
  * GPU suite) declares every chance-failing test it will run, part by part
@@ -105,12 +120,16 @@ double fls_stats_tv(const double *p, const double *q, int64_t V);
 /* ---- 2. Equal-mass binning ---- */
 
 /* Tokens sorted by decreasing probability (ties by index) fill bins greedily
- * up to a target mass m = max(1/max_bins, 100/n): a token with p >= m is a bin
- * alone, the others are grouped until the group holds >= m. A last group below
- * m is its own bin if it expects >= 100 samples, else it joins the previous bin;
- * so every bin expects >= 100 samples (when n >= 100; with fewer samples, or
- * all the mass on one token, there is one bin), no token with p > 0 is dropped,
- * and there are at most max_bins bins. Tokens with p == 0 get bin -1. */
+ * up to a target mass m = max(1/max_bins, FLS_STATS_MIN_EXPECTED/n): a token
+ * with p >= m is a bin alone, the others are grouped until the group holds
+ * >= m. A last group below m is its own bin if it expects >=
+ * FLS_STATS_MIN_EXPECTED samples, else it joins the previous bin. So with
+ * three or more bins every bin expects >= FLS_STATS_MIN_EXPECTED (the
+ * chi-square's domain). Where that leaves a single bin and at least two
+ * tokens have p > 0, there are two bins instead: the most likely tokens up to
+ * half the mass (at least one token), and the rest, whatever their expected
+ * counts (the exact binomial test's domain). No token with p > 0 is dropped,
+ * there are at most max_bins bins, and tokens with p == 0 get bin -1. */
 typedef struct fls_bins {
     int64_t cells; /* tokens (or cells of a pair table) */
     int n_bins;
@@ -123,15 +142,31 @@ typedef struct fls_bins {
 fls_status fls_bins_build(fls_bins *bins, const double *p, int64_t cells, int64_t n, int max_bins);
 void fls_bins_free(fls_bins *bins);
 
-/* ---- 3. Pearson chi-square ---- */
+/* ---- 3. Goodness of fit: exact binomial on two bins, chi-square on more ---- */
 
-/* A goodness-of-fit result. Several independent groups (rows with their own
- * reference) combine by adding chi2 and dof: a sum of independent chi-square
- * variables is chi-square with the summed degrees of freedom. */
+/* Exact two-sided binomial test of k successes in n trials with success
+ * probability m: p = min(1, 2 min(P(X <= k), P(X >= k))) (its size is at most
+ * alpha at every alpha). m = 0 or 1: p = 1 if k is the only possible value,
+ * else 0. */
+double fls_stats_binom_test(int64_t k, int64_t n, double m);
+/* Probability that the level-alpha test above rejects when the truth is m1. */
+double fls_stats_binom_power(int64_t n, double m0, double m1, double alpha);
+
+/* A goodness-of-fit result over one or more groups (rows with their own
+ * reference). Groups with three or more bins add their Pearson chi2 and dof (a
+ * sum of independent chi-squares is chi-square with the summed dof); a group
+ * with two bins is an exact binomial test of its own. The p-value combines the
+ * c components (the chi-square, if any, and each binomial) by Bonferroni:
+ * p = min(1, c min(KAPPA p_chi2, p_binom...)). */
 typedef struct fls_gof {
-    double chi2;
-    int dof;
-    double p;           /* gsl_cdf_chisq_Q(chi2, dof); 1 when dof = 0; 0 if impossible > 0 */
+    double chi2;        /* Pearson statistic over every group (also the two-bin ones, for the record) */
+    int dof;            /* degrees of freedom of the chi-square component */
+    double chi2_part;   /* Pearson statistic of the chi-square component */
+    int n_exact;        /* two-bin groups, each an exact binomial test */
+    double p_exact_min; /* smallest p-value among them (1 if none) */
+    int bins;           /* bins over every group */
+    double min_mass;    /* smallest bin mass over every group */
+    double p;           /* combined p-value; 0 if impossible > 0 */
     int64_t n;          /* samples tested */
     int64_t impossible; /* samples on zero-probability or out-of-range cells: each one fails */
 } fls_gof;
@@ -144,6 +179,8 @@ fls_status fls_gof_add_counts(fls_gof *g, const fls_bins *bins, const int64_t *c
 fls_status fls_gof_add_samples(fls_gof *g, const fls_bins *bins, const int64_t *samples, int64_t n);
 /* Pass at level alpha: no impossible sample and p >= alpha. */
 int fls_gof_pass(const fls_gof *g, double alpha);
+/* Components of the Bonferroni combination (>= 1). */
+int fls_gof_components(const fls_gof *g);
 
 /* ---- 4. Power and sample size ---- */
 
@@ -158,47 +195,146 @@ double fls_stats_power(int dof, double alpha, double lambda);
  * binned distribution, at most dof + 1 bins) is rejected with probability
  * >= power at level alpha (derivation in stats/power.c). */
 int64_t fls_stats_sample_size(int dof, double alpha, double tv, double power);
-/* The sample size of one test of G groups (ref holds G distributions of V
- * cells each; any one group may carry the whole error): the smallest N on the
- * way down from the largest possible N such that the bins built for N
- * (fls_bins_build with FLS_STATS_MAX_BINS) have dof d >= 1 and
- * N >= fls_stats_sample_size(d, alpha, TV, power); *dof = d. Build the final
- * bins for this N. When every group's mass fits one bin (a point mass), *dof = 0
- * and N = fls_stats_sample_size_pointmass (the impossible set is the test). */
-fls_status fls_stats_design_size(const double *ref, int64_t G, int64_t V, double alpha, int64_t *N, int *dof);
+/* Smallest total variation caught with probability >= power by the level-alpha
+ * chi-square with dof degrees of freedom from n samples (Cauchy-Schwarz bound:
+ * sqrt(lambda* / 4n) with power(dof, alpha, lambda*) = power). */
+double fls_stats_tv_caught(int dof, double alpha, int64_t n, double power);
+/* Two bins of masses (a, 1 - a), exact binomial test at level alpha from n
+ * samples: the smallest TV (|q - a| over the feasible directions) caught with
+ * probability >= power; INFINITY if none is. */
+double fls_stats_binom_tv_caught(double a, int64_t n, double alpha, double power);
+/* Smallest n for which the exact binomial test at alpha catches TV tv on bins
+ * (a, 1 - a) with probability >= power in every feasible direction. */
+int64_t fls_stats_binom_sample_size(double a, double alpha, double tv, double power);
 /* Same for a point-mass reference (T = 0): any sample off the argmax fails, so
  * N = ceil(log(1 - power) / log(1 - tv)). */
 int64_t fls_stats_sample_size_pointmass(double tv, double power);
 
-/* ---- 5. Independent reference sampler (gsl_ran_discrete, Walker alias) ---- */
+/* The design of one goodness-of-fit test of G groups (ref holds G distributions
+ * of V cells each; any one group may carry the whole error), at the bins
+ * fls_bins_build makes for N samples per group. */
+typedef struct fls_gof_design {
+    int64_t N;       /* samples per group */
+    int dof;         /* chi-square dof (groups with >= 3 bins) */
+    int n_exact;     /* groups with two bins (exact binomial tests) */
+    int bins;        /* bins over all groups */
+    double min_mass; /* smallest bin mass */
+    double tv;       /* smallest TV in one group caught with probability FLS_STATS_POWER at N */
+} fls_gof_design;
+
+/* What a test of these groups with N samples each sees at alpha (N given). */
+fls_status fls_stats_design_at(const double *ref, int64_t G, int64_t V, double alpha, int64_t N,
+                               fls_gof_design *d);
+/* The smallest N found on the way down from a large N such that the test at
+ * the bins for N catches TV FLS_STATS_TV in any one group with probability >=
+ * FLS_STATS_POWER (d->tv <= FLS_STATS_TV). When every group's mass is on one
+ * token (a point mass), the impossible set is the test and N =
+ * fls_stats_sample_size_pointmass. Build the final bins for d->N. */
+fls_status fls_stats_design(const double *ref, int64_t G, int64_t V, double alpha, fls_gof_design *d);
+/* fls_stats_design's N and its degrees of freedom (dof + n_exact). */
+fls_status fls_stats_design_size(const double *ref, int64_t G, int64_t V, double alpha, int64_t *N, int *dof);
+
+/* ---- 5. The deep tail ---- */
+
+/* Tokens more than t nats below the row's head: 0 < p_v < p_max e^-t. Their
+ * mass (exact, double). */
+double fls_stats_tail_mass(const double *p, int64_t V, double t);
+/* Marks them in in_tail (V entries, 0/1); returns their mass. */
+double fls_stats_tail_set(const double *p, int64_t V, double t, uint8_t *in_tail);
+
+/* Exact two-sided test of the total k = sum k[g] of counts k[g] ~ Bin(n[g],
+ * m[g]), independent (groups with their own tail mass): the doubled smaller
+ * tail of the distribution of the sum, by convolution of the groups' pmfs
+ * truncated where Bernstein's bound leaves < 1e-30 each; one group is the
+ * binomial test. When the convolution would cost more than ~5e8 steps (very
+ * many distinct rows) the p-value is the Bonferroni combination of the groups'
+ * own exact tests (still exact, less powerful) and *bonferroni is set. NaN if
+ * memory ran out. */
+double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int64_t *k, int *bonferroni);
+
+typedef struct fls_tail_result {
+    double t;         /* threshold (nats) */
+    double mass;      /* expected fraction of the samples in the tail: sum n_g m_g / sum n_g */
+    double expected;  /* sum n_g m_g */
+    int64_t observed; /* samples in the tail */
+    int64_t n;        /* samples tested */
+    double p;         /* exact two-sided p-value */
+    double deficit;   /* smallest relative deficit of the tail mass caught with probability FLS_STATS_POWER */
+    double excess;    /* smallest relative excess caught so (both INFINITY if none) */
+    int bonferroni;   /* p combined per group (see fls_stats_binsum_test) */
+} fls_tail_result;
+
+/* The tail test at threshold t over G groups: ref (G x V) their references,
+ * counts (G x V) their samples per token, n[g] their sample counts (in range).
+ * Resolution (deficit, excess) is exact for one group, and from the normal
+ * approximation of the sum for several. */
+fls_status fls_stats_tail_test(const double *ref, const int64_t *counts, const int64_t *n, int64_t G,
+                               int64_t V, double t, double alpha, fls_tail_result *r);
+/* What a tail test of groups (n[g] samples, tail mass m[g]) resolves: the
+ * smallest relative deficit and excess of every group's tail mass caught with
+ * probability power at alpha (INFINITY: none). Exact for one group with a
+ * tail, the normal approximation of the sum for several. */
+void fls_stats_tail_resolution(const int64_t *n, const double *m, int64_t G, double alpha, double power,
+                               double *deficit, double *excess);
+/* Smallest relative deficit (m -> m (1 - r)) the exact binomial test at alpha
+ * catches with probability >= power from n samples of tail mass m; INFINITY
+ * if even r = 1 is not. */
+double fls_stats_tail_deficit_caught(double m, int64_t n, double alpha, double power);
+/* Smallest relative excess (m -> m (1 + r)), INFINITY if none up to m (1 + r) = 1. */
+double fls_stats_tail_excess_caught(double m, int64_t n, double alpha, double power);
+/* Smallest n with which the test catches a relative deficit r of tail mass m. */
+int64_t fls_stats_tail_sample_size(double m, double r, double alpha, double power);
+
+/* ---- 6. Independent reference sampler (Walker's alias on mt19937, 53-bit accept) ---- */
 
 typedef struct fls_refsampler fls_refsampler;
-/* p need not be normalized; seed feeds gsl_rng_mt19937. */
+/* p need not be normalized; seed feeds gsl_rng_mt19937. Every token's
+ * probability is exact to ~2^-53 / V (unlike gsl_ran_discrete, whose 32-bit
+ * uniform quantizes probabilities to ~2^-32: see refsampler.c). */
 fls_status fls_refsampler_create(fls_refsampler **s, const double *p, int64_t V, uint64_t seed);
 void fls_refsampler_destroy(fls_refsampler *s);
 void fls_refsampler_reseed(fls_refsampler *s, uint64_t seed);
+/* One sample. */
+int64_t fls_refsampler_draw(fls_refsampler *s);
 /* Adds n samples to counts (V entries). */
 void fls_refsampler_counts(fls_refsampler *s, int64_t n, int64_t *counts);
 
 /* ---- Reporting: one row per test ---- */
 
-/* The result of one test (a goodness-of-fit case of the audit, or one test of
- * an audit of external tokens). */
+/* The result of one test (a test of a case of the audit, or one test of an
+ * audit of external tokens). */
 typedef struct fls_audit_row {
-    char test[64];  /* e.g. "zipf-fused" */
+    char test[64];  /* e.g. "zipf-fused", "deep-logits/tail15" */
     char engine[8]; /* "cpu", "cuda", or "ext" for external tokens */
     int64_t V;
     int64_t draws; /* total samples drawn */
-    double chi2;
+    double chi2;   /* Pearson statistic (tail rows: (observed - expected)^2 / variance) */
     int dof;
-    double p;     /* the test's p-value */
+    double p;     /* the test's p-value (NaN on an error row) */
     double alpha; /* per-test level of the run's family */
-    int pass;     /* p >= alpha, and no sample on a zero-probability token */
+    int pass;     /* p >= alpha and no sample on a zero-probability token; 0 on an error row */
+    /* Added in this version (zero-initialized rows stay valid): */
+    fls_status status;     /* FLS_OK, or why the test could not run (then pass = 0) */
+    char kind[12];         /* "gof", "tail", "pairs", "ties", "error" */
+    int bins;              /* gof/pairs: bins (all groups) */
+    double min_mass;       /* gof/pairs: smallest bin mass: finer structure is invisible */
+    double tv_caught;      /* gof/pairs: smallest TV (in one group's bins) caught with probability 0.999 */
+    double tail_t;         /* tail: threshold in nats below the head */
+    double tail_mass;      /* tail: expected fraction of samples more than tail_t nats below the head */
+    double expected;       /* tail, ties: expected count */
+    double observed;       /* tail, ties: observed count */
+    double deficit_caught; /* tail: smallest relative deficit caught with probability 0.999 (inf: none) */
+    double excess_caught;  /* tail: smallest relative excess caught so (inf: none) */
+    char note[112];        /* what the test cannot see, or the error */
 } fls_audit_row;
 
-/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, pass. */
+/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, pass, and
+ * what the test sees (gof: bins, smallest bin mass, TV caught; tail: mass,
+ * expected and observed counts, deficit caught; error rows: the error). */
 void fls_audit_print_header(FILE *f);
 void fls_audit_print_row(FILE *f, const fls_audit_row *row);
+/* Fills a row as an error: status st, pass 0, p and chi2 NaN, note. */
+void fls_audit_row_error(fls_audit_row *row, fls_status st, const char *what);
 
 #ifdef __cplusplus
 }

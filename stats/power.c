@@ -12,7 +12,8 @@
  * worst case.) Under q, Pearson's X^2 from N samples is asymptotically
  * noncentral chi-square with k - 1 degrees of freedom and noncentrality
  * lambda = N delta^2 >= 4 N TV^2 (Cochran 1952; Mitra 1958; the approximation
- * is good when every bin expects >= 100 samples, which the binning enforces).
+ * is good when every bin expects >= 1000 samples, which the binning enforces
+ * for three or more bins; two bins are tested exactly, see exact.c).
  * The power P(X^2 > c_alpha), c_alpha = gsl_cdf_chisq_Qinv(alpha, k - 1),
  * increases with lambda, so power(4 N TV^2) is a lower bound for every
  * alternative at that TV. It also decreases with k, so it is computed at the
@@ -27,6 +28,7 @@
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_randist.h>
 #include <math.h>
+#include <stdlib.h>
 
 double fls_stats_ncx2_Q(double x, double dof, double lambda)
 {
@@ -93,49 +95,185 @@ int64_t fls_stats_sample_size_pointmass(double tv, double power)
     return (int64_t)ceil(log1p(-power) / log1p(-tv));
 }
 
-/* The sample size of a test. The bins of each group depend on N (a bin must
- * expect >= 100 samples) and N on their dof (summed over groups; any one group
- * may carry the whole error). Start from the largest N any case can need
- * (G (K - 1) dof) and step N <- sample_size(dof(bins at N)) while that keeps
- * dof >= 1; the dof can only fall as N falls, so this stops within a few steps
- * at an N whose bins have dof d with N >= sample_size(d): power >= 0.999
- * against TV 0.01 for the bins actually used (the final bins are built for
- * this N; more samples only raise every expected count). A reference whose
- * mass is all in one bin (a point mass: T = 0, V = 1) is tested by its
- * impossible set alone: N = 688 makes a 1% leak visible with probability 0.999. */
-static fls_status bins_dof(const double *ref, int64_t G, int64_t V, int64_t n, int *dof)
+double fls_stats_tv_caught(int dof, double alpha, int64_t n, double power)
 {
-    *dof = 0;
+    if (dof < 1 || n < 1)
+        return INFINITY;
+    const double c = gsl_cdf_chisq_Qinv(alpha, (double)dof);
+    double lo = 0.0, hi = 1.0; /* noncentrality lambda* with power(lambda*) = power */
+    while (fls_stats_ncx2_Q(c, (double)dof, hi) < power) {
+        lo = hi;
+        hi *= 2.0;
+        if (hi > 1e12)
+            return INFINITY;
+    }
+    for (int it = 0; it < 100 && hi - lo > 1e-9 * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (fls_stats_ncx2_Q(c, (double)dof, mid) >= power)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return sqrt(hi / (4.0 * (double)n));
+}
+
+/* The design of a test. The bins of each group depend on N (three or more
+ * bins must each expect >= FLS_STATS_MIN_EXPECTED), and what N must be
+ * depends on the bins: the chi-square component (groups with >= 3 bins, their
+ * dof summed) at level alpha / (c KAPPA) and each two-bin group's exact
+ * binomial test at level alpha / c, c the number of components (gof's
+ * Bonferroni combination). Any one group may carry the whole error, so the
+ * test catches TV tv in one group when every component does: the chi-square
+ * by the Cauchy-Schwarz bound at its dof, each binomial exactly on its two
+ * masses. Starting from the bins of a very large N, N steps down to what the
+ * bins at N require while the bins at the new N still require no more; every
+ * accepted N satisfies tv_caught(N) <= tv at its own bins. A reference whose
+ * mass is all on one token in every group (a point mass: T = 0, V = 1) is
+ * tested by its impossible set alone: N = 688 makes a 1% leak visible with
+ * probability 0.999. */
+typedef struct layout {
+    int dof, n_exact, bins;
+    double min_mass;
+    double *two; /* the smaller mass of each two-bin group */
+} layout;
+
+static fls_status layout_at(const double *ref, int64_t G, int64_t V, int64_t n, layout *L)
+{
+    L->dof = L->n_exact = L->bins = 0;
+    L->min_mass = 1.0;
     for (int64_t g = 0; g < G; g++) {
         fls_bins b;
         fls_status st = fls_bins_build(&b, ref + g * V, V, n, FLS_STATS_MAX_BINS);
         if (st != FLS_OK)
             return st;
-        *dof += b.n_bins - 1;
+        L->bins += b.n_bins;
+        for (int i = 0; i < b.n_bins; i++)
+            L->min_mass = b.mass[i] < L->min_mass ? b.mass[i] : L->min_mass;
+        if (b.n_bins == 2)
+            L->two[L->n_exact++] = b.mass[1];
+        else if (b.n_bins > 2)
+            L->dof += b.n_bins - 1;
         fls_bins_free(&b);
     }
     return FLS_OK;
 }
 
+static int layout_components(const layout *L)
+{
+    int c = (L->dof > 0) + L->n_exact;
+    return c > 0 ? c : 1;
+}
+
+/* TV caught with probability FLS_STATS_POWER by the test at this layout and n. */
+static double layout_tv(const layout *L, int64_t n, double alpha)
+{
+    const double ac = alpha / (double)layout_components(L);
+    double tv = 0.0;
+    if (L->dof > 0)
+        tv = fls_stats_tv_caught(L->dof, ac / FLS_STATS_CHI2_KAPPA, n, FLS_STATS_POWER);
+    for (int i = 0; i < L->n_exact; i++) {
+        double t = fls_stats_binom_tv_caught(1.0 - L->two[i], n, ac, FLS_STATS_POWER);
+        tv = t > tv ? t : tv;
+    }
+    return tv;
+}
+
+/* N this layout needs for TV FLS_STATS_TV. */
+static int64_t layout_needs(const layout *L, double alpha)
+{
+    const double ac = alpha / (double)layout_components(L);
+    int64_t N = 0;
+    if (L->dof > 0)
+        N = fls_stats_sample_size(L->dof, ac / FLS_STATS_CHI2_KAPPA, FLS_STATS_TV, FLS_STATS_POWER);
+    for (int i = 0; i < L->n_exact; i++) {
+        int64_t n = fls_stats_binom_sample_size(1.0 - L->two[i], ac, FLS_STATS_TV, FLS_STATS_POWER);
+        N = n > N ? n : N;
+    }
+    return N;
+}
+
+fls_status fls_stats_design_at(const double *ref, int64_t G, int64_t V, double alpha, int64_t N,
+                               fls_gof_design *d)
+{
+    if (!ref || !d)
+        return FLS_ERR_NULL;
+    if (G < 1 || V < 1 || N < 1)
+        return FLS_ERR_SIZE;
+    layout L;
+    L.two = malloc((size_t)G * sizeof(double));
+    if (!L.two)
+        return FLS_ERR_OUT_OF_MEMORY;
+    fls_status st = layout_at(ref, G, V, N, &L);
+    if (st == FLS_OK) {
+        d->N = N;
+        d->dof = L.dof;
+        d->n_exact = L.n_exact;
+        d->bins = L.bins;
+        d->min_mass = L.min_mass;
+        d->tv = L.dof + L.n_exact > 0 ? layout_tv(&L, N, alpha) : 1.0 - pow(1.0 - FLS_STATS_POWER, 1.0 / N);
+    }
+    free(L.two);
+    return st;
+}
+
+fls_status fls_stats_design(const double *ref, int64_t G, int64_t V, double alpha, fls_gof_design *d)
+{
+    if (!ref || !d)
+        return FLS_ERR_NULL;
+    if (G < 1 || V < 1)
+        return FLS_ERR_SIZE;
+    layout L;
+    L.two = malloc((size_t)G * sizeof(double));
+    if (!L.two)
+        return FLS_ERR_OUT_OF_MEMORY;
+    int64_t N = (int64_t)1 << 34;
+    fls_status st = layout_at(ref, G, V, N, &L);
+    if (st == FLS_OK && L.dof + L.n_exact == 0) {
+        N = fls_stats_sample_size_pointmass(FLS_STATS_TV, FLS_STATS_POWER);
+    } else if (st == FLS_OK) {
+        N = layout_needs(&L, alpha); /* the finest layout's need: an upper start */
+        /* up while the bins at N need more (rarely: a coarser layout can need more) */
+        for (int it = 0; it < 40 && st == FLS_OK; it++) {
+            if ((st = layout_at(ref, G, V, N, &L)) != FLS_OK)
+                break;
+            int64_t need = layout_needs(&L, alpha);
+            if (need <= N)
+                break;
+            N = need;
+        }
+        /* down while the bins at the smaller N still need no more */
+        for (int it = 0; it < 40 && st == FLS_OK; it++) {
+            int64_t n2 = layout_needs(&L, alpha);
+            if (n2 >= N || n2 < 1)
+                break;
+            layout L2;
+            L2.two = malloc((size_t)G * sizeof(double));
+            if (!L2.two) {
+                st = FLS_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            st = layout_at(ref, G, V, n2, &L2);
+            int ok = st == FLS_OK && L2.dof + L2.n_exact > 0 && layout_needs(&L2, alpha) <= n2;
+            free(L2.two);
+            if (!ok)
+                break;
+            N = n2;
+            st = layout_at(ref, G, V, N, &L);
+        }
+    }
+    free(L.two);
+    if (st != FLS_OK)
+        return st;
+    return fls_stats_design_at(ref, G, V, alpha, N, d);
+}
+
 fls_status fls_stats_design_size(const double *ref, int64_t G, int64_t V, double alpha, int64_t *N, int *dof)
 {
-    int64_t n =
-        fls_stats_sample_size((int)G * (FLS_STATS_MAX_BINS - 1), alpha, FLS_STATS_TV, FLS_STATS_POWER);
-    int d = 0;
-    fls_status st = bins_dof(ref, G, V, n, &d);
+    fls_gof_design d;
+    fls_status st = fls_stats_design(ref, G, V, alpha, &d);
     if (st != FLS_OK)
         return st;
-    while (d > 0) {
-        int64_t n2 = fls_stats_sample_size(d, alpha, FLS_STATS_TV, FLS_STATS_POWER);
-        int d2 = 0;
-        if (n2 >= n || (st = bins_dof(ref, G, V, n2, &d2)) != FLS_OK || d2 == 0)
-            break;
-        n = n2;
-        d = d2;
-    }
-    if (st != FLS_OK)
-        return st;
-    *dof = d;
-    *N = d > 0 ? n : fls_stats_sample_size_pointmass(FLS_STATS_TV, FLS_STATS_POWER);
+    *N = d.N;
+    *dof = d.dof + d.n_exact;
     return FLS_OK;
 }

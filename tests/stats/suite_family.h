@@ -12,7 +12,7 @@
 
 /* Chance-failing checks of test_machinery.c (size and power of the tests under
  * the reference sampler). */
-#define SUITE_SELFTEST_CHECKS 12
+#define SUITE_SELFTEST_CHECKS 14
 
 /* The audit as the suite runs it: every case of the full list on the CPU engine. */
 static inline void suite_audit_options(fls_audit_options *o)

@@ -1,14 +1,18 @@
 /*
- * test_cases.c — the audit's goodness-of-fit cases on the CPU engine, one
- * Criterion test each (the CUDA engine runs the same list in tests/gpu).
- * Each prints its row (test, engine, V, draws, chi2, dof, p, alpha, pass) and
- * its seeds; progress of long cases goes to stderr.
+ * test_cases.c — the audit's cases on the CPU engine (the CUDA engine runs the
+ * same list in tests/gpu). The quick cases run once, through fls_audit_run
+ * itself (audit/quick_run); every other case of the full CPU run is one
+ * Criterion test. All run at the suite family's alpha (suite_family.h), so
+ * each case is tested exactly once per suite run. Each prints its rows (test,
+ * engine, V, draws, chi2, dof, p, alpha, pass, what it sees) and its seeds;
+ * progress of long cases goes to stderr.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fls_audit.h"
 #include "fls_cases.h"
@@ -16,20 +20,44 @@
 #include "suite_family.h"
 
 #define MAX_CASES 64
+#define MAX_ROWS  (1 + FLS_STATS_N_TAILS)
+
+/* Checks every row of one case. */
+static void check_rows(const fls_audit_case *c, const fls_audit_row *rows, int n, double alpha)
+{
+    int sampling = 0;
+    for (int g = 0; g < c->groups; g++)
+        sampling |= c->temps[g] != 0.0f;
+    for (int r = 0; r < n; r++) {
+        const fls_audit_row *row = &rows[r];
+        cr_expect_eq(row->status, FLS_OK, "%s: %s", row->test, row->note);
+        cr_expect_eq(row->alpha, alpha);
+        cr_expect(row->draws > 0);
+        if (r == 0 && c->V > 1 && sampling) {
+            /* a test that cannot fail is a defect: every sampling case has a test with dof >= 1 */
+            cr_expect(row->dof >= 1, "%s: no degrees of freedom", row->test);
+            /* and it sees TV 0.01 with power 0.999, as designed */
+            cr_expect(row->tv_caught <= FLS_STATS_TV * (1 + 1e-6), "%s: sees only TV %g", row->test,
+                      row->tv_caught);
+        }
+        if (r == 1 && c->tail_deficit > 0.0) /* tail15: resolves the designed deficit */
+            cr_expect(row->deficit_caught <= c->tail_deficit * (1 + 1e-6),
+                      "%s: resolves a deficit of %g only", row->test, row->deficit_caught);
+        cr_expect(row->pass, "%s: p %g < alpha %g", row->test, row->p, row->alpha);
+    }
+}
 
 ParameterizedTestParameters(cases, cpu)
 {
     static size_t idx[MAX_CASES];
-    size_t n = fls_audit_case_count();
-    if (n > MAX_CASES)
-        n = MAX_CASES;
-    for (size_t i = 0; i < n; i++)
-        idx[i] = i;
+    size_t n = 0;
+    for (size_t i = 0; i < fls_audit_case_count() && n < MAX_CASES; i++)
+        if (fls_audit_case_in_run(i, 1, FLS_ENGINE_CPU) && !fls_audit_case_in_run(i, 0, FLS_ENGINE_CPU))
+            idx[n++] = i;
     return cr_make_param_array(size_t, idx, n);
 }
 
-/* The largest case (V = 262144) takes ~4 minutes on two idle cores. */
-ParameterizedTest(size_t *i, cases, cpu, .timeout = 1500)
+ParameterizedTest(size_t *i, cases, cpu, .timeout = 900)
 {
     fls_audit_options o;
     suite_audit_options(&o);
@@ -38,72 +66,122 @@ ParameterizedTest(size_t *i, cases, cpu, .timeout = 1500)
     fls_context_config_default(&cfg);
     fls_context_t *ctx = NULL;
     cr_assert_eq(fls_context_create(&ctx, &cfg), FLS_OK);
-    fls_audit_row row;
-    fls_status st = fls_audit_run_case(ctx, &o, suite_alpha(), *i, &row);
+    fls_audit_row rows[MAX_ROWS];
+    const int n = fls_audit_case_tests(*i);
+    cr_assert(n >= 1 && n <= MAX_ROWS);
+    const double alpha = suite_alpha();
+    fls_status st = fls_audit_run_case(ctx, &o, alpha, *i, rows);
     fls_context_destroy(ctx);
-    cr_assert_eq(st, FLS_OK, "case %zu (%s): %s", *i, fls_audit_case_get(*i)->name, fls_status_string(st));
-    fls_audit_print_row(stdout, &row);
+    for (int r = 0; r < n; r++)
+        fls_audit_print_row(stdout, &rows[r]);
     fflush(stdout);
-    /* a test that cannot fail is a defect: every sampling case needs dof >= 1 */
-    const fls_audit_case *c = fls_audit_case_get(*i);
-    int sampling = 0;
-    for (int g = 0; g < c->groups; g++)
-        sampling |= c->temps[g] != 0.0f;
-    if (c->V > 1 && sampling)
-        cr_expect(row.dof >= 1, "%s: the chi-square has no degrees of freedom", row.test);
-    cr_expect(row.pass, "%s: chi2 %g dof %d p %g < alpha %g (base seed %llu)", row.test, row.chi2, row.dof,
-              row.p, row.alpha, (unsigned long long)o.seed);
+    cr_assert_eq(st, FLS_OK, "case %zu (%s): %s", *i, fls_audit_case_get(*i)->name, fls_status_string(st));
+    check_rows(fls_audit_case_get(*i), rows, n, alpha);
 }
 
+/* The list: tiers, the quick list covers every mechanism, row counts add up. */
 Test(cases, list_is_consistent)
 {
     fls_stats_family f;
     suite_family(&f);
     fls_stats_family_print(stdout, "", &f);
-    /* the suite's audit part is every test of every case */
+    cr_assert(fls_audit_case_count() <= MAX_CASES);
+    /* the suite's audit part is every test of every case of a full CPU run */
     int tests = 0;
     for (size_t k = 0; k < fls_audit_case_count(); k++)
-        tests += fls_audit_case_tests(k);
+        if (fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU))
+            tests += fls_audit_case_tests(k);
     cr_assert_eq(f.parts[0].tests, tests);
+    cr_assert_eq(tests, fls_audit_run_tests(1, FLS_ENGINE_CPU));
     cr_assert_eq(f.size, tests + SUITE_SELFTEST_CHECKS);
     cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
-    cr_assert(fls_audit_case_count() <= MAX_CASES);
-    size_t quick = fls_audit_mode_count(0);
-    cr_assert(quick >= 1 && quick < fls_audit_case_count());
-    for (size_t k = 0; k < quick; k++)
-        cr_assert(fls_audit_case_get(fls_audit_case_index(0, k))->quick);
-    /* V from 1 to 2^18 */
+    /* quick is a sub-list of full; CUDA's full run has every case */
+    size_t quick = fls_audit_run_count(0, FLS_ENGINE_CPU);
+    cr_assert(quick >= 1 && quick < fls_audit_run_count(1, FLS_ENGINE_CPU));
+    cr_assert_eq(fls_audit_run_count(1, FLS_ENGINE_CUDA), fls_audit_case_count());
+    cr_assert_eq(fls_audit_run_count(0, FLS_ENGINE_CUDA), quick);
+    for (size_t k = 0; k < quick; k++) {
+        size_t i = fls_audit_run_index(0, FLS_ENGINE_CPU, k);
+        cr_assert_eq(fls_audit_case_get(i)->tier, 0);
+        cr_assert(fls_audit_case_in_run(i, 1, FLS_ENGINE_CPU));
+    }
+    cr_assert_eq(fls_audit_run_index(0, FLS_ENGINE_CPU, quick), (size_t)-1);
+    /* every mechanism in the quick list: temperatures other than 0 and 1 on
+     * both paths, T = 0, deep tails (24-bit uniforms) on both paths and the
+     * multinomial baseline, offsets, draws, seeds, masks, V = 1, 2, 17 */
+    int t07 = 0, t25 = 0, t03 = 0, t0 = 0, fused_t = 0, deep_logits = 0, deep_fused = 0, deep_multi = 0;
+    int offs = 0, draws = 0, seeds = 0, masked = 0, v1 = 0, v2 = 0, v17 = 0;
+    for (size_t k = 0; k < quick; k++) {
+        const fls_audit_case *c = fls_audit_case_get(fls_audit_run_index(0, FLS_ENGINE_CPU, k));
+        for (int g = 0; g < c->groups; g++) {
+            t07 |= c->temps[g] == 0.7f;
+            t25 |= c->temps[g] == 2.5f;
+            t03 |= c->temps[g] == 0.3f;
+            t0 |= c->temps[g] == 0.0f;
+            fused_t |= c->fused && c->temps[g] != 0.0f && c->temps[g] != 1.0f;
+        }
+        if (c->shape == FLS_SHAPE_DEEP && c->tail && c->tail_deficit > 0.0) {
+            deep_logits |= !c->fused;
+            deep_fused |= c->fused && c->method == FLS_METHOD_FUSED;
+            deep_multi |= c->method == FLS_METHOD_UNFUSED_MULTINOMIAL;
+        }
+        offs |= c->kind == FLS_CASE_PAIRS_OFFSET;
+        draws |= c->kind == FLS_CASE_PAIRS_DRAW;
+        seeds |= c->kind == FLS_CASE_PAIRS_SEED;
+        masked |= c->shape == FLS_SHAPE_MASKED;
+        v1 |= c->V == 1;
+        v2 |= c->V == 2;
+        v17 |= c->V == 17;
+    }
+    cr_expect(t07 && t25 && t03 && t0 && fused_t, "quick list: temperatures");
+    cr_expect(deep_logits && deep_fused && deep_multi, "quick list: deep tails");
+    cr_expect(offs && draws && seeds, "quick list: offsets, draws, seeds");
+    cr_expect(masked && v1 && v2 && v17, "quick list: masks, V = 1, 2, 17");
+    /* V from 1 to 2^18 over the whole list; a 10% tail deficit somewhere (CUDA) */
     int64_t vmin = INT64_MAX, vmax = 0;
+    double finest = 1.0;
     for (size_t k = 0; k < fls_audit_case_count(); k++) {
         const fls_audit_case *c = fls_audit_case_get(k);
         vmin = c->V < vmin ? c->V : vmin;
         vmax = c->V > vmax ? c->V : vmax;
+        if (c->tail_deficit > 0.0 && c->tail_deficit < finest)
+            finest = c->tail_deficit;
+        cr_expect(c->tier >= 0 && c->tier <= 2);
+        cr_expect(!(c->tail_deficit > 0.0) || (c->tail && c->groups == 1), "%s", c->name);
+        cr_expect_eq(fls_audit_case_tests(k), 1 + (c->tail ? FLS_STATS_N_TAILS : 0));
     }
-    cr_assert_eq(vmin, 1);
-    cr_assert_eq(vmax, 262144);
+    cr_expect_eq(vmin, 1);
+    cr_expect_eq(vmax, 262144);
+    cr_expect(finest <= 0.1);
 }
 
-/* fls_audit_run itself (quick, CPU): rows in order, every one passing. It runs
- * at the suite's alpha, so its draws (same seeds, same sizes) are exactly
- * those of the per-case tests above: it adds no member to the family. */
-Test(audit, quick_run, .timeout = 300)
+/* fls_audit_run itself: the quick run at the suite's alpha (its cases' only
+ * run in the suite): rows in order, every one passing. */
+Test(audit, quick_run, .timeout = 900)
 {
     fls_stats_family f;
     suite_family(&f);
     fls_audit_options o;
     fls_audit_options_default(&o);
     o.family = &f;
+    o.progress = 1;
     fls_audit_row *rows = NULL;
     size_t n = 0;
     cr_assert_eq(fls_audit_run(&o, &rows, &n), FLS_OK);
-    cr_assert_eq(n, fls_audit_mode_count(0));
+    cr_assert_eq(n, (size_t)fls_audit_run_tests(0, FLS_ENGINE_CPU));
     fls_audit_print_header(stdout);
-    for (size_t k = 0; k < n; k++) {
-        fls_audit_print_row(stdout, &rows[k]);
-        cr_expect_str_eq(rows[k].test, fls_audit_case_get(fls_audit_case_index(0, k))->name);
-        cr_expect_str_eq(rows[k].engine, "cpu");
-        cr_expect_eq(rows[k].alpha, f.alpha);
-        cr_expect(rows[k].pass, "%s failed", rows[k].test);
+    size_t r = 0;
+    for (size_t k = 0; k < fls_audit_run_count(0, FLS_ENGINE_CPU); k++) {
+        size_t i = fls_audit_run_index(0, FLS_ENGINE_CPU, k);
+        const int m = fls_audit_case_tests(i);
+        for (int j = 0; j < m; j++) {
+            fls_audit_print_row(stdout, &rows[r + (size_t)j]);
+            cr_expect(!strncmp(rows[r + (size_t)j].test, fls_audit_case_get(i)->name,
+                               strlen(fls_audit_case_get(i)->name)));
+            cr_expect_str_eq(rows[r + (size_t)j].engine, "cpu");
+        }
+        check_rows(fls_audit_case_get(i), &rows[r], m, f.alpha);
+        r += (size_t)m;
     }
     free(rows);
     fls_audit_options bad = o;
@@ -117,6 +195,51 @@ Test(audit, quick_run, .timeout = 300)
     bad = o;
     bad.family = &small;
     cr_assert_eq(fls_audit_run(&bad, &rows, &n), FLS_ERR_PARAM);
+}
+
+/* One case that cannot sample (fault injection: FLS_AUDIT_FAULT) does not stop
+ * the run: its rows are error rows, every other case is reported. No sampling
+ * outcome is asserted here (only statuses): nothing in the family. */
+Test(audit, a_failing_case_is_an_error_row, .timeout = 300)
+{
+    setenv("FLS_AUDIT_FAULT", "coin-logits", 1);
+    fls_audit_options o;
+    fls_audit_options_default(&o);
+    fls_audit_row *rows = NULL;
+    size_t n = 0;
+    /* a sub-run: the three cheapest cases, through fls_audit_run_case as fls_audit_run does */
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    fls_context_t *ctx = NULL;
+    cr_assert_eq(fls_context_create(&ctx, &cfg), FLS_OK);
+    fls_audit_row r3[3 * MAX_ROWS];
+    size_t at = 0;
+    const char *names[3] = {"v1-logits", "coin-logits", "v17-logits"};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < fls_audit_case_count(); i++)
+            if (!strcmp(fls_audit_case_get(i)->name, names[k])) {
+                fls_status st = fls_audit_run_case(ctx, &o, 1e-6, i, &r3[at]);
+                cr_expect_eq(st, k == 1 ? FLS_ERR_INTERNAL : FLS_OK, "%s", names[k]);
+                at += (size_t)fls_audit_case_tests(i);
+            }
+    fls_context_destroy(ctx);
+    cr_assert_eq(at, 3);
+    for (size_t k = 0; k < at; k++)
+        fls_audit_print_row(stdout, &r3[k]);
+    cr_expect(r3[0].status == FLS_OK && r3[2].status == FLS_OK);
+    cr_expect_eq(r3[1].status, FLS_ERR_INTERNAL);
+    cr_expect(!r3[1].pass && isnan(r3[1].p) && !strcmp(r3[1].kind, "error"));
+    cr_expect(strstr(r3[1].note, "sampling failed"), "%s", r3[1].note);
+    /* and through fls_audit_run, every case failing ("*"): still FLS_OK, every row present */
+    setenv("FLS_AUDIT_FAULT", "*", 1);
+    cr_assert_eq(fls_audit_run(&o, &rows, &n), FLS_OK);
+    cr_expect_eq(n, (size_t)fls_audit_run_tests(0, FLS_ENGINE_CPU));
+    for (size_t k = 0; k < n; k++) {
+        cr_expect(rows[k].status != FLS_OK && !rows[k].pass, "%s", rows[k].test);
+        cr_expect(rows[k].test[0] != 0);
+    }
+    free(rows);
+    unsetenv("FLS_AUDIT_FAULT");
 }
 
 /* Negative control through the engine: samples drawn at a temperature whose
@@ -165,7 +288,7 @@ Test(audit, engine_negative_control, .timeout = 300)
     cr_assert_eq(fls_sample_logits(ctx, &M, &prm, &out), FLS_OK);
     fls_context_destroy(ctx);
     fls_bins bins;
-    cr_assert_eq(fls_bins_build(&bins, p, V, N, FLS_STATS_MAX_BINS), FLS_OK);
+    cr_assert_eq(fls_bins_build(&bins, p, V, B * draws, FLS_STATS_MAX_BINS), FLS_OK);
     fls_gof g;
     fls_gof_init(&g);
     cr_assert_eq(fls_gof_add_samples(&g, &bins, tok, B * draws), FLS_OK);

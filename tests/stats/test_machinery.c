@@ -68,7 +68,16 @@ static fls_gof test_once(fls_refsampler *s, const fls_bins *bins, int64_t n, int
     return g;
 }
 
-/* Rejections at `level` of M replicates of n samples from q, tested against p. */
+/* The uncalibrated p-value of a result: the chi-square tail itself where the
+ * test is a chi-square alone (the reported p is KAPPA times it), else p. */
+static double raw_p(const fls_gof *g)
+{
+    return g->n_exact == 0 && g->dof > 0 && g->impossible == 0 ? gsl_cdf_chisq_Q(g->chi2_part, (double)g->dof)
+                                                               : g->p;
+}
+
+/* Rejections at `level` (the reported, calibrated p-value below level) of M
+ * replicates of n samples from q, tested against p; pvalues gets raw_p. */
 static int64_t rejections(const double *p, const double *q, int64_t V, int64_t n, int M, double level,
                           uint64_t seed, double *pvalues, int *dof)
 {
@@ -80,10 +89,10 @@ static int64_t rejections(const double *p, const double *q, int64_t V, int64_t n
     for (int m = 0; m < M; m++) {
         fls_gof g = test_once(s, &bins, n, counts);
         if (pvalues)
-            pvalues[m] = g.p;
+            pvalues[m] = raw_p(&g);
         rej += !fls_gof_pass(&g, level);
         if (dof)
-            *dof = g.dof;
+            *dof = g.dof + g.n_exact;
     }
     free(counts);
     fls_refsampler_destroy(s);
@@ -94,12 +103,14 @@ static int64_t rejections(const double *p, const double *q, int64_t V, int64_t n
 /* ---- the chance checks, counted in the family ---- */
 
 enum {
-    CHK_SIZE_ZIPF_05,    /* exact samples rejected at level 0.05 at the nominal rate */
-    CHK_SIZE_ZIPF_001,   /* ... and at level 0.001 */
-    CHK_PVALUES_UNIFORM, /* their p-values are uniform (chi-square on 20 bins) */
-    CHK_SIZE_HEAVY,      /* heavy tail: nominal rate at 0.01 */
-    CHK_SIZE_PAIRS,      /* pair table p (x) p: nominal rate at 0.05 */
+    CHK_SIZE_ZIPF_05,    /* exact samples rejected at level 0.05 at the nominal rate (0.05 / KAPPA) */
+    CHK_SIZE_ZIPF_001,   /* ... and the raw chi-square p below 0.001 at rate 0.001 */
+    CHK_PVALUES_UNIFORM, /* their raw p-values are uniform (chi-square on 20 bins) */
+    CHK_SIZE_HEAVY,      /* heavy tail, two bins: the exact binomial's exact size at 0.01 */
+    CHK_SIZE_PAIRS,      /* pair table p (x) p: nominal rate at 0.05 / KAPPA */
     CHK_SIZE_ALPHA,      /* rejections at the family's alpha itself: no more than chance allows */
+    CHK_SIZE_TAIL,       /* tail tests of exact samples: the exact binomial's exact size at 0.01 */
+    CHK_POWER_TAIL,      /* a designed tail deficit caught with probability >= 0.999 */
     CHK_POWER_WORST,     /* TV 0.01, the Cauchy-Schwarz worst case (|q - p| proportional to p) */
     CHK_POWER_HEAD_TAIL, /* TV 0.01 moved from the top token onto the low-probability half */
     CHK_POWER_ONE_TOKEN, /* TV 0.01 moved onto the single least likely token */
@@ -162,55 +173,58 @@ static void check_power(int chk, const char *what, int64_t misses, int M, double
 
 Test(machinery, size_exact_samples_accepted_at_the_nominal_rate, .timeout = 600)
 {
-    const double alpha = suite_alpha();
-    const int64_t V = 4096, n = 20000;
+    const double alpha = suite_alpha(), kappa = FLS_STATS_CHI2_KAPPA;
+    const int64_t V = 4096, n = 40000;
     const int M = 2000;
     double *p = zipf_probs(V), *pv = malloc((size_t)M * sizeof(double));
     int dof = 0;
     const uint64_t seed = 1001;
     printf("size checks: zipf V %lld, n %lld, %d replicates, seed %llu\n", (long long)V, (long long)n, M,
            (unsigned long long)seed);
+    /* a chi-square rejects at level L when KAPPA Q < L: at rate L / KAPPA if Q is uniform */
     int64_t r05 = rejections(p, p, V, n, M, 0.05, seed, pv, &dof);
     printf("zipf: dof %d\n", dof);
     cr_assert(dof >= FLS_STATS_MAX_BINS / 2);
-    check_rate(CHK_SIZE_ZIPF_05, "zipf size", r05, M, 0.05, alpha);
+    check_rate(CHK_SIZE_ZIPF_05, "zipf size", r05, M, 0.05 / kappa, alpha);
     int64_t r001 = 0, ralpha = 0;
     for (int m = 0; m < M; m++) {
         r001 += pv[m] < 0.001;
-        ralpha += pv[m] < alpha;
+        ralpha += kappa * pv[m] < alpha;
     }
-    check_rate(CHK_SIZE_ZIPF_001, "zipf size", r001, M, 0.001, alpha);
+    check_rate(CHK_SIZE_ZIPF_001, "zipf size (raw)", r001, M, 0.001, alpha);
 
-    /* uniformity of the p-values, with the machinery's own chi-square */
+    /* uniformity of the raw p-values: Pearson on 20 equiprobable cells of [0, 1]
+     * (each expecting 100: for equiprobable cells the chi-square is accurate
+     * far below these levels, unlike cells of unequal mass) */
     {
-        double u[20];
         int64_t c[20] = {0};
-        for (int k = 0; k < 20; k++)
-            u[k] = 1.0 / 20;
         for (int m = 0; m < M; m++)
             c[pv[m] >= 1.0 ? 19 : (int)(pv[m] * 20)]++;
-        fls_bins b;
-        cr_assert_eq(fls_bins_build(&b, u, 20, M, 20), FLS_OK);
-        cr_assert_eq(b.n_bins, 20);
-        fls_gof g;
-        fls_gof_init(&g);
-        cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
-        fls_bins_free(&b);
-        printf("check %d p-values uniform: chi2 %.2f dof %d p %.4g\n", CHK_PVALUES_UNIFORM, g.chi2, g.dof,
-               g.p);
-        cr_expect(fls_gof_pass(&g, alpha), "check %d: p-values not uniform (p %g)", CHK_PVALUES_UNIFORM, g.p);
+        double chi2 = 0.0, e = M / 20.0;
+        for (int k = 0; k < 20; k++)
+            chi2 += (c[k] - e) * (c[k] - e) / e;
+        double pu = gsl_cdf_chisq_Q(chi2, 19.0);
+        printf("check %d p-values uniform: chi2 %.2f dof 19 p %.4g\n", CHK_PVALUES_UNIFORM, chi2, pu);
+        cr_expect(pu >= alpha, "check %d: p-values not uniform (p %g)", CHK_PVALUES_UNIFORM, pu);
     }
 
-    /* heavy tail (tail bin expects ~150 samples) */
+    /* heavy tail, two bins (a tail bin expecting ~150): the exact binomial test,
+     * whose size at 0.01 is computed exactly (it is below 0.01: discreteness) */
     {
         const int64_t Vh = 4096, nh = 150000;
         const int Mh = 1000;
         double *ph = heavy_probs(Vh, 0);
+        fls_bins b;
+        cr_assert_eq(fls_bins_build(&b, ph, Vh, nh, FLS_STATS_MAX_BINS), FLS_OK);
+        cr_assert_eq(b.n_bins, 2);
+        const double size = fls_stats_binom_power(nh, b.mass[1], b.mass[1], 0.01);
+        fls_bins_free(&b);
         int64_t r = rejections(ph, ph, Vh, nh, Mh, 0.01, 1002, pv, &dof);
         for (int m = 0; m < Mh; m++)
             ralpha += pv[m] < alpha;
-        printf("heavy: dof %d, seed 1002\n", dof);
-        check_rate(CHK_SIZE_HEAVY, "heavy size", r, Mh, 0.01, alpha);
+        printf("heavy: dof %d, seed 1002, exact size at 0.01: %.5f\n", dof, size);
+        cr_assert(size <= 0.01 && size > 0.005);
+        check_rate(CHK_SIZE_HEAVY, "heavy size", r, Mh, size, alpha);
         free(ph);
     }
 
@@ -221,9 +235,9 @@ Test(machinery, size_exact_samples_accepted_at_the_nominal_rate, .timeout = 600)
         fls_stats_product(p1, 8, p1, 8, pq);
         int64_t r = rejections(pq, pq, 64, n, M, 0.05, 1003, pv, &dof);
         for (int m = 0; m < M; m++)
-            ralpha += pv[m] < alpha;
+            ralpha += kappa * pv[m] < alpha;
         printf("pairs: dof %d, seed 1003\n", dof);
-        check_rate(CHK_SIZE_PAIRS, "pairs size", r, M, 0.05, alpha);
+        check_rate(CHK_SIZE_PAIRS, "pairs size", r, M, 0.05 / kappa, alpha);
     }
 
     /* all 5000 replicates above at the family alpha */
@@ -483,16 +497,16 @@ Test(binning, invariants)
             for (int i = 0; i < b.n_bins; i++) {
                 sum += b.mass[i];
                 cr_assert_float_eq(m[i], b.mass[i], 1e-12);
-                if (b.n_bins > 1)
+                if (b.n_bins > 2) /* the chi-square's domain; two bins are tested exactly */
                     cr_assert(b.mass[i] * (double)ns[k] >= FLS_STATS_MIN_EXPECTED * (1 - 1e-12),
                               "shape %d n %lld bin %d expects %g", s, (long long)ns[k], i,
                               b.mass[i] * (double)ns[k]);
             }
             cr_assert_float_eq(sum, 1.0, 1e-12);
-            if (ns[k] >= 100 * FLS_STATS_MAX_BINS && s == 0)
+            if (ns[k] >= FLS_STATS_MIN_EXPECTED * FLS_STATS_MAX_BINS && s == 0)
                 cr_assert(b.n_bins >= FLS_STATS_MAX_BINS / 2, "zipf: %d bins", b.n_bins); /* fine enough */
             if (s == 1 && ns[k] >= 280000) {
-                /* heavy: the ~1e-3 tail (>= 100 expected) is a bin of its own, not merged into the head */
+                /* heavy: the ~1e-3 tail is a bin of its own, not merged into the head (two bins: exact) */
                 cr_assert_eq(b.n_bins, 2);
                 cr_assert(b.mass[1] > 5e-4 && b.mass[1] < 2e-3);
             }
@@ -512,26 +526,47 @@ Test(binning, invariants)
 
 Test(chisq, values_and_impossible_samples)
 {
+    /* two bins: the exact binomial test */
     double p[2] = {0.5, 0.5};
     fls_bins b;
     cr_assert_eq(fls_bins_build(&b, p, 2, 100000, 32), FLS_OK);
+    cr_assert_eq(b.n_bins, 2);
     int64_t c[2] = {60, 40};
     fls_gof g;
     fls_gof_init(&g);
     cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
     cr_assert_float_eq(g.chi2, 4.0, 1e-12);
-    cr_assert_eq(g.dof, 1);
-    cr_assert_float_eq(g.p, 0.04550026389635842, 1e-12);
-    /* a second group adds chi2 and dof */
+    cr_assert_eq(g.dof, 0);
+    cr_assert_eq(g.n_exact, 1);
+    const double p1 = 2.0 * gsl_cdf_binomial_P(40, 0.5, 100);
+    cr_assert_float_eq(g.p, p1, 1e-12);
+    /* a second group: a second binomial, Bonferroni over the two */
     cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
     cr_assert_float_eq(g.chi2, 8.0, 1e-12);
-    cr_assert_eq(g.dof, 2);
-    cr_assert_float_eq(g.p, exp(-4.0), 1e-12);
+    cr_assert_eq(g.n_exact, 2);
+    cr_assert_float_eq(g.p, 2.0 * p1, 1e-12);
     cr_assert(fls_gof_pass(&g, 0.01));
     /* out of range fails outright */
     cr_assert_eq(fls_gof_add_counts(&g, &b, c, 1), FLS_OK);
     cr_assert_eq(g.p, 0.0);
     cr_assert(!fls_gof_pass(&g, 1e-300));
+    fls_bins_free(&b);
+    /* four equal bins: Pearson, p = KAPPA Q(chi2, 3) */
+    double p4[4] = {0.25, 0.25, 0.25, 0.25};
+    cr_assert_eq(fls_bins_build(&b, p4, 4, 100000, 32), FLS_OK);
+    cr_assert_eq(b.n_bins, 4);
+    int64_t c4[4] = {25100, 24800, 25000, 25100};
+    fls_gof_init(&g);
+    cr_assert_eq(fls_gof_add_counts(&g, &b, c4, 0), FLS_OK);
+    cr_assert_float_eq(g.chi2, 2.4, 1e-9);
+    cr_assert_eq(g.dof, 3);
+    cr_assert_float_eq(g.p, fmin(1.0, FLS_STATS_CHI2_KAPPA * gsl_cdf_chisq_Q(2.4, 3.0)), 1e-12);
+    /* and a two-bin group beside it: two components */
+    cr_assert_eq(fls_bins_build(&b, p, 2, 100000, 32), FLS_OK);
+    cr_assert_eq(fls_gof_add_counts(&g, &b, c, 0), FLS_OK);
+    cr_assert_eq(fls_gof_components(&g), 2);
+    cr_assert_float_eq(g.p, fmin(1.0, 2.0 * fmin(FLS_STATS_CHI2_KAPPA * gsl_cdf_chisq_Q(2.4, 3.0), p1)),
+                       1e-12);
     fls_bins_free(&b);
     /* one sample on a masked token fails, however good the rest */
     double q[3] = {0.5, 0.0, 0.5};
@@ -581,4 +616,265 @@ Test(power, sample_size_is_the_smallest)
     cr_assert(fabs((double)N1 - z * z / 4e-4) < 0.01 * N1, "N %lld vs %g", (long long)N1, z * z / 4e-4);
     cr_assert_eq(fls_stats_sample_size_pointmass(0.01, 0.999), 688);
     cr_assert(pow(0.99, 688) <= 0.001 && pow(0.99, 687) > 0.001);
+}
+
+/* ---- exact tests, calibration, tails ---- */
+
+/* log C(n, k) m^k (1 - m)^(n - k) */
+static double lbinom(int64_t k, int64_t n, double m)
+{
+    return lgamma((double)n + 1) - lgamma((double)k + 1) - lgamma((double)(n - k) + 1) + (double)k * log(m) +
+           (double)(n - k) * log1p(-m);
+}
+
+Test(exact, binomial_test_and_power_by_enumeration)
+{
+    const int64_t ns[3] = {1, 37, 500};
+    const double ms[4] = {0.5, 0.03, 0.9, 1e-3};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++) {
+            const int64_t n = ns[a];
+            const double m = ms[b];
+            double size = 0.0;
+            for (int64_t k = 0; k <= n; k++) {
+                double lo = 0.0, hi = 0.0;
+                for (int64_t j = 0; j <= n; j++) {
+                    double pj = exp(lbinom(j, n, m));
+                    lo += j <= k ? pj : 0.0;
+                    hi += j >= k ? pj : 0.0;
+                }
+                double want = fmin(1.0, 2.0 * fmin(lo, hi));
+                double got = fls_stats_binom_test(k, n, m);
+                cr_assert(fabs(got - want) <= 1e-9 * want + 1e-300, "n %lld m %g k %lld: %g vs %g",
+                          (long long)n, m, (long long)k, got, want);
+                if (got < 0.01)
+                    size += exp(lbinom(k, n, m));
+            }
+            /* the power under the null is the exact size, at most the level */
+            cr_assert_float_eq(fls_stats_binom_power(n, m, m, 0.01), size, 1e-9);
+            cr_assert(size <= 0.01);
+        }
+    cr_assert_eq(fls_stats_binom_test(0, 10, 0.0), 1.0);
+    cr_assert_eq(fls_stats_binom_test(1, 10, 0.0), 0.0);
+    cr_assert_eq(fls_stats_binom_test(10, 10, 1.0), 1.0);
+    cr_assert_eq(fls_stats_binom_test(11, 10, 0.5), 0.0);
+    /* large n: doubled normal tail as a sanity bound */
+    double p = fls_stats_binom_test(1000000 + 5000, 2000000, 0.5);
+    cr_assert(p > 0.5 * erfc(5000 / sqrt(500000.0) / sqrt(2.0)) &&
+              p < 2 * erfc(5000 / sqrt(500000.0) / sqrt(2.0)));
+}
+
+Test(exact, sum_of_binomials_by_enumeration)
+{
+    const int64_t n[3] = {40, 25, 60};
+    const double m[3] = {0.1, 0.3, 0.02};
+    /* brute-force pmf of the sum */
+    double pmf[126] = {0};
+    for (int64_t a = 0; a <= n[0]; a++)
+        for (int64_t b = 0; b <= n[1]; b++)
+            for (int64_t c = 0; c <= n[2]; c++)
+                pmf[a + b + c] += exp(lbinom(a, n[0], m[0]) + lbinom(b, n[1], m[1]) + lbinom(c, n[2], m[2]));
+    for (int64_t k = 0; k <= 125; k += 3) {
+        double lo = 0.0, hi = 0.0;
+        for (int64_t j = 0; j <= 125; j++) {
+            lo += j <= k ? pmf[j] : 0.0;
+            hi += j >= k ? pmf[j] : 0.0;
+        }
+        double want = fmin(1.0, 2.0 * fmin(lo, hi));
+        int64_t kg[3] = {k / 3, k / 3, k - 2 * (k / 3)};
+        int bonf = 1;
+        double got = fls_stats_binsum_test(3, n, m, kg, &bonf);
+        /* the convolution drops < 1e-30 of mass per group: p-values agree to that */
+        cr_assert(fabs(got - want) <= 1e-9 * want + 1e-29, "k %lld: %g vs %g", (long long)k, got, want);
+        cr_assert_eq(bonf, 0);
+    }
+    /* one group is the binomial test; m = 0 groups add nothing; m = 1 groups add n */
+    int64_t n2[3] = {100, 7, 9}, k2[3] = {13, 0, 9};
+    double m2[3] = {0.1, 0.0, 1.0};
+    cr_assert_float_eq(fls_stats_binsum_test(3, n2, m2, k2, NULL), fls_stats_binom_test(13, 100, 0.1), 1e-15);
+    k2[1] = 1;
+    cr_assert_eq(fls_stats_binsum_test(2, n2, m2, k2, NULL), fls_stats_binom_test(14, 100, 0.1));
+}
+
+Test(tail, masses_sets_and_resolution)
+{
+    /* head 0, tokens at 5, 12, 18, 23, 40 nats below */
+    double l[6] = {0.0, -5.0, -12.0, -18.0, -23.0, -40.0}, p[6];
+    cr_assert_eq(fls_stats_probs_temperature(l, 6, 1.0, p), FLS_OK);
+    uint8_t in[6];
+    cr_assert_float_eq(fls_stats_tail_set(p, 6, 10.0, in), p[2] + p[3] + p[4] + p[5], 1e-25);
+    cr_assert(!in[0] && !in[1] && in[2] && in[3] && in[4] && in[5]);
+    cr_assert_float_eq(fls_stats_tail_mass(p, 6, 15.0), p[3] + p[4] + p[5], 1e-25);
+    cr_assert_float_eq(fls_stats_tail_mass(p, 6, 25.0), p[5], 1e-30);
+    /* T = 2: depths halve */
+    cr_assert_eq(fls_stats_probs_temperature(l, 6, 2.0, p), FLS_OK);
+    cr_assert_float_eq(fls_stats_tail_mass(p, 6, 10.0), p[4] + p[5], 1e-25);
+    /* resolution: a tail expecting ~6400 samples resolves ~10% at alpha 1e-7 */
+    const double m = 1e-4, a = 1e-7;
+    int64_t n = fls_stats_tail_sample_size(m, 0.1, a, FLS_STATS_POWER);
+    printf("tail: m %g, deficit 10%% at alpha %g needs n %lld (expected %.0f)\n", m, a, (long long)n, n * m);
+    cr_assert(n * m > 5000 && n * m < 8000);
+    cr_assert(fls_stats_binom_power(n, m, 0.9 * m, a) >= FLS_STATS_POWER);
+    cr_assert(fls_stats_binom_power(n - n / 50, m, 0.9 * m, a) < FLS_STATS_POWER);
+    cr_assert(fabs(fls_stats_tail_deficit_caught(m, n, a, FLS_STATS_POWER) - 0.1) < 2e-3);
+    /* too few expected samples: no deficit can be seen, only an excess */
+    cr_assert(isinf(fls_stats_tail_deficit_caught(m, 100000, a, FLS_STATS_POWER)));
+    cr_assert(isfinite(fls_stats_tail_excess_caught(m, 100000, a, FLS_STATS_POWER)));
+}
+
+/* The design: at its N the test catches TV 0.01 (as computed), and a much
+ * smaller N does not. Two-bin references are designed by the exact binomial. */
+Test(power, design_sees_tv_001)
+{
+    const double a = suite_alpha();
+    double *pz = zipf_probs(4096), *ph = heavy_probs(4096, 0);
+    fls_gof_design d;
+    cr_assert_eq(fls_stats_design(pz, 1, 4096, a, &d), FLS_OK);
+    printf("zipf design: N %lld, %d bins, dof %d, exact %d, tv %.5f\n", (long long)d.N, d.bins, d.dof,
+           d.n_exact, d.tv);
+    cr_assert(d.tv <= FLS_STATS_TV && d.dof >= 16);
+    fls_gof_design d2;
+    cr_assert_eq(fls_stats_design_at(pz, 1, 4096, a, d.N / 2, &d2), FLS_OK);
+    cr_assert(d2.tv > FLS_STATS_TV);
+    cr_assert_eq(fls_stats_design(ph, 1, 4096, a, &d), FLS_OK);
+    printf("heavy design: N %lld, %d bins, dof %d, exact %d, smallest mass %.3g, tv %.5f\n", (long long)d.N,
+           d.bins, d.dof, d.n_exact, d.min_mass, d.tv);
+    cr_assert(d.tv <= FLS_STATS_TV && d.n_exact == 1 && d.bins == 2);
+    /* the exact binomial design is what it claims */
+    int64_t n = fls_stats_binom_sample_size(0.7, a, 0.01, FLS_STATS_POWER);
+    cr_assert(fls_stats_binom_power(n, 0.3, 0.31, a) >= FLS_STATS_POWER);
+    cr_assert(fls_stats_binom_power(n, 0.3, 0.29, a) >= FLS_STATS_POWER);
+    cr_assert(fls_stats_binom_tv_caught(0.7, n / 2, a, FLS_STATS_POWER) > 0.01);
+    free(pz);
+    free(ph);
+}
+
+/* Exact size of the calibrated three-bin chi-square (reject when KAPPA Q < alpha)
+ * by enumeration, for layouts with the smallest bin at the minimum expected
+ * count: the approximation's worst case (one or two small bins beside a large
+ * one). Checked at the suite's alpha, the level actually used. */
+static double exact_size3(int64_t N, const double *pm, double alpha)
+{
+    const double c = gsl_cdf_chisq_Qinv(alpha / FLS_STATS_CHI2_KAPPA, 2.0);
+    const double e0 = N * pm[0], e1 = N * pm[1], e2 = N * pm[2];
+    double size = 0.0;
+    const double s2 = sqrt(e2);
+    for (int64_t x2 = (int64_t)fmax(0, e2 - 14 * s2); x2 <= (int64_t)(e2 + 16 * s2 + 20); x2++) {
+        double w2 = exp(lbinom(x2, N, pm[2]));
+        if (w2 < 1e-40)
+            continue;
+        const int64_t M = N - x2;
+        const double q = pm[0] / (pm[0] + pm[1]), mu = M * q, sd = sqrt(M * q * (1 - q));
+        double acc = 0.0;
+        for (int64_t x0 = (int64_t)fmax(0, mu - 14 * sd); x0 <= (int64_t)fmin(M, mu + 14 * sd + 20); x0++) {
+            const int64_t x1 = M - x0;
+            double X = (x0 - e0) * (x0 - e0) / e0 + (x1 - e1) * (x1 - e1) / e1 + (x2 - e2) * (x2 - e2) / e2;
+            if (X > c)
+                acc += exp(lbinom(x0, M, q));
+        }
+        size += w2 * acc;
+    }
+    return size;
+}
+
+Test(exact, chi_square_calibration_at_the_alpha_used, .timeout = 300)
+{
+    const double a = suite_alpha();
+    const int64_t N = 40000; /* smallest bin at the minimum: 1000 expected */
+    const double x = FLS_STATS_MIN_EXPECTED / (double)N;
+    const double layouts[3][3] = {{0.5, 0.5 - x, x}, {1 - 3 * x, 2 * x, x}, {1 - 2 * x, x, x}};
+    for (int i = 0; i < 3; i++) {
+        double s = exact_size3(N, layouts[i], a);
+        printf("3 bins (%.4f, %.4f, %.4f), N %lld: exact size of the calibrated test %.4g = %.3f alpha "
+               "(uncalibrated ~%.3f alpha)\n",
+               layouts[i][0], layouts[i][1], layouts[i][2], (long long)N, s, s / a,
+               s / a * FLS_STATS_CHI2_KAPPA);
+        cr_expect(s <= a, "layout %d: size %g > alpha %g", i, s, a);
+    }
+    /* and the bins the machinery builds never have a three-bin layout below the minimum */
+    double p3[3] = {0.5, 0.5 - 0.02, 0.02};
+    fls_bins b;
+    cr_assert_eq(fls_bins_build(&b, p3, 3, 40000, FLS_STATS_MAX_BINS), FLS_OK); /* 800 expected: merged */
+    cr_assert_eq(b.n_bins, 2);
+    fls_bins_free(&b);
+    cr_assert_eq(fls_bins_build(&b, p3, 3, 60000, FLS_STATS_MAX_BINS), FLS_OK); /* 1200: its own bin */
+    cr_assert_eq(b.n_bins, 3);
+    fls_bins_free(&b);
+}
+
+/* A deep-tail reference: head, 12% at 10.5-14.5 nats, the rest 16.5-30 nats. */
+static double *deep_probs(int64_t V)
+{
+    double *l = malloc((size_t)V * sizeof(double)), *p = malloc((size_t)V * sizeof(double));
+    for (int64_t v = 0; v < V; v++) {
+        double u = (double)((v * 2654435761u) % 1000) / 1000.0;
+        l[v] = v % 8 == 0 ? -(10.5 + 4.0 * u) : v % 4 == 1 ? -(18.5 + 11.5 * u) : -(16.5 + 2.0 * u);
+    }
+    l[V / 5] = 0.0;
+    cr_assert_eq(fls_stats_probs_temperature(l, V, 1.0, p), FLS_OK);
+    free(l);
+    return p;
+}
+
+/* Tail tests of exact samples: the count of rejections at level 0.01 matches the
+ * exact size of the exact test (t = 10, n such that ~300 tail samples). */
+Test(tail, size_of_the_tail_test, .timeout = 300)
+{
+    const double alpha = suite_alpha();
+    const int64_t V = 4096;
+    double *p = deep_probs(V);
+    const double m = fls_stats_tail_mass(p, V, 10.0);
+    const int64_t n = (int64_t)(300.0 / m);
+    const int M = 1000;
+    fls_refsampler *s;
+    cr_assert_eq(fls_refsampler_create(&s, p, V, 3001), FLS_OK);
+    int64_t *counts = malloc((size_t)V * sizeof(int64_t)), rej = 0;
+    for (int r = 0; r < M; r++) {
+        memset(counts, 0, (size_t)V * sizeof(int64_t));
+        fls_refsampler_counts(s, n, counts);
+        fls_tail_result tr;
+        cr_assert_eq(fls_stats_tail_test(p, counts, &n, 1, V, 10.0, alpha, &tr), FLS_OK);
+        rej += tr.p < 0.01;
+    }
+    const double size = fls_stats_binom_power(n, m, m, 0.01);
+    printf("tail t 10: m %.4g, n %lld, seed 3001, exact size at 0.01: %.5f\n", m, (long long)n, size);
+    check_rate(CHK_SIZE_TAIL, "tail size", rej, M, size, alpha);
+    fls_refsampler_destroy(s);
+    free(counts);
+    free(p);
+}
+
+/* The designed deficit is caught: the tail beyond 10 nats loses half its mass
+ * (the rest renormalized so the tail fraction is exactly half), at the n the
+ * design prescribes for r = 0.5 at the suite's alpha (the test is the same
+ * exact binomial at every threshold; t = 10 keeps n small). */
+Test(tail, power_of_the_tail_test, .timeout = 300)
+{
+    const double alpha = suite_alpha(), r = 0.5;
+    const int64_t V = 4096;
+    const int M = 500;
+    double *p = deep_probs(V), *q = malloc((size_t)V * sizeof(double));
+    uint8_t *in = malloc((size_t)V);
+    const double m = fls_stats_tail_set(p, V, 10.0, in);
+    for (int64_t v = 0; v < V; v++)
+        q[v] = in[v] ? p[v] * (1.0 - r) : p[v] * (1.0 - m * (1.0 - r)) / (1.0 - m);
+    const int64_t n = fls_stats_tail_sample_size(m, r, alpha, FLS_STATS_POWER);
+    printf("check %d tail deficit %.0f%%: m %.4g, n %lld (expected %.0f), seed 3002\n", CHK_POWER_TAIL,
+           100 * r, m, (long long)n, n * m);
+    fls_refsampler *s;
+    cr_assert_eq(fls_refsampler_create(&s, q, V, 3002), FLS_OK);
+    int64_t *counts = malloc((size_t)V * sizeof(int64_t)), misses = 0;
+    for (int k = 0; k < M; k++) {
+        memset(counts, 0, (size_t)V * sizeof(int64_t));
+        fls_refsampler_counts(s, n, counts);
+        fls_tail_result tr;
+        cr_assert_eq(fls_stats_tail_test(p, counts, &n, 1, V, 10.0, alpha, &tr), FLS_OK);
+        misses += tr.p >= alpha;
+    }
+    check_power(CHK_POWER_TAIL, "tail deficit", misses, M, FLS_STATS_POWER, alpha);
+    fls_refsampler_destroy(s);
+    free(counts);
+    free(in);
+    free(p);
+    free(q);
 }

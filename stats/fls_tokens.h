@@ -1,0 +1,95 @@
+/*
+ * fls_tokens.h — the audit of external tokens: tokens drawn by any sampler
+ * (a serving engine, torch.multinomial, a kernel of one's own, or our own
+ * engines) from given logits at given temperatures, tested against the exact
+ * categorical softmax(l / T) with the machinery of fls_stats.h.
+ *
+ * Part of the statistics core: it knows no case list and no engine. The CLI
+ * (`flashsample audit --logits L.npy --tokens T.npy`), the GPU suite's own
+ * goodness-of-fit checks and the defect gallery of tests/stats call it.
+ *
+ * The tests (one row each, in this order; docs/AUDIT.md has the detail):
+ *   <name>/gof          global goodness of fit: every sample's randomized
+ *                       probability integral transform u = F(v-) + U p_v in its
+ *                       row's exact CDF (tokens sorted by decreasing
+ *                       probability) is uniform under the null; all rows pool
+ *                       into K <= 32 equal-mass bins of u (each expecting >=
+ *                       1000), a multinomial with known cell probabilities 1/K:
+ *                       Pearson chi-square (K >= 3) or exact binomial (K = 2).
+ *                       A sample on a zero-probability token (masked, or not
+ *                       the argmax at T = 0) or out of [0, V) fails it outright.
+ *   <name>/tail10 .. /tail25  the count of samples more than t nats below
+ *                       their row's head against the exact tail mass: exact
+ *                       test of a sum of binomials (fls_stats_binsum_test);
+ *   <name>/pairs-draws  independence of draws 2k and 2k + 1 of each row: the
+ *                       pairs (u, u') of their transforms on a K' x K' grid of
+ *                       equal cells (K' <= 8), Pearson chi-square;
+ *   <name>/pairs-rows   (if asked) the same for rows 2i and 2i + 1, draw by
+ *                       draw: for rows the caller knows were sampled
+ *                       independently (different requests, seeds);
+ *   <name>/ties         tokens with bit-identical logits (at T > 0) must be
+ *                       chosen equally often: the count of samples on the
+ *                       lower half (by index) of each tie class of size s
+ *                       against Bin(n_c, floor(s/2) / s), summed over classes,
+ *                       exact (a tie broken toward the lower index shows).
+ * Each row states what its test can see at the size it ran: TV caught with
+ * probability 0.999 on its bins (gof, pairs), the deficit and excess of the
+ * tail mass caught so (tails), the smallest bin mass.
+ */
+#ifndef FLS_TOKENS_H
+#define FLS_TOKENS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashsample.h"
+#include "fls_stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fls_tokens_options {
+    /* Per-test level. <= 0: this audit is a run of its own, alpha = budget /
+     * fls_tokens_test_count(o). Set it to the family's alpha when the audit is
+     * part of a larger run (the GPU suite, a test suite), after adding
+     * fls_tokens_test_count(o) tests per call to that family. */
+    double alpha;
+    double budget;    /* the own family's budget when alpha <= 0 (default FLS_STATS_BUDGET) */
+    int tails;        /* run the tail tests (default 1) */
+    int pairs_draws;  /* run the independence test of draws (default 1) */
+    int pairs_rows;   /* run the independence test of rows 2i, 2i + 1 (default 0) */
+    int ties;         /* run the tie test (default 1) */
+    uint64_t seed;    /* randomization of the transforms (default 20260301; logged in the rows' notes) */
+    const char *name; /* prefix of the test names (default "tokens"), at most 40 characters used */
+} fls_tokens_options;
+
+void fls_tokens_options_default(fls_tokens_options *o);
+
+/* Chance-failing tests (rows) one call runs with these options. */
+int fls_tokens_test_count(const fls_tokens_options *o);
+
+/* The audit. logits: B rows of V floats, row stride ld >= V (host memory);
+ * -inf masks a token. Temperatures: temperature[b] if the array is given,
+ * else temperature_value for every row (T = 0: greedy, a point mass on the
+ * lowest-index maximum). tokens: B rows of N int64 (row-major, the layout of
+ * flashsample's outputs and of `sample --out`). rows: room for
+ * fls_tokens_test_count(o) rows; *n_rows is set to that count. Errors:
+ * FLS_ERR_NULL, FLS_ERR_SIZE (B, V or N < 1, ld < V), FLS_ERR_TEMPERATURE,
+ * FLS_ERR_NAN (a NaN or +inf logit), FLS_ERR_ALL_MASKED, FLS_ERR_OUT_OF_MEMORY;
+ * on error no row is meaningful. A test that fails is a row with pass = 0,
+ * not an error. */
+fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t ld, const float *temperature,
+                            float temperature_value, const int64_t *tokens, int64_t N,
+                            const fls_tokens_options *o, fls_audit_row *rows, size_t *n_rows);
+
+/* Draws per row (N) a sampler must provide so that the global test catches TV
+ * FLS_STATS_TV with probability FLS_STATS_POWER at level alpha (B rows pooled,
+ * 32 bins). */
+int64_t fls_tokens_draws_needed(int64_t B, double alpha);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLS_TOKENS_H */

@@ -1,0 +1,488 @@
+/*
+ * tokens.c — fls_audit_tokens: the audit of tokens drawn by any sampler
+ * (fls_tokens.h). Part of the statistics core: it uses the binning, the exact
+ * and chi-square tests, the tail test and the power statements of fls_stats.h,
+ * and knows nothing of engines or cases.
+ *
+ * Pooling rows with different references: the randomized probability integral
+ * transform. Sort a row's tokens by decreasing probability (ties by index) and
+ * let F(v-) be the mass before token v; for a sample v, u = F(v-) + U p_v with
+ * U uniform on [0, 1) independent of everything else is exactly Uniform(0, 1)
+ * when v has the row's exact distribution (whatever the row). So the samples
+ * of all rows, in K equal-mass bins of u, are multinomial(n, 1/K each) under
+ * the null: one test for every row at once, its bins of equal mass (where the
+ * chi-square approximation is at its best), and a token of probability >= 1/K
+ * fills whole bins on its own (so its mass is tested alone). U comes from a
+ * hash of (seed, row, draw): reproducible, and independent of the sampler.
+ * A deviation of TV d in every row is a deviation of at most d on the bins; a
+ * deviation inside one bin of a row (finer than 1/K of its mass) is invisible
+ * to this test, which is why the tail and tie tests look there on their own.
+ */
+#include "fls_tokens.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAIR_MAX_SIDE 8
+
+void fls_tokens_options_default(fls_tokens_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->alpha = 0.0;
+    o->budget = FLS_STATS_BUDGET;
+    o->tails = 1;
+    o->pairs_draws = 1;
+    o->pairs_rows = 0;
+    o->ties = 1;
+    o->seed = 20260301;
+    o->name = "tokens";
+}
+
+int fls_tokens_test_count(const fls_tokens_options *o)
+{
+    return 1 + (o->tails ? FLS_STATS_N_TAILS : 0) + (o->pairs_draws != 0) + (o->pairs_rows != 0) +
+           (o->ties != 0);
+}
+
+int64_t fls_tokens_draws_needed(int64_t B, double alpha)
+{
+    if (B < 1)
+        return -1;
+    int64_t n = fls_stats_sample_size(FLS_STATS_MAX_BINS - 1, alpha / FLS_STATS_CHI2_KAPPA, FLS_STATS_TV,
+                                      FLS_STATS_POWER);
+    const int64_t floor_n = (int64_t)(FLS_STATS_MIN_EXPECTED * FLS_STATS_MAX_BINS); /* all 32 bins */
+    n = n > floor_n ? n : floor_n;
+    return (n + B - 1) / B;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* U in [0, 1) from (seed, row, draw), 53 bits. */
+static double pit_uniform(uint64_t seed, int64_t b, int64_t n)
+{
+    uint64_t h = mix64(seed ^ mix64((uint64_t)b * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) ^
+                       ((uint64_t)n * 0xD1B54A32D192ED03ull));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+typedef struct idx_p {
+    double p;
+    int64_t i;
+} idx_p;
+
+static int by_p_desc(const void *a, const void *b)
+{
+    const idx_p *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+typedef struct idx_l {
+    float l;
+    int64_t i;
+} idx_l;
+
+static int by_l(const void *a, const void *b)
+{
+    const idx_l *x = a, *y = b;
+    if (x->l != y->l)
+        return x->l > y->l ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+/* start[v] = mass of the tokens before v in decreasing-probability order. */
+static void row_cdf(const double *p, int64_t V, idx_p *order, double *start)
+{
+    for (int64_t v = 0; v < V; v++) {
+        order[v].p = p[v];
+        order[v].i = v;
+    }
+    qsort(order, (size_t)V, sizeof *order, by_p_desc);
+    double acc = 0.0, comp = 0.0;
+    for (int64_t k = 0; k < V; k++) {
+        start[order[k].i] = acc + comp;
+        double y = order[k].p - comp, t = acc + y; /* Kahan */
+        comp = (t - acc) - y;
+        acc = t;
+    }
+}
+
+/* A growable list of (n, m, k) for the tie test. */
+typedef struct tie_list {
+    int64_t *n, *k;
+    double *m;
+    size_t len, cap;
+} tie_list;
+
+static int tie_push(tie_list *t, int64_t n, double m, int64_t k)
+{
+    if (t->len == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        int64_t *nn = realloc(t->n, cap * sizeof(int64_t)), *kk = NULL;
+        if (nn)
+            t->n = nn;
+        kk = nn ? realloc(t->k, cap * sizeof(int64_t)) : NULL;
+        if (kk)
+            t->k = kk;
+        double *mm = kk ? realloc(t->m, cap * sizeof(double)) : NULL;
+        if (!mm)
+            return -1;
+        t->m = mm;
+        t->cap = cap;
+    }
+    t->n[t->len] = n;
+    t->m[t->len] = m;
+    t->k[t->len] = k;
+    t->len++;
+    return 0;
+}
+
+static void row_init(fls_audit_row *r, const char *prefix, const char *test, int64_t V, int64_t draws,
+                     double alpha)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->test, sizeof r->test, "%.40s/%s", prefix, test);
+    snprintf(r->engine, sizeof r->engine, "ext");
+    r->V = V;
+    r->draws = draws;
+    r->alpha = alpha;
+    r->deficit_caught = r->excess_caught = r->tv_caught = INFINITY;
+}
+
+/* The goodness of fit of counts on K equal cells (impossible: samples that fail
+ * outright). Pearson (K >= 3) or exact binomial (K = 2), via fls_gof. */
+static fls_status equal_cells_test(const int64_t *counts, int K, int64_t impossible, double alpha,
+                                   fls_audit_row *r)
+{
+    double *u = malloc((size_t)K * sizeof(double));
+    if (!u)
+        return FLS_ERR_OUT_OF_MEMORY;
+    int64_t n = 0;
+    for (int j = 0; j < K; j++) {
+        u[j] = 1.0 / K;
+        n += counts[j];
+    }
+    fls_bins bins;
+    /* n large enough that every cell is a bin of its own */
+    fls_status st = fls_bins_build(&bins, u, K, (int64_t)(FLS_STATS_MIN_EXPECTED * K) + 1, K);
+    free(u);
+    if (st != FLS_OK)
+        return st;
+    fls_gof g;
+    fls_gof_init(&g);
+    st = fls_gof_add_counts(&g, &bins, counts, impossible);
+    fls_bins_free(&bins);
+    if (st != FLS_OK)
+        return st;
+    r->chi2 = g.impossible ? INFINITY : g.chi2;
+    r->dof = K - 1;
+    r->p = g.p;
+    r->pass = fls_gof_pass(&g, alpha);
+    r->bins = K;
+    r->min_mass = 1.0 / K;
+    r->tv_caught = K > 2 ? fls_stats_tv_caught(K - 1, alpha / FLS_STATS_CHI2_KAPPA, n, FLS_STATS_POWER)
+                         : fls_stats_binom_tv_caught(0.5, n, alpha, FLS_STATS_POWER);
+    return FLS_OK;
+}
+
+fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t ld, const float *temperature,
+                            float temperature_value, const int64_t *tokens, int64_t N,
+                            const fls_tokens_options *o, fls_audit_row *rows, size_t *n_rows)
+{
+    if (!logits || !tokens || !rows || !n_rows)
+        return FLS_ERR_NULL;
+    fls_tokens_options def;
+    if (!o) {
+        fls_tokens_options_default(&def);
+        o = &def;
+    }
+    if (B < 1 || V < 1 || N < 1 || ld < V || B > INT64_MAX / N)
+        return FLS_ERR_SIZE;
+    const int n_tests = fls_tokens_test_count(o);
+    const double alpha = o->alpha > 0.0
+                             ? o->alpha
+                             : fls_stats_bonferroni(o->budget > 0.0 ? o->budget : FLS_STATS_BUDGET, n_tests);
+    const char *name = o->name ? o->name : "tokens";
+    for (int64_t b = 0; b < B; b++) {
+        float T = temperature ? temperature[b] : temperature_value;
+        if (!(isfinite(T) && T >= 0.0f))
+            return FLS_ERR_TEMPERATURE;
+    }
+
+    /* sizes of the pooled tests */
+    const int64_t n_all = B * N;
+    int K = (int)(n_all / (int64_t)FLS_STATS_MIN_EXPECTED);
+    K = K > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : K < 2 ? 2 : K;
+    const int64_t pairs_d = B * (N / 2), pairs_r = (B / 2) * N;
+    int Kd = (int)floor(sqrt((double)pairs_d / FLS_STATS_MIN_EXPECTED)),
+        Kr = (int)floor(sqrt((double)pairs_r / FLS_STATS_MIN_EXPECTED));
+    Kd = Kd > PAIR_MAX_SIDE ? PAIR_MAX_SIDE : Kd < 2 ? 2 : Kd;
+    Kr = Kr > PAIR_MAX_SIDE ? PAIR_MAX_SIDE : Kr < 2 ? 2 : Kr;
+
+    fls_status st = FLS_ERR_OUT_OF_MEMORY;
+    double *p = malloc((size_t)V * sizeof(double)), *start = malloc((size_t)V * sizeof(double));
+    idx_p *order = malloc((size_t)V * sizeof(idx_p));
+    idx_l *lorder = o->ties ? malloc((size_t)V * sizeof(idx_l)) : NULL;
+    uint8_t *in = malloc((size_t)V);
+    int64_t *hist = calloc((size_t)V, sizeof(int64_t));
+    double *u = malloc((size_t)N * sizeof(double)), *u_prev = malloc((size_t)N * sizeof(double));
+    int64_t *gof = calloc((size_t)K, sizeof(int64_t));
+    int64_t *cd = calloc((size_t)(Kd * Kd), sizeof(int64_t)),
+            *crw = calloc((size_t)(Kr * Kr), sizeof(int64_t));
+    int64_t *tn = malloc((size_t)B * sizeof(int64_t)),
+            *tk = malloc((size_t)(B * FLS_STATS_N_TAILS) * sizeof(int64_t));
+    double *tm = malloc((size_t)(B * FLS_STATS_N_TAILS) * sizeof(double));
+    tie_list ties = {0};
+    int64_t impossible = 0, imp_d = 0, imp_r = 0, n_pd = 0, n_pr = 0, tie_classes = 0;
+    if (!p || !start || !order || (o->ties && !lorder) || !in || !hist || !u || !u_prev || !gof || !cd ||
+        !crw || !tn || !tk || !tm)
+        goto done;
+
+    for (int64_t b = 0; b < B; b++) {
+        const float *l = logits + b * ld;
+        const double T = temperature ? (double)temperature[b] : (double)temperature_value;
+        if ((st = fls_stats_probs_temperature_f32(l, V, T, p)) != FLS_OK)
+            goto done;
+        row_cdf(p, V, order, start);
+        const int64_t *tok = tokens + b * N;
+        tn[b] = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t v = tok[n];
+            if (v < 0 || v >= V || !(p[v] > 0.0)) {
+                u[n] = -1.0; /* fails outright */
+                impossible++;
+                continue;
+            }
+            double x = start[v] + pit_uniform(o->seed, b, n) * p[v];
+            x = x < 1.0 ? x : nextafter(1.0, 0.0);
+            u[n] = x;
+            int j = (int)(x * K);
+            gof[j < K ? j : K - 1]++;
+            hist[v]++;
+            tn[b]++;
+        }
+        /* tails: per row, the count in and the mass of its tail */
+        if (o->tails)
+            for (int t = 0; t < FLS_STATS_N_TAILS; t++) {
+                tm[b * FLS_STATS_N_TAILS + t] = fls_stats_tail_set(p, V, fls_stats_tail_t[t], in);
+                int64_t k = 0;
+                for (int64_t n = 0; n < N; n++)
+                    k += u[n] >= 0.0 && in[tok[n]];
+                tk[b * FLS_STATS_N_TAILS + t] = k;
+            }
+        /* pairs of draws (2k, 2k + 1) */
+        if (o->pairs_draws)
+            for (int64_t k = 0; k + 1 < N; k += 2) {
+                if (u[k] < 0.0 || u[k + 1] < 0.0) {
+                    imp_d++;
+                    continue;
+                }
+                int x = (int)(u[k] * Kd), y = (int)(u[k + 1] * Kd);
+                cd[(x < Kd ? x : Kd - 1) * Kd + (y < Kd ? y : Kd - 1)]++;
+                n_pd++;
+            }
+        /* pairs of rows (2i, 2i + 1), draw by draw */
+        if (o->pairs_rows && (b & 1))
+            for (int64_t n = 0; n < N; n++) {
+                if (u_prev[n] < 0.0 || u[n] < 0.0) {
+                    imp_r++;
+                    continue;
+                }
+                int x = (int)(u_prev[n] * Kr), y = (int)(u[n] * Kr);
+                crw[(x < Kr ? x : Kr - 1) * Kr + (y < Kr ? y : Kr - 1)]++;
+                n_pr++;
+            }
+        /* tie classes: bit-identical logits of positive probability (T > 0) */
+        if (o->ties && T > 0.0) {
+            int64_t nl = 0;
+            for (int64_t v = 0; v < V; v++)
+                if (p[v] > 0.0) {
+                    lorder[nl].l = l[v];
+                    lorder[nl].i = v;
+                    nl++;
+                }
+            qsort(lorder, (size_t)nl, sizeof *lorder, by_l);
+            for (int64_t a = 0; a < nl;) {
+                int64_t e = a + 1;
+                while (e < nl && lorder[e].l == lorder[a].l)
+                    e++;
+                if (e - a >= 2) {
+                    /* the lower half of the class by index (lorder sorts ties by index) */
+                    const int64_t size = e - a, half = size / 2;
+                    int64_t nc = 0, low = 0;
+                    for (int64_t j = a; j < e; j++) {
+                        nc += hist[lorder[j].i];
+                        low += j - a < half ? hist[lorder[j].i] : 0;
+                    }
+                    tie_classes++;
+                    if (nc > 0 && tie_push(&ties, nc, (double)half / (double)size, low) != 0) {
+                        st = FLS_ERR_OUT_OF_MEMORY;
+                        goto done;
+                    }
+                }
+                a = e;
+            }
+        }
+        for (int64_t n = 0; n < N; n++)
+            if (tok[n] >= 0 && tok[n] < V)
+                hist[tok[n]] = 0;
+        double *sw = u_prev;
+        u_prev = u;
+        u = sw;
+    }
+
+    /* the rows */
+    size_t r = 0;
+    char note[112];
+    snprintf(note, sizeof note, "transform seed %llu", (unsigned long long)o->seed);
+    row_init(&rows[r], name, "gof", V, n_all, alpha);
+    snprintf(rows[r].kind, sizeof rows[r].kind, "gof");
+    if ((st = equal_cells_test(gof, K, impossible, alpha, &rows[r])) != FLS_OK)
+        goto done;
+    snprintf(rows[r].note, sizeof rows[r].note, "%.40s; %lld sample(s) on zero-probability tokens", note,
+             (long long)impossible);
+    r++;
+    if (o->tails)
+        for (int t = 0; t < FLS_STATS_N_TAILS; t++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "tail%d", (int)fls_stats_tail_t[t]);
+            fls_audit_row *row = &rows[r++];
+            row_init(row, name, nm, V, n_all, alpha);
+            snprintf(row->kind, sizeof row->kind, "tail");
+            int64_t *kk = malloc((size_t)B * sizeof(int64_t));
+            double *mm = malloc((size_t)B * sizeof(double));
+            if (!kk || !mm) {
+                free(kk);
+                free(mm);
+                st = FLS_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            double expected = 0.0, obs = 0.0, mu = 0.0;
+            int64_t ntot = 0;
+            for (int64_t b = 0; b < B; b++) {
+                kk[b] = tk[b * FLS_STATS_N_TAILS + t];
+                mm[b] = tm[b * FLS_STATS_N_TAILS + t];
+                expected += (double)tn[b] * mm[b];
+                obs += (double)kk[b];
+                ntot += tn[b];
+            }
+            int bonf = 0;
+            double pv = fls_stats_binsum_test((int)B, tn, mm, kk, &bonf);
+            if (isnan(pv)) {
+                free(kk);
+                free(mm);
+                st = FLS_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            fls_stats_tail_resolution(tn, mm, B, alpha, FLS_STATS_POWER, &row->deficit_caught,
+                                      &row->excess_caught);
+            mu = ntot > 0 ? expected / (double)ntot : 0.0;
+            row->tail_t = fls_stats_tail_t[t];
+            row->tail_mass = mu;
+            row->expected = expected;
+            row->observed = obs;
+            double var = expected * (1.0 - mu);
+            row->chi2 = var > 0.0 ? (obs - expected) * (obs - expected) / var : 0.0;
+            row->dof = 1;
+            row->p = impossible ? 0.0 : pv;
+            row->pass = !impossible && pv >= alpha;
+            snprintf(row->note, sizeof row->note, "exact %s%s",
+                     B > 1 ? "sum of binomials over rows" : "binomial",
+                     bonf ? " (Bonferroni over rows: too many to convolve)" : "");
+            free(kk);
+            free(mm);
+        }
+    if (o->pairs_draws) {
+        fls_audit_row *row = &rows[r++];
+        row_init(row, name, "pairs-draws", V, n_all, alpha);
+        snprintf(row->kind, sizeof row->kind, "pairs");
+        if (N < 2) {
+            row->p = 1.0;
+            row->pass = 1;
+            snprintf(row->note, sizeof row->note, "one draw per row: no pairs, nothing tested");
+        } else {
+            if ((st = equal_cells_test(cd, Kd * Kd, imp_d, alpha, row)) != FLS_OK)
+                goto done;
+            snprintf(row->note, sizeof row->note, "%lld pairs (draw 2k, 2k+1) on a %dx%d grid of u",
+                     (long long)n_pd, Kd, Kd);
+        }
+    }
+    if (o->pairs_rows) {
+        fls_audit_row *row = &rows[r++];
+        row_init(row, name, "pairs-rows", V, n_all, alpha);
+        snprintf(row->kind, sizeof row->kind, "pairs");
+        if (B < 2) {
+            row->p = 1.0;
+            row->pass = 1;
+            snprintf(row->note, sizeof row->note, "one row: no pairs of rows, nothing tested");
+        } else {
+            if ((st = equal_cells_test(crw, Kr * Kr, imp_r, alpha, row)) != FLS_OK)
+                goto done;
+            snprintf(row->note, sizeof row->note, "%lld pairs (row 2i, 2i+1) on a %dx%d grid of u",
+                     (long long)n_pr, Kr, Kr);
+        }
+    }
+    if (o->ties) {
+        fls_audit_row *row = &rows[r++];
+        row_init(row, name, "ties", V, n_all, alpha);
+        snprintf(row->kind, sizeof row->kind, "ties");
+        double expected = 0.0, obs = 0.0, s0 = 0.0;
+        for (size_t c = 0; c < ties.len; c++) {
+            expected += (double)ties.n[c] * ties.m[c];
+            obs += (double)ties.k[c];
+            s0 += (double)ties.n[c] * ties.m[c] * (1.0 - ties.m[c]);
+        }
+        row->expected = expected;
+        row->observed = obs;
+        row->dof = 1;
+        if (ties.len == 0) {
+            row->p = 1.0;
+            row->pass = 1;
+            row->chi2 = 0.0;
+            snprintf(row->note, sizeof row->note, "%s",
+                     tie_classes ? "tie classes never sampled: nothing tested"
+                                 : "no tied logits: nothing tested");
+        } else {
+            int bonf = 0;
+            double pv = fls_stats_binsum_test((int)ties.len, ties.n, ties.m, ties.k, &bonf);
+            if (isnan(pv)) {
+                st = FLS_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            row->chi2 = s0 > 0.0 ? (obs - expected) * (obs - expected) / s0 : 0.0;
+            row->p = pv;
+            row->pass = pv >= alpha;
+            snprintf(row->note, sizeof row->note,
+                     "%lld tie class(es): samples on each class's lower half vs its share, exact",
+                     (long long)ties.len);
+        }
+    }
+    *n_rows = r;
+    st = FLS_OK;
+done:
+    free(p);
+    free(start);
+    free(order);
+    free(lorder);
+    free(in);
+    free(hist);
+    free(u);
+    free(u_prev);
+    free(gof);
+    free(cd);
+    free(crw);
+    free(tn);
+    free(tk);
+    free(tm);
+    free(ties.n);
+    free(ties.k);
+    free(ties.m);
+    return st;
+}
