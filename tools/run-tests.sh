@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quick start 2: set everything up and run every test suite. About 12 minutes
+# Quick start 2: set everything up and run every test suite. About 15 minutes
 # on 2 cores (the statistical suite is about 6 of them); each stage prints a
 # heading and its elapsed time, the statistical suite one line per test.
 #  1. formatting check (clang-format 14, the version .clang-format is written
