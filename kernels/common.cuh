@@ -23,6 +23,7 @@
 #include "fls_gumbel_bound.h"
 #include "fls_noise.h"
 #include "internal.h"
+#include "grouped.h"
 #include "rule.h"
 #include "temperature.h"
 
@@ -31,6 +32,8 @@
  * a power of two dividing FLS_SEG (even: Philox pairs; chunks are multiples of FLS_SEG). */
 #define FLS_SEG 1024
 int fls_segment_len(int64_t B);
+/* The grouped method's segments: whole groups of g tokens. */
+int fls_segment_len_grouped(int64_t B, int g);
 
 /* The status word's code (ws.status[1]). The values are names, not
  * priorities: fls_finalize_status reports, like the CPU engine, a NaN
@@ -69,6 +72,10 @@ struct fls_ws {
      * NULL: no sharing (the engine sets it only when gup is set). */
     unsigned long long *gthr;
     unsigned tepoch;
+    /* FLS_METHOD_GROUPED: group size (0: the flat method) and, per entry,
+     * the group key (best then holds group << 32 | token, xw its x) */
+    int group_size;
+    double *gk;
 };
 
 /* The noise's draw index of draw j of the pass. */
@@ -76,6 +83,10 @@ __device__ __forceinline__ uint32_t fls_noise_draw(const fls_ws &ws, int j)
 {
     return ws.first_draw + ws.draw_base + (uint32_t)j;
 }
+
+/* The grouped method keeps each (row, draw)'s best group of a segment in
+ * registers: at most this many draws per pass. */
+#define FLS_GROUP_MAX_ND 8
 
 /* Segments shorter than this never skip: the seed and the final drain cost
  * about two exact tokens per lane, more than a short segment saves. */
@@ -416,6 +427,209 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
         }
         int src;
         (void)fls_warp_put_winner(best, bx, ws, b, j, e, lane, src);
+    }
+}
+
+/* ---- the grouped method (variants/grouped.h) on a warp ---- */
+
+/* (gkey, group) order as fls_gbest_beats: larger key, lower group on ties. */
+__device__ __forceinline__ bool fls_gk_beats(double ka, uint32_t ga, double kb, uint32_t gb)
+{
+    return ka > kb || (ka == kb && ga < gb);
+}
+
+/* Warp-collective best of the lanes' (gkey, word = group << 32 | token, x):
+ * every lane gets the winner. */
+__device__ __forceinline__ void fls_warp_gbest(double &k, unsigned long long &w, float &x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double k2 = __shfl_xor_sync(FLS_FULL_MASK, k, o);
+        const unsigned long long w2 = __shfl_xor_sync(FLS_FULL_MASK, w, o);
+        const float x2 = __shfl_xor_sync(FLS_FULL_MASK, x, o);
+        if (fls_gk_beats(k2, (uint32_t)(w2 >> 32), k, (uint32_t)(w >> 32)) ||
+            (k2 == k && w2 == w && x2 > x)) {
+            k = k2;
+            w = w2;
+            x = x2;
+        }
+    }
+}
+
+/*
+ * One group of n <= 32 * per tokens S[0..n) (global index v0 + i, group k)
+ * of row b on one warp: its log-mass L (double: xm + log1p of the other
+ * tokens' terms, each expf(x - xm) in float, so no fp32 absorption of a deep
+ * tail), then for each draw of the pass its key L + G'; where the key beats
+ * the (row, draw)'s best so far (best[], the warp's copy, every lane), the
+ * within-group Gumbel-max with the token noise. Lane-strided tokens.
+ * Returns the group's lse partial (xm, 1 + r) in *m, *s; input errors in
+ * nan / ovf. T = 0: L = the max, no noise, the first maximum.
+ */
+__device__ __forceinline__ void fls_warp_group(const float *S, int n, uint64_t v0, uint64_t k,
+                                               const fls_row_params &rp, uint64_t gkey, const fls_ws &ws,
+                                               int nd, double *bk, unsigned long long *bw, float *bxx,
+                                               int lane, bool &nan, bool &ovf, float &pm, float &ps)
+{
+    const float T = rp.temperature;
+    const bool noisy = fls_temperature_noisy(T);
+    /* the max logit (first index) and the smallest finite one */
+    float lm = -INFINITY, ln = INFINITY;
+    int im = 0x7fffffff;
+    bool bad = false;
+    for (int i = lane; i < n; i += 32) {
+        const float l = S[i];
+        bad |= fls_bad_logit(l);
+        if (l > -INFINITY)
+            ln = fminf(ln, l);
+        if (l > lm) {
+            lm = l;
+            im = i;
+        }
+    }
+    bad = __any_sync(FLS_FULL_MASK, bad);
+    nan |= bad;
+    const float lmax = fls_warp_maxf(lm);
+    im = __reduce_min_sync(FLS_FULL_MASK, (unsigned)(lm == lmax && lmax > -INFINITY ? im : 0x7fffffff));
+    ln = -fls_warp_maxf(-ln);
+    pm = -INFINITY;
+    ps = 0.0f;
+    if (bad || !(lmax > -INFINITY))
+        return; /* a NaN (the call fails) or a fully masked group (no mass) */
+    const float xm = fls_temper(lmax, T);
+    ovf |= fls_temper_overflows(lmax, xm) || fls_temper_overflows(ln, fls_temper(ln, T));
+    double L = xm;
+    float r = 0.0f;
+    if (noisy) {
+        for (int i = lane; i < n; i += 32)
+            if (i != im)
+                r = __fadd_rn(r, fls_lsef_exp(fls_temper(S[i], T), xm));
+        r = fls_warp_sumf(r);
+        L = (double)xm + log1p((double)r);
+    }
+    pm = xm;
+    ps = __fadd_rn(1.0f, r);
+    for (int j = 0; j < nd; j++) {
+        const uint32_t d = fls_noise_draw(ws, j);
+        const double key =
+            noisy ? L + (double)fls_gumbel_dev(fls_pair_bits(fls_philox_pair(gkey, rp.offset, d, k), k)) : L;
+        if (!fls_gk_beats(key, (uint32_t)k, bk[j], (uint32_t)(bw[j] >> 32)) && bw[j] != ~0ull)
+            continue;
+        /* the within-group sample (the token noise of the flat contract) */
+        unsigned long long best = 0;
+        float bx = -INFINITY;
+        if (!noisy) {
+            best = fls_pack(lmax, (uint32_t)(v0 + (uint64_t)im));
+            bx = lmax;
+        } else {
+            for (int i = lane; i < n; i += 32) {
+                const uint64_t v = v0 + (uint64_t)i;
+                const float x = fls_temper(S[i], T);
+                (void)fls_exact_key(fls_pair_bits(fls_philox_pair(rp.seed, rp.offset, d, v), v), x,
+                                    (uint32_t)v, best, bx);
+            }
+        }
+        int src;
+        float wx;
+        const unsigned long long w = fls_warp_winner(best, bx, src, wx);
+        bk[j] = key;
+        bw[j] = ((unsigned long long)k << 32) | (unsigned long long)(0xffffffffu - (uint32_t)w);
+        bxx[j] = wx;
+    }
+}
+
+/* One warp samples one segment of n tokens (v0 a multiple of g) of row b
+ * by the grouped method; entry e of each draw of the pass, and the
+ * segment's lse partial when asked. */
+__device__ __forceinline__ void fls_warp_segment_grouped(const float *S, int n, uint64_t v0, int b, int e,
+                                                         const fls_row_params &rp, const fls_ws &ws, int lane)
+{
+    const int g = ws.group_size;
+    const uint64_t gkey = fls_group_key(rp.seed);
+    double bk[FLS_GROUP_MAX_ND];
+    unsigned long long bw[FLS_GROUP_MAX_ND];
+    float bx[FLS_GROUP_MAX_ND];
+    for (int j = 0; j < ws.nd; j++) {
+        bk[j] = -INFINITY;
+        bw[j] = ~0ull; /* none */
+        bx[j] = -INFINITY;
+    }
+    bool nan = false, ovf = false;
+    fls_lsef part = fls_lsef_empty();
+    float mx = -INFINITY;
+    for (int i0 = 0; i0 < n; i0 += g) {
+        const int ng = n - i0 < g ? n - i0 : g;
+        float pm, ps;
+        fls_warp_group(S + i0, ng, v0 + (uint64_t)i0, (v0 + (uint64_t)i0) / (uint64_t)g, rp, gkey, ws, ws.nd,
+                       bk, bw, bx, lane, nan, ovf, pm, ps);
+        fls_lsef_merge(&part, pm, ps);
+        mx = fmaxf(mx, pm);
+    }
+    fls_row_marks(ws, b, nan, mx, lane);
+    if (lane == 0) {
+        if (ovf)
+            *ws.tempflag = ws.epoch;
+        if (ws.want_lse) {
+            ws.m[(int64_t)b * ws.nent + e] = part.m;
+            ws.s[(int64_t)b * ws.nent + e] = part.s;
+        }
+        for (int j = 0; j < ws.nd; j++) {
+            const int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
+            ws.gk[idx] = bk[j];
+            ws.best[idx] = bw[j];
+            ws.xw[idx] = bx[j];
+        }
+    }
+}
+
+/* The grouped finalize of item w = b * nd + j: the best (gkey, group) over
+ * the entries; the token and its x; the log-sum-exp from the partials. */
+__device__ __forceinline__ void fls_finalize_item_grouped(const fls_row_params *rows, int64_t draws_total,
+                                                          const fls_ws &ws, int64_t *tokens, float *lse_out,
+                                                          float *logprobs, int64_t w, int lane)
+{
+    const int b = (int)(w / ws.nd);
+    const int j = (int)(w - (int64_t)b * ws.nd);
+    const int64_t base = w * ws.nent;
+    double k = -INFINITY;
+    unsigned long long bw = ~0ull;
+    float x = -INFINITY;
+    for (int e = lane; e < ws.nent; e += 32) {
+        const unsigned long long we = __ldcg(ws.best + base + e);
+        const double ke = __ldcg(ws.gk + base + e);
+        if (we != ~0ull && (bw == ~0ull || fls_gk_beats(ke, (uint32_t)(we >> 32), k, (uint32_t)(bw >> 32)))) {
+            k = ke;
+            bw = we;
+            x = __ldcg(ws.xw + base + e);
+        }
+    }
+    if (bw == ~0ull)
+        k = -INFINITY; /* an empty lane loses every comparison below */
+    fls_warp_gbest(k, bw, x);
+    const float T = rows[b].temperature;
+    double lse = 0.0;
+    if (ws.want_lse) {
+        const int64_t lb = (int64_t)b * ws.nent;
+        float M = -INFINITY;
+        for (int e = lane; e < ws.nent; e += 32)
+            M = fmaxf(M, __ldcg(ws.m + lb + e));
+        M = fls_warp_maxf(M);
+        double Ssum = 0.0;
+        for (int e = lane; e < ws.nent; e += 32)
+            Ssum += fls_lse_term((double)__ldcg(ws.s + lb + e), (double)__ldcg(ws.m + lb + e), (double)M);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            Ssum += __shfl_xor_sync(FLS_FULL_MASK, Ssum, o);
+        lse = fls_lse_value((double)M, Ssum, !fls_temperature_noisy(T));
+    }
+    if (lane == 0) {
+        const int64_t d = (int64_t)ws.draw_base + j;
+        tokens[(int64_t)b * draws_total + d] = (int64_t)(uint32_t)bw;
+        if (logprobs)
+            logprobs[(int64_t)b * draws_total + d] =
+                fls_temperature_noisy(T) ? (float)((double)x - lse) : 0.0f;
+        if (lse_out && d == 0)
+            lse_out[b] = (float)lse;
     }
 }
 

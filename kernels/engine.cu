@@ -443,8 +443,12 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         return FLS_ERR_UNSUPPORTED; /* 32-bit token field of the packed winner */
     if (L && L->dtype != FLS_DTYPE_F32)
         return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
-    if (req->rule || req->method == FLS_METHOD_GROUPED)
-        return FLS_ERR_UNSUPPORTED; /* the rule family and the grouped method: CPU engine */
+    if (req->rule)
+        return FLS_ERR_UNSUPPORTED; /* the rule family: CPU engine (docs/RULES.md) */
+    const bool grouped = req->method == FLS_METHOD_GROUPED;
+    const int g = grouped ? (int)req->group_size : 0;
+    if (grouped && g > 4096)
+        return FLS_ERR_UNSUPPORTED; /* the GPU's grouped segments hold at most 4096 tokens */
     cudaError_t ce = cudaSetDevice(s->device);
     if (ce != cudaSuccess)
         return fls_from_cuda(ce);
@@ -454,6 +458,23 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     int64_t chunk_v = 0;
     if (L) {
         kind = req->method == FLS_METHOD_UNFUSED_MULTINOMIAL ? K_MULTINOMIAL : K_LOGITS_GUMBEL;
+    } else if (grouped) {
+        /* the wgmma kernel's grouped sampler takes g = its 128-row tile;
+         * otherwise cuBLAS chunks + the grouped segment sampler */
+        fls_cuda_path p = opts.path != FLS_CUDA_PATH_AUTO
+                              ? opts.path
+                              : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
+        if (p == FLS_CUDA_PATH_WGMMA && g == 128 && fls_wgmma_eligible(W, H)) {
+            kind = K_WGMMA;
+            tile_b = opts.tile_b ? opts.tile_b : fls_cuda_wgmma_tile_n(B);
+            if (tile_b != 16 && tile_b != 32 && tile_b != 64 && tile_b != 128)
+                return FLS_ERR_PARAM;
+        } else {
+            kind = K_CHUNKED;
+            chunk_v = opts.chunk_v > 0 ? opts.chunk_v : ((int64_t)8 << 20) / B;
+            if (chunk_v < 32768)
+                chunk_v = 32768;
+        }
     } else if (req->method == FLS_METHOD_UNFUSED_MULTINOMIAL) {
         kind = K_MULTINOMIAL;
     } else if (req->method == FLS_METHOD_UNFUSED_GUMBEL) {
@@ -483,11 +504,18 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         }
     }
 
+    /* segments (chunks are whole segments: the entry of a segment is c0 / seg) */
+    const int64_t seg = grouped ? fls_segment_len_grouped(B, g) : fls_segment_len(B);
+    if (kind == K_CHUNKED && grouped) {
+        chunk_v = (chunk_v + seg - 1) / seg * seg;
+        if (chunk_v > (V + seg - 1) / seg * seg)
+            chunk_v = (V + seg - 1) / seg * seg;
+    }
     int64_t nent;
     if (kind == K_WGMMA)
         nent = fls_wgmma_slots(B, V, tile_b, s->sm_count); /* one partial per (row, CTA) */
     else
-        nent = (V + fls_segment_len(B) - 1) / fls_segment_len(B);
+        nent = (V + seg - 1) / seg;
     if (nent > INT32_MAX)
         return FLS_ERR_UNSUPPORTED;
     const int want_lse = out->logsumexp != NULL || out->logprobs != NULL;
@@ -497,6 +525,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         nd = 1;
     if (kind == K_MULTINOMIAL && nd > 64)
         nd = 64;
+    if (grouped && nd > FLS_GROUP_MAX_ND)
+        nd = FLS_GROUP_MAX_ND; /* the grouped segment sampler's best groups live in registers */
     if (kind == K_WGMMA && nd > fls_wgmma_max_draws(tile_b))
         nd = fls_wgmma_max_draws(tile_b); /* the kernel keeps (row, draw) state in shared memory */
     if (nd > draws)
@@ -505,6 +535,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     /* workspace layout */
     fls_row_params *rows_d = NULL;
     unsigned long long *best = NULL;
+    double *gk = NULL;
     float *xw = NULL, *pm = NULL, *ps = NULL, *buf = NULL, *P = NULL, *rmax = NULL, *rsum = NULL;
     int64_t ldbuf = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -513,6 +544,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (kind != K_MULTINOMIAL) {
             best = c.take<unsigned long long>((size_t)(B * nd * nent));
             xw = c.take<float>((size_t)(B * nd * nent));
+            if (grouped)
+                gk = c.take<double>((size_t)(B * nd * nent));
             if (want_lse) {
                 pm = c.take<float>((size_t)(B * nent));
                 ps = c.take<float>((size_t)(B * nent));
@@ -565,13 +598,15 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
      * with segments long enough for it and on the wgmma kernel (its own
      * per-row running bound, fused_wgmma.cu); the unfused Gumbel baseline
      * keeps the plain loop. */
-    const bool skip = !s->no_skip && !opts.no_skip && kind != K_UNFUSED_GUMBEL &&
+    const bool skip = !s->no_skip && !opts.no_skip && kind != K_UNFUSED_GUMBEL && !grouped &&
                       (kind == K_WGMMA || fls_segment_len(B) >= FLS_SKIP_MIN_N);
     ws.gup = skip ? s->gbound : NULL;
     ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
     ws.gup2 = skip ? s->gbound + 2 * FLS_GB_N : NULL;
     ws.gthr = NULL;
     ws.tepoch = 0;
+    ws.group_size = g;
+    ws.gk = gk;
 
     /* logits that every draw pass reuses */
     const float *Lp = NULL;
@@ -604,7 +639,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
             continue;
         }
         if (kind == K_WGMMA) {
-            if (skip) {
+            if (skip && !grouped) {
                 /* a fresh tag per pass */
                 st = fls_ensure_gthr(s, B, &ws.gthr);
                 if (st != FLS_OK)
@@ -622,8 +657,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                     return st;
                 if (opts.gemm_only)
                     continue;
-                ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / fls_segment_len(B)),
-                                         rows_d, ws, s->sm_count, opts.seg_cap5, str);
+                ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / seg), rows_d, ws,
+                                         s->sm_count, opts.seg_cap5, str);
             }
         } else {
             ce = fls_launch_segments(Lp, ldl, (int)B, V, 0, 0, rows_d, ws, s->sm_count, opts.seg_cap5, str);

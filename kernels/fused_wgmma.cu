@@ -44,7 +44,7 @@
 #define WG_BK 64  /* K per stage: 64 16-bit elements = one 128-byte swizzle row */
 #define WG_ST 512 /* (row, draw) pairs of sampler state per CTA: 512 / N draws per pass */
 
-template <int N, int E_> struct fls_wg_cfg {
+template <int N, int E_, bool G = false> struct fls_wg_cfg {
     static constexpr int E = E_;                       /* epilogue warps */
     static constexpr int NTHREADS = 128 + 32 + 32 * E; /* E = 7, 11 or 15: whole warpgroups */
     /* With N = 128 the MMA warpgroup needs 128 accumulators: at 512 threads
@@ -74,8 +74,11 @@ template <int N, int E_> struct fls_wg_cfg {
      * best (8 bytes) and bx (4), N rows of lse (8), T, rT (4 + 4), seed and
      * offset (8 + 8); then the Gumbel upper-bound table */
     static constexpr int ST = WG_ST;
-    static constexpr int ST_BYTES = ST * 12 + N * 40;
-    static constexpr int GB_FLOATS = FLS_GB_N + FLS_GB2_N; /* up, then the top bucket's up2 */
+    /* the grouped method (G): per (row, draw) the best group's key (8), its
+     * group << 32 | token (8) and x (4); per row also the group noise's key
+     * (8); no bound tables */
+    static constexpr int ST_BYTES = G ? ST * 20 + N * 48 : ST * 12 + N * 40;
+    static constexpr int GB_FLOATS = G ? 0 : FLS_GB_N + FLS_GB2_N; /* up, then the top bucket's up2 */
     static constexpr int EXTRA = ST_BYTES + GB_FLOATS * 4;
     static constexpr int BUDGET = 227 * 1024 - 1024 - 256 - EXTRA;
     static constexpr int STAGES_FIT = (BUDGET - NS * S_BYTES) / STAGE;
@@ -191,6 +194,142 @@ struct fls_wg_state {
     float *T, *rT;            /* [bl]: temperature and fl(1 / T) (0: divide exactly) */
     uint64_t *seed, *offset;  /* [bl] */
 };
+
+/* The grouped method's per-CTA state (fls_wg_cfg<N, E, true>'s ST_OFF region). */
+struct fls_wg_gstate {
+    double *gk;            /* [bl * nd + j]: the best group key of (row, draw) so far */
+    unsigned long long *w; /* same index: group << 32 | token (~0: none) */
+    float *x;              /* same index: the token's tempered logit */
+    float2 *lse;           /* [bl] */
+    uint64_t *seed, *offset, *gkey;
+    float *T, *rT;
+};
+
+/*
+ * The grouped method on one row of one tile (variants/grouped.h, g = 128 =
+ * the tile): the group's log-mass from one expf per token, L = xm +
+ * log1p(r) in double (r: the other tokens' terms; no fp32 absorption of a
+ * deep tail), then per draw its key L + G'; only a group whose key beats
+ * the (row, draw)'s best so far draws the token noise for its within-group
+ * Gumbel-max. Lane p holds tokens 2p, 2p + 1, 64 + 2p, 65 + 2p (the invalid
+ * ones read -inf). The terms use fl((l - l_max) rT) for fl(l / T) - xm when
+ * fl(1 / T) is normal (a few ulp of each term: L within ~1e-7 of the exact
+ * log-mass, the order of a float key's rounding); the within-group keys are
+ * the flat contract's, exact division.
+ */
+__device__ __forceinline__ void fls_wg_group_row(const float *S, uint64_t v0, int bl, const fls_wg_gstate &st,
+                                                 int nd, uint32_t draw0, bool want_lse, int lane,
+                                                 bool &saw_nan, bool &saw_ovf)
+{
+    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
+    const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
+    const float2 ra = *(const float2 *)(S + i0), rc = *(const float2 *)(S + i1);
+    const float l[4] = {ra.x, ra.y, rc.x, rc.y};
+    const float T = st.T[bl], rT = st.rT[bl];
+    const bool noisy = fls_temperature_noisy(T);
+    bool bad = false;
+    float lm = -INFINITY, ln = INFINITY;
+    int im = 0x7fffffff;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        bad |= fls_bad_logit(l[k]);
+        if (l[k] > -INFINITY)
+            ln = fminf(ln, l[k]);
+        if (l[k] > lm || (l[k] == lm && ix[k] < im)) {
+            lm = l[k];
+            im = ix[k];
+        }
+    }
+    if (__any_sync(FLS_FULL_MASK, bad)) {
+        saw_nan = true;
+        return;
+    }
+    const float lmax = fls_warp_maxf(lm);
+    if (!(lmax > -INFINITY))
+        return; /* a fully masked group: no mass, no candidate */
+    im = (int)__reduce_min_sync(FLS_FULL_MASK, lm == lmax ? (unsigned)im : 0x7fffffffu);
+    ln = -fls_warp_maxf(-ln);
+    const float xm = fls_temper(lmax, T);
+    saw_ovf |= fls_temper_overflows(lmax, xm) || fls_temper_overflows(ln, fls_temper(ln, T));
+    const uint64_t k = v0 / WG_TV;
+    float r = 0.0f;
+    if (noisy) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float d =
+                rT != 0.0f ? __fmul_rn(__fsub_rn(l[q], lmax), rT) : __fsub_rn(fls_temper(l[q], T), xm);
+            r = __fadd_rn(r, ix[q] == im ? 0.0f : fls_lsef_exp(d, 0.0f));
+        }
+        r = fls_warp_sumf(r);
+    }
+    if (want_lse && lane == 0) {
+        const float2 o = st.lse[bl];
+        fls_lsef a = {o.x, o.y};
+        fls_lsef_merge(&a, xm, __fadd_rn(1.0f, r));
+        st.lse[bl] = make_float2(a.m, a.s);
+    }
+    /* lane j < nd tests draw j: one group Gumbel per lane */
+    unsigned need = 0;
+    double L = (double)xm;
+    bool have_L = !noisy;
+    for (int j0 = 0; j0 < nd; j0 += 32) {
+        const int j = j0 + lane;
+        double key = -INFINITY;
+        bool beats = false;
+        if (j < nd) {
+            const uint32_t d = draw0 + (uint32_t)j;
+            const double gj = noisy ? (double)fls_gumbel_dev(
+                                          fls_pair_bits(fls_philox_pair(st.gkey[bl], st.offset[bl], d, k), k))
+                                    : 0.0;
+            const double kb = st.gk[bl * nd + j];
+            const unsigned long long wb = st.w[bl * nd + j];
+            /* L <= xm + r: the log1p only where the bound might beat */
+            const double ub = (double)xm + (double)r + gj;
+            if (wb == ~0ull || !(ub < kb)) {
+                if (!have_L) {
+                    L = (double)xm + log1p((double)r);
+                    have_L = true;
+                }
+                key = noisy ? L + gj : L;
+                beats = wb == ~0ull || fls_gk_beats(key, (uint32_t)k, kb, (uint32_t)(wb >> 32));
+            }
+        }
+        need = __ballot_sync(FLS_FULL_MASK, beats);
+        while (need) { /* rare: the within-group sample of the draws this group leads */
+            const int jj = __ffs(need) - 1;
+            need &= need - 1;
+            const int j1 = j0 + jj;
+            const double keyj = __shfl_sync(FLS_FULL_MASK, key, jj);
+            unsigned long long best = 0;
+            float bx = -INFINITY;
+            if (!noisy) {
+                best = fls_pack(lmax, (uint32_t)(v0 + (uint64_t)im));
+                bx = lmax;
+            } else {
+                const uint32_t d = draw0 + (uint32_t)j1;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint4 qb = fls_philox_pair(st.seed[bl], st.offset[bl], d, v0 + (uint64_t)ix[2 * h]);
+                    const uint64_t b0 = ((uint64_t)qb.y << 32) | qb.x, b1 = ((uint64_t)qb.w << 32) | qb.z;
+                    (void)fls_exact_key(b0, fls_temper(l[2 * h], T), (uint32_t)(v0 + (uint64_t)ix[2 * h]),
+                                        best, bx);
+                    (void)fls_exact_key(b1, fls_temper(l[2 * h + 1], T),
+                                        (uint32_t)(v0 + (uint64_t)ix[2 * h + 1]), best, bx);
+                }
+            }
+            int src;
+            float wx;
+            const unsigned long long w = fls_warp_winner(best, bx, src, wx);
+            __syncwarp();
+            if (lane == 0) {
+                st.gk[bl * nd + j1] = keyj;
+                st.w[bl * nd + j1] = (k << 32) | (unsigned long long)(0xffffffffu - (uint32_t)w);
+                st.x[bl * nd + j1] = wx;
+            }
+            __syncwarp();
+        }
+    }
+}
 
 /* max with NaN propagation (PTX max.NaN, sm_80+): a NaN tempered logit
  * keeps its pair in the candidate set, where the error is detected. */
@@ -459,11 +598,11 @@ fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const 
     }
 }
 
-template <int N, int E, bool BF16>
-__global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
+template <int N, int E, bool BF16, bool G>
+__global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
     fls_fused_wgmma_kernel(const __grid_constant__ fls_wg_args a)
 {
-    typedef fls_wg_cfg<N, E> C;
+    typedef fls_wg_cfg<N, E, G> C;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = fls_wg_smem(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
@@ -588,6 +727,77 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E>::NTHREADS, 1)
         const int nb = a.sample ? min(N, a.B - bt * N) : 0;
         const int nd = a.ws.nd;
         unsigned char *sp = smem + C::ST_OFF;
+        if constexpr (G) {
+            /* ---- the grouped method ---- */
+            fls_wg_gstate gs;
+            gs.gk = (double *)sp;
+            gs.w = (unsigned long long *)(sp + C::ST * 8);
+            gs.x = (float *)(sp + C::ST * 16);
+            gs.lse = (float2 *)(sp + C::ST * 20);
+            gs.seed = (uint64_t *)(gs.lse + N);
+            gs.offset = gs.seed + N;
+            gs.gkey = gs.offset + N;
+            gs.T = (float *)(gs.gkey + N);
+            gs.rT = gs.T + N;
+            for (int i = et; i < nb * nd; i += 32 * C::E) {
+                gs.gk[i] = -INFINITY;
+                gs.w[i] = ~0ull;
+                gs.x[i] = -INFINITY;
+            }
+            for (int i = et; i < nb; i += 32 * C::E) {
+                const fls_row_params rp = a.rows[bt * N + i];
+                gs.T[i] = rp.temperature;
+                gs.rT[i] = fls_temper_rcp(rp.temperature);
+                gs.seed[i] = rp.seed;
+                gs.offset[i] = rp.offset;
+                gs.gkey[i] = fls_group_key(rp.seed);
+                gs.lse[i] = make_float2(-INFINITY, 0.0f);
+            }
+            asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
+            bool saw_nan = false, saw_ovf = false;
+            int it = 0;
+            for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
+                const int buf = it % C::NS;
+                fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
+                __syncwarp();
+                float *S = (float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
+                const int64_t v0 = (int64_t)vt * WG_TV;
+                const int n = (int)min((int64_t)WG_TV, a.V - v0);
+                if (n < WG_TV) {
+                    for (int bl = ew; bl < nb; bl += C::E)
+                        for (int i = n + lane; i < WG_TV; i += 32)
+                            S[bl * C::SP + i] = -INFINITY;
+                    __syncwarp();
+                }
+                for (int bl = ew; bl < nb; bl += C::E)
+                    fls_wg_group_row(S + bl * C::SP, (uint64_t)v0, bl, gs, nd, fls_noise_draw(a.ws, 0),
+                                     a.ws.want_lse != 0, lane, saw_nan, saw_ovf);
+                __syncwarp();
+                fls_mbar_arrive(SFREE(buf));
+            }
+            for (int bl = ew; bl < nb; bl += C::E) {
+                const int b = bt * N + bl;
+                for (int j = lane; j < nd; j += 32) {
+                    const int64_t idx = ((int64_t)b * nd + j) * a.ws.nent + slot;
+                    a.ws.gk[idx] = gs.gk[bl * nd + j];
+                    a.ws.best[idx] = gs.w[bl * nd + j];
+                    a.ws.xw[idx] = gs.x[bl * nd + j];
+                }
+                if (lane == 0) {
+                    if (gs.w[bl * nd] != ~0ull)
+                        a.ws.finite[b] = a.ws.epoch;
+                    if (a.ws.want_lse) {
+                        a.ws.m[(int64_t)b * a.ws.nent + slot] = gs.lse[bl].x;
+                        a.ws.s[(int64_t)b * a.ws.nent + slot] = gs.lse[bl].y;
+                    }
+                }
+            }
+            if (__any_sync(FLS_FULL_MASK, saw_nan) && lane == 0)
+                *a.ws.nanflag = a.ws.epoch;
+            if (__any_sync(FLS_FULL_MASK, saw_ovf) && lane == 0)
+                *a.ws.tempflag = a.ws.epoch;
+            return;
+        }
         fls_wg_state st;
         st.best = (unsigned long long *)sp;
         st.bx = (float *)(sp + C::ST * 8);
@@ -718,15 +928,16 @@ static bool fls_make_map(CUtensorMap *m, const void *p, fls_dtype dt, int64_t ro
     return r == CUDA_SUCCESS;
 }
 
-template <int N, int E, bool BF16> static cudaError_t fls_wg_launch(const fls_wg_args &a, cudaStream_t st)
+template <int N, int E, bool BF16, bool G = false>
+static cudaError_t fls_wg_launch(const fls_wg_args &a, cudaStream_t st)
 {
-    typedef fls_wg_cfg<N, E> C;
-    cudaError_t e = cudaFuncSetAttribute(fls_fused_wgmma_kernel<N, E, BF16>,
+    typedef fls_wg_cfg<N, E, G> C;
+    cudaError_t e = cudaFuncSetAttribute(fls_fused_wgmma_kernel<N, E, BF16, G>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::BYTES);
     if (e != cudaSuccess)
         return e;
     const int64_t grid = (int64_t)a.slots * a.nbt;
-    fls_fused_wgmma_kernel<N, E, BF16><<<(unsigned)grid, C::NTHREADS, C::BYTES, st>>>(a);
+    fls_fused_wgmma_kernel<N, E, BF16, G><<<(unsigned)grid, C::NTHREADS, C::BYTES, st>>>(a);
     return cudaGetLastError();
 }
 
@@ -776,6 +987,19 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     const bool bf = dt == FLS_DTYPE_BF16;
     if (epi_warps == 0) /* measured, docs/PERF.md GPU v6 */
         epi_warps = tile_n >= 32 ? 11 : 7;
+    if (ws.group_size) { /* the grouped method: g = the tile's 128 rows */
+        if (ws.group_size != WG_TV)
+            return cudaErrorInvalidValue;
+#define FLS_WG_GCASE(NN, EE)                                                                                 \
+    if (tile_n == NN && epi_warps == EE)                                                                     \
+        return bf ? fls_wg_launch<NN, EE, true, true>(a, st) : fls_wg_launch<NN, EE, false, true>(a, st);
+        FLS_WG_GCASE(16, 7)
+        FLS_WG_GCASE(32, 11)
+        FLS_WG_GCASE(64, 11)
+        FLS_WG_GCASE(128, 11)
+#undef FLS_WG_GCASE
+        return cudaErrorInvalidValue;
+    }
 #define FLS_WG_CASE(NN, EE)                                                                                  \
     if (tile_n == NN && epi_warps == EE)                                                                     \
         return bf ? fls_wg_launch<NN, EE, true>(a, st) : fls_wg_launch<NN, EE, false>(a, st);

@@ -49,22 +49,55 @@ __global__ void __launch_bounds__(FLS_SEG_WARPS * 32, MINB)
     }
 }
 
+/* The grouped method: one warp per (row, segment of whole groups). */
+__global__ void __launch_bounds__(FLS_SEG_WARPS * 32)
+    fls_segments_grouped_kernel(const float *__restrict__ L, int64_t ldl, int B, int64_t vn, uint64_t v_off,
+                                int e_off, int seg, const fls_row_params *__restrict__ rows, fls_ws ws)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t nseg = (vn + seg - 1) / seg;
+    const int64_t items = nseg * B;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t it = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); it < items; it += warps) {
+        int b = (int)(it / nseg);
+        int64_t sg = it - (int64_t)b * nseg;
+        int64_t c0 = sg * seg;
+        int n = (int)min((int64_t)seg, vn - c0);
+        const fls_row_params rp = rows[b];
+        fls_warp_segment_grouped(L + (int64_t)b * ldl + c0, n, v_off + (uint64_t)c0, b, e_off + (int)sg, rp,
+                                 ws, lane);
+    }
+}
+
 int fls_segment_len(int64_t B)
 {
     /* short segments at small B, so that every SM has warps to run */
     return B >= 16 ? FLS_SEG : (B >= 4 ? 256 : 128);
 }
 
+int fls_segment_len_grouped(int64_t B, int g)
+{
+    /* whole groups; long segments (their best group is the threshold that
+     * spares the other groups' token noise) */
+    const int s = B >= 64 ? 4096 : fls_segment_len(B);
+    return s > g ? s : g;
+}
+
 cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, uint64_t v_off, int e_off,
                                 const fls_row_params *rows, const fls_ws &ws, int sm_count, int cap5,
                                 cudaStream_t st)
 {
-    const int seg = fls_segment_len(B);
+    const int seg = ws.group_size ? fls_segment_len_grouped(B, ws.group_size) : fls_segment_len(B);
     int64_t items = ((vn + seg - 1) / seg) * B;
     int64_t blocks = (items + 7) / 8;
     int64_t cap = (int64_t)sm_count * 8; /* 8 blocks of 8 warps per SM, grid-stride beyond */
     if (blocks > cap)
         blocks = cap;
+    if (ws.group_size) {
+        fls_segments_grouped_kernel<<<(unsigned)blocks, FLS_SEG_WARPS * 32, 0, st>>>(L, ldl, B, vn, v_off,
+                                                                                     e_off, seg, rows, ws);
+        return cudaGetLastError();
+    }
     typedef fls_temperature_rule Rule; /* the one rule so far */
     if (cap5)
         fls_segments_kernel<Rule, 5>
@@ -95,10 +128,31 @@ __global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int
     fls_finalize_item<Rule>(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
 }
 
+__global__ void fls_finalize_grouped_kernel(const fls_row_params *__restrict__ rows, int B,
+                                            int64_t draws_total, fls_ws ws, int64_t *tokens, float *lse_out,
+                                            float *logprobs)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const unsigned code = fls_finalize_status(B, ws, lane);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ws.status[0] = ws.epoch;
+        ws.status[1] = code;
+    }
+    if (code || w >= (int64_t)B * ws.nd)
+        return;
+    fls_finalize_item_grouped(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
+}
+
 cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,
                                 int64_t *tokens, float *lse, float *logprobs, cudaStream_t st)
 {
     int64_t warps = (int64_t)B * ws.nd;
+    if (ws.group_size) {
+        fls_finalize_grouped_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(rows, B, draws_total, ws,
+                                                                                 tokens, lse, logprobs);
+        return cudaGetLastError();
+    }
     fls_finalize_kernel<fls_temperature_rule>
         <<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(rows, B, draws_total, ws, tokens, lse, logprobs);
     return cudaGetLastError();

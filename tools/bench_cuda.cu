@@ -6,6 +6,8 @@
  *   floor           a read-only kernel over W (16-byte loads): the bytes floor
  *   cublas          cuBLAS GEMM only (B x V fp32 logits), launched eagerly
  *   cublas_graph    the same GEMM replayed from a CUDA graph
+ *   fused_grouped   the grouped method (Group-Gumbel-Max, g = 128) on the wgmma kernel;
+ *                   grouped_chunked the same on cuBLAS chunks + the grouped segment sampler
  *   fused_wgmma     the fused warp-specialised tensor-core kernel (logits stay on chip);
  *                   wgmma_gemm_only its mainloop alone, fused_wgmma_noskip every key
  *                   computed, fused_wgmma_xe / _n64 other sampler-warp counts and tiles
@@ -133,6 +135,8 @@ enum {
     E_WGMMA_XE,
     E_WGMMA_NS,
     E_WGMMA_N64,
+    E_GROUPED,
+    E_GROUPED_CHUNKED,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -150,7 +154,9 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "wgmma_gemm_only",
                                             "fused_wgmma_xe",
                                             "fused_wgmma_noskip",
-                                            "fused_wgmma_n64"};
+                                            "fused_wgmma_n64",
+                                            "fused_grouped",
+                                            "grouped_chunked"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -199,6 +205,13 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
             o.wg_epi_warps = fls_cuda_wgmma_tile_n(b->B) == 64 ? 15 : 7;
         if (engine == E_WGMMA_N64)
             o.tile_b = 64;
+    } else if (engine == E_GROUPED || engine == E_GROUPED_CHUNKED) {
+        /* the grouped method, g = 128: the wgmma kernel's grouped sampler
+         * (the dispatcher's pick) or cuBLAS chunks + the grouped segments */
+        req.method = FLS_METHOD_GROUPED;
+        req.group_size = 128;
+        if (engine == E_GROUPED_CHUNKED)
+            o.path = FLS_CUDA_PATH_CHUNKED;
     } else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM ||
                engine == E_CHUNKED_CAP5)
         o.path = FLS_CUDA_PATH_CHUNKED;
@@ -491,9 +504,10 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
         CK(cudaDeviceSynchronize());
         printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
-        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %6s %8s\n", "B",
-               "floor", "cublas", "graph", "f_wgmma", "f_chunk", "f_cap5", "f_noskip", "c_gemms", "l_samp",
-               "l_noskip", "u_gumbel", "u_multi", "fused", "f/cublas", "f/floor", "TFLOP/s", "path", "agree");
+        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %8s %6s %8s\n",
+               "B", "floor", "cublas", "graph", "f_wgmma", "f_chunk", "f_cap5", "f_noskip", "c_gemms",
+               "l_samp", "l_noskip", "u_gumbel", "u_multi", "grouped", "g_chunk", "fused", "f/cublas",
+               "g/cublas", "f/floor", "TFLOP/s", "path", "agree");
         for (int bi = 0; bi < nb; bi++) {
             b.B = batches[bi];
             double med[E_COUNT], mn[E_COUNT];
@@ -547,10 +561,12 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
             /* -1.000: not timed (--engines) */
             printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
-                   "| %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
+                   "%9.3f %9.3f "
+                   "| %8.3f %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
                    (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_WGMMA], med[E_CHUNKED],
                    med[E_CHUNKED_CAP5], med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS],
-                   med[E_UGUMBEL], med[E_UMULT], med[fe], med[fe] / cub, med[fe] / med[E_FLOOR],
+                   med[E_UGUMBEL], med[E_UMULT], med[E_GROUPED], med[E_GROUPED_CHUNKED], med[fe],
+                   med[fe] / cub, med[E_GROUPED] > 0 ? med[E_GROUPED] / cub : -1.0, med[fe] / med[E_FLOOR],
                    flops / (med[fe] * 1e-3) / 1e12, fe == E_WGMMA ? "wgmma" : "chunk", agree, (long long)b.B);
             if (fp) {
                 for (int e = 0; e <= E_COUNT; e++) {

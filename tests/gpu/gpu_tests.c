@@ -876,6 +876,188 @@ static void test_nccl_one_rank(void)
 }
 #endif
 
+/* The grouped method: tokens equal to the CPU engine's on integer logits
+ * (every config: wgmma at g = 128, cuBLAS chunks and from logits at every
+ * g), up to near-ties of group keys (L_k is a float-exp sum on the GPU, a
+ * double one on the CPU: counted and reported), then the agreement rate on
+ * random bf16 inputs at D = 4096, V = 151936. */
+static void grouped_compare(const void *W, const void *H, int64_t V, int64_t D, int64_t B, int64_t draws,
+                            fls_dtype dt, int64_t g, const char *what, int64_t *agree_out, int64_t *n_out)
+{
+    int64_t n = B * draws, agree_total = 0, total = 0;
+    int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n);
+    const size_t es = fls_dtype_size(dt);
+    void *dW = to_dev(W, (size_t)(V * D) * es), *dH = to_dev(H, (size_t)(B * D) * es), *dt_ = NULL,
+         *dL = NULL;
+    float *Lh = malloc(4 * (size_t)(B * V));
+    fls_device_malloc(&dt_, 8 * (size_t)n);
+    CHECK(tc && tg && dW && dH && dt_ && Lh, "memory");
+    fls_params p;
+    fls_params_default(&p);
+    p.method = FLS_METHOD_GROUPED;
+    p.group_size = g;
+    p.temperature_value = 0.7f;
+    p.seed = 77;
+    p.draws = draws;
+    fls_matrix Wm = {W, dt, V, D, D}, Hm = {H, dt, B, D, D};
+    fls_outputs oc = {tc, NULL, NULL};
+    CHECK_ST(fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc));
+    fls_row_params *rows = resolve_rows(&p, B);
+    fls_matrix dWm = {dW, dt, V, D, D}, dHm = {dH, dt, B, D, D};
+    const fls_cuda_path paths[3] = {FLS_CUDA_PATH_WGMMA, FLS_CUDA_PATH_CHUNKED, FLS_CUDA_PATH_AUTO};
+    for (int k = 0; k < 4; k++) {
+        if (k == 0 && g != 128)
+            continue; /* the wgmma sampler's group is its tile */
+        fls_request req = {.rows = rows,
+                           .batch = B,
+                           .vocab = V,
+                           .draws = draws,
+                           .method = FLS_METHOD_GROUPED,
+                           .first_draw = 0,
+                           .K = 1,
+                           .group_size = g};
+        fls_outputs og = {(int64_t *)dt_, NULL, NULL};
+        fls_cuda_opts o;
+        fls_cuda_opts_default(&o);
+        fls_status st;
+        if (k < 3) {
+            o.path = paths[k];
+            st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+        } else {
+            /* from logits: the CPU engine's logits of the same inputs */
+            if (!dL) {
+                fls_params q = p;
+                q.method = FLS_METHOD_FUSED;
+                CHECK(fls_device_malloc(&dL, 4 * (size_t)(B * V)) == FLS_OK, "device memory");
+                /* materialize with the CPU engine, exact for integer inputs */
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t v = 0; v < V; v++) {
+                        float acc = 0.0f;
+                        for (int64_t i = 0; i < D; i++) {
+                            const float w = dt == FLS_DTYPE_F32 ? ((const float *)W)[v * D + i]
+                                            : dt == FLS_DTYPE_BF16
+                                                ? fls_bf16_to_f32(((const uint16_t *)W)[v * D + i])
+                                                : fls_f16_to_f32(((const uint16_t *)W)[v * D + i]);
+                            const float h = dt == FLS_DTYPE_F32 ? ((const float *)H)[b * D + i]
+                                            : dt == FLS_DTYPE_BF16
+                                                ? fls_bf16_to_f32(((const uint16_t *)H)[b * D + i])
+                                                : fls_f16_to_f32(((const uint16_t *)H)[b * D + i]);
+                            acc += w * h;
+                        }
+                        Lh[b * V + v] = acc;
+                    }
+                CHECK(fls_device_upload(dL, Lh, 4 * (size_t)(B * V)) == FLS_OK, "upload");
+                (void)q;
+            }
+            fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, V};
+            st = fls_cuda_run(g_gpu, NULL, NULL, &dLm, &req, &og, &o);
+        }
+        CHECK(st == FLS_OK, "%s g %lld config %d: %s", what, (long long)g, k, fls_status_string(st));
+        fls_device_download(tg, dt_, 8 * (size_t)n);
+        int64_t agree = 0;
+        for (int64_t i = 0; i < n; i++)
+            agree += tg[i] == tc[i];
+        agree_total += agree;
+        total += n;
+    }
+    free(rows);
+    *agree_out = agree_total;
+    *n_out = total;
+    free(tc);
+    free(tg);
+    free(Lh);
+    fls_device_free(dW);
+    fls_device_free(dH);
+    fls_device_free(dt_);
+    fls_device_free(dL);
+}
+
+static void test_grouped(void)
+{
+    const struct {
+        int64_t V, D, B, draws;
+    } shapes[] = {{3001, 64, 5, 9}, {50257, 72, 33, 2}, {4099, 40, 130, 3}};
+    const int64_t gs[] = {2, 32, 128, 1024};
+    int64_t agree = 0, n = 0;
+    for (int si = 0; si < 3; si++) {
+        g_rng = 300 + (uint64_t)si;
+        void *W = make_int_matrix(shapes[si].V, shapes[si].D, shapes[si].D, FLS_DTYPE_BF16, 3);
+        void *H = make_int_matrix(shapes[si].B, shapes[si].D, shapes[si].D, FLS_DTYPE_BF16, 2);
+        for (int gi = 0; gi < 4; gi++) {
+            int64_t a = 0, m = 0;
+            grouped_compare(W, H, shapes[si].V, shapes[si].D, shapes[si].B, shapes[si].draws, FLS_DTYPE_BF16,
+                            gs[gi], "integer logits", &a, &m);
+            agree += a;
+            n += m;
+        }
+        free(W);
+        free(H);
+    }
+    printf("    GROUPED integer logits, every config and g: %lld/%lld tokens equal to the CPU engine's\n",
+           (long long)agree, (long long)n);
+    CHECK(agree * 1000 >= n * 999, "grouped agreement below 99.9%%");
+    /* random bf16 at the paper's shape */
+    const int64_t V = 151936, D = 4096, B = g_quick ? 8 : 32, draws = 8;
+    g_rng = 4343;
+    void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
+    void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
+    int64_t a = 0, m = 0;
+    /* wgmma and chunked only (from logits needs the host reference: slow at this size) */
+    {
+        int64_t *tc = malloc(8 * (size_t)(B * draws)), *tg = malloc(8 * (size_t)(B * draws));
+        void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = to_dev(H, (size_t)(B * D) * 2), *dt_ = NULL;
+        fls_device_malloc(&dt_, 8 * (size_t)(B * draws));
+        CHECK(tc && tg && dW && dH && dt_, "memory");
+        fls_params p;
+        fls_params_default(&p);
+        p.method = FLS_METHOD_GROUPED;
+        p.temperature_value = 0.7f;
+        p.seed = 5;
+        p.draws = draws;
+        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+        fls_outputs oc = {tc, NULL, NULL};
+        CHECK_ST(fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc));
+        fls_row_params *rows = resolve_rows(&p, B);
+        fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+        const fls_cuda_path paths[2] = {FLS_CUDA_PATH_WGMMA, FLS_CUDA_PATH_CHUNKED};
+        int64_t ag[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            fls_request req = {.rows = rows,
+                               .batch = B,
+                               .vocab = V,
+                               .draws = draws,
+                               .method = FLS_METHOD_GROUPED,
+                               .first_draw = 0,
+                               .K = 1,
+                               .group_size = 128};
+            fls_outputs og = {(int64_t *)dt_, NULL, NULL};
+            fls_cuda_opts o;
+            fls_cuda_opts_default(&o);
+            o.path = paths[k];
+            CHECK_ST(fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o));
+            fls_device_download(tg, dt_, 8 * (size_t)(B * draws));
+            for (int64_t i = 0; i < B * draws; i++)
+                ag[k] += tg[i] == tc[i];
+        }
+        a = ag[0] + ag[1];
+        m = 2 * B * draws;
+        printf("    AGREEMENT grouped (g 128) random bf16 D=%lld V=%lld T=0.7: wgmma vs cpu %lld/%lld, "
+               "chunked vs cpu "
+               "%lld/%lld\n",
+               (long long)D, (long long)V, (long long)ag[0], (long long)(B * draws), (long long)ag[1],
+               (long long)(B * draws));
+        free(rows);
+        free(tc);
+        free(tg);
+        fls_device_free(dW);
+        fls_device_free(dH);
+        fls_device_free(dt_);
+    }
+    CHECK(a * 100 >= m * 99, "grouped agreement on random bf16 below 99%%");
+    free(W);
+    free(H);
+}
+
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
 static void test_logits_path(void)
 {
@@ -1217,7 +1399,7 @@ static double chisq_p(const int64_t *count, const double *prob, int64_t V, int64
 
 /* The goodness-of-fit cases of test_goodness_of_fit (the Bonferroni
  * divisor; the test checks that it ran exactly this many). */
-#define GOF_CASES 14
+#define GOF_CASES 17
 static int g_gof_runs;
 
 static void gof_case(const char *name, const float *logits, int64_t V, float T, int64_t N, fls_method method,
@@ -1271,8 +1453,14 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
         free(Wb);
         fls_matrix W = {dW, FLS_DTYPE_BF16, V, D, D}, H = {dH, FLS_DTYPE_BF16, 1, D, D};
         fls_row_params *rows = resolve_rows(&p, 1);
-        fls_request req = {
-            .rows = rows, .batch = 1, .vocab = V, .draws = N, .method = method, .first_draw = 0, .K = 1};
+        fls_request req = {.rows = rows,
+                           .batch = 1,
+                           .vocab = V,
+                           .draws = N,
+                           .method = method,
+                           .first_draw = 0,
+                           .K = 1,
+                           .group_size = FLS_GROUP_SIZE_DEFAULT};
         fls_cuda_opts op;
         fls_cuda_opts_default(&op);
         op.path = path;
@@ -1338,6 +1526,9 @@ static void test_goodness_of_fit(void)
     gof_case("zipf fused chunked", zipf, V, 1.0f, N, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 1);
     gof_case("heavy-tail unfused gumbel", heavy, V, 0.7f, N, FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO,
              1);
+    gof_case("zipf grouped logits", zipf, V, 1.0f, N, FLS_METHOD_GROUPED, FLS_CUDA_PATH_AUTO, 0);
+    gof_case("heavy-tail grouped wgmma", heavy, V, 0.7f, N, FLS_METHOD_GROUPED, FLS_CUDA_PATH_WGMMA, 1);
+    gof_case("masked grouped chunked", masked, V, 1.3f, N, FLS_METHOD_GROUPED, FLS_CUDA_PATH_CHUNKED, 1);
     gof_case("masked fused multinomial", masked, V, 1.3f, N, FLS_METHOD_UNFUSED_MULTINOMIAL,
              FLS_CUDA_PATH_AUTO, 1);
     CHECK(g_gof_runs == GOF_CASES, "%d goodness-of-fit cases ran, the Bonferroni divisor assumes %d",
@@ -1405,6 +1596,7 @@ int main(int argc, char **argv)
     run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
     run_test("first_draw_all_configs", test_first_draw);
+    run_test("grouped_vs_cpu", test_grouped);
 #ifdef FLS_HAVE_NCCL
     run_test("nccl_one_rank", test_nccl_one_rank);
 #else
