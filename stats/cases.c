@@ -48,7 +48,10 @@
  * 0, deep tails, offsets, draws, seeds, both paths, masks, ties, V = 1, 2, 17);
  * tier 1 adds the rest in a full run; tier 2 only in a full run on the CUDA
  * engine (too slow for two CPU cores: V = 262144, a 10% deficit of a tail at
- * 16-30 nats). */
+ * 16-30 nats); tier 3 is quick on the CUDA engine and full-only on the CPU
+ * (the fused deep tail: ~35 s on two cores, which the quick audit of the
+ * command line should not take; the CPU's quick list has the deep tail on the
+ * logits path and the multinomial baseline). */
 // clang-format off
 static const fls_audit_case cases[] = {
     /* name                 kind/path/method  shape              scale  V       G  temps                           R    W dtype          D   tier tail deficit */
@@ -72,7 +75,7 @@ static const fls_audit_case cases[] = {
     {"peaked-fused-f16",    FUSED,            FLS_SHAPE_PEAKED,  0.0,   4099,   1, {1.2f},                         4,   FLS_DTYPE_F16,   8,  1,   1,   0.0},
     {"normal-fused-f32",    FUSED,            FLS_SHAPE_NORMAL,  1.5,   1031,   2, {0.7f, 2.5f},                   2,   FLS_DTYPE_F32,   33, 0,   0,   0.0},
     {"heavy-fused",         FUSED,            FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   1,   0.3},
-    {"deep-fused",          FUSED,            FLS_SHAPE_DEEP,    17.0,  4096,   1, {0.8f},                         4,   FLS_DTYPE_BF16,  16, 0,   1,   0.7},
+    {"deep-fused",          FUSED,            FLS_SHAPE_DEEP,    17.0,  4096,   1, {0.8f},                         4,   FLS_DTYPE_BF16,  16, 3,   1,   0.7},
     {"greedy-fused",        FUSED,            FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_BF16,  16, 0,   0,   0.0},
     {"zipf-unfused-gumbel", FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_GUMBEL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},       4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0},
     {"zipf-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},  4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0},
@@ -104,8 +107,8 @@ int fls_audit_case_in_run(size_t i, int full, fls_engine engine)
 {
     if (i >= N_CASES)
         return 0;
-    const int tier = cases[i].tier;
-    return tier == 0 || (full && (tier == 1 || engine == FLS_ENGINE_CUDA));
+    const int tier = cases[i].tier, cuda = engine == FLS_ENGINE_CUDA;
+    return tier == 0 || (tier == 1 && full) || (tier == 2 && full && cuda) || (tier == 3 && (full || cuda));
 }
 
 size_t fls_audit_run_count(int full, fls_engine engine)

@@ -200,7 +200,7 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
         k += kg[g];
     int64_t fixed = 0; /* groups with m = 1 always contribute n */
     int active = 0, last = -1;
-    double cost = 0.0, width = 1.0;
+    double cost = 0.0, mu = 0.0, s2 = 0.0, wmax = 0.0;
     for (int g = 0; g < G; g++) {
         if (n[g] <= 0 || !(m[g] > 0.0))
             continue;
@@ -210,9 +210,14 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
         }
         int64_t lo, hi;
         window(n[g], m[g], &lo, &hi);
-        double w = (double)(hi - lo + 1);
-        cost += width * w;
-        width += w;
+        const double w = (double)(hi - lo + 1);
+        mu += (double)n[g] * m[g];
+        s2 += (double)n[g] * m[g] * (1.0 - m[g]);
+        /* the running sum is trimmed to its own Bernstein window after each step */
+        const double b = 69.1, x = b / 3.0 + sqrt(b * b / 9.0 + 2.0 * b * s2) + 1.0;
+        const double acc = 2.0 * x + 3.0 + w; /* the trimmed running sum (<= 2x + 3) convolved with w */
+        cost += acc * w;
+        wmax = acc + w > wmax ? acc + w : wmax;
         active++;
         last = g;
     }
@@ -223,7 +228,7 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
         return 0.0;
     if (active == 1)
         return fls_stats_binom_test(k, n[last], m[last]);
-    if (cost > 5e8) { /* Bonferroni over the groups' own exact tests is still exact */
+    if (cost > 2e9) { /* Bonferroni over the groups' own exact tests is still exact */
         if (bonferroni)
             *bonferroni = 1;
         double pmin = 1.0;
@@ -238,8 +243,10 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
         double p = pmin * (double)(tests > 0 ? tests : 1);
         return p > 1.0 ? 1.0 : p;
     }
-    /* convolution over the windows; acc covers [alo, alo + alen) */
-    double *acc = malloc((size_t)width * sizeof(double)), *tmp = malloc((size_t)width * sizeof(double));
+    /* convolution over the windows; acc covers [alo, alo + alen), trimmed after
+     * each group to the running sum's window (mass < 1e-30 dropped per step) */
+    const size_t cap = (size_t)wmax + 64;
+    double *acc = malloc(cap * sizeof(double)), *tmp = malloc(cap * sizeof(double));
     double *pm = NULL;
     if (!acc || !tmp) {
         free(acc);
@@ -248,6 +255,7 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
     }
     int64_t alo = 0, alen = 1;
     acc[0] = 1.0;
+    double rmu = 0.0, rs2 = 0.0;
     for (int g = 0; g < G; g++) {
         if (n[g] <= 0 || !(m[g] > 0.0) || !(m[g] < 1.0))
             continue;
@@ -265,6 +273,12 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
         for (int64_t j = 0; j < w; j++)
             pm[j] = exp(binom_logpmf(lo + j, n[g], m[g]));
         const int64_t tlen = alen + w - 1;
+        if ((size_t)tlen > cap) { /* cannot happen (cap bounds every step); never write past it */
+            free(pm);
+            free(acc);
+            free(tmp);
+            return NAN;
+        }
         for (int64_t i = 0; i < tlen; i++)
             tmp[i] = 0.0;
         for (int64_t i = 0; i < alen; i++) {
@@ -274,11 +288,18 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
             for (int64_t j = 0; j < w; j++)
                 tmp[i + j] += a * pm[j];
         }
-        double *sw = acc;
-        acc = tmp;
-        tmp = sw;
-        alo += lo;
-        alen = tlen;
+        int64_t tlo = alo + lo;
+        /* trim to [rmu - x, rmu + x] of the running sum (Bernstein, as window()) */
+        rmu += (double)n[g] * m[g];
+        rs2 += (double)n[g] * m[g] * (1.0 - m[g]);
+        const double b = 69.1, x = b / 3.0 + sqrt(b * b / 9.0 + 2.0 * b * rs2) + 1.0;
+        int64_t keep_lo = (int64_t)floor(rmu - x), keep_hi = (int64_t)ceil(rmu + x);
+        keep_lo = keep_lo < tlo ? tlo : keep_lo;
+        keep_hi = keep_hi > tlo + tlen - 1 ? tlo + tlen - 1 : keep_hi;
+        alen = keep_hi - keep_lo + 1;
+        for (int64_t i = 0; i < alen; i++)
+            acc[i] = tmp[keep_lo - tlo + i];
+        alo = keep_lo;
     }
     double lo_tail = 0.0, hi_tail = 0.0;
     for (int64_t i = 0; i < alen; i++) {
@@ -291,6 +312,7 @@ double fls_stats_binsum_test(int G, const int64_t *n, const double *m, const int
     free(pm);
     free(acc);
     free(tmp);
+    (void)mu;
     double p = 2.0 * (lo_tail < hi_tail ? lo_tail : hi_tail);
     return p > 1.0 ? 1.0 : p;
 }

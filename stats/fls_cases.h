@@ -59,14 +59,15 @@ typedef struct fls_audit_case {
     int fused; /* 0: fls_sample_logits, 1: fls_sample_fused */
     fls_method method;
     fls_case_shape shape;
-    double scale; /* FLS_SHAPE_NORMAL: standard deviation */
+    double scale; /* FLS_SHAPE_NORMAL: standard deviation; FLS_SHAPE_DEEP: depth where the deep tail starts */
     int64_t V;
     int groups;          /* distinct reference distributions: temperature and (fused) H row */
     float temps[8];      /* temperature of each group */
     int rows_per_group;  /* rows with their own seeds per group (pairs: pairs of rows) */
     fls_dtype w_dtype;   /* fused: dtype of W */
     int64_t D;           /* fused: columns of W and H */
-    int tier;            /* 0: every run (quick); 1: full runs; 2: full runs on the CUDA engine only */
+    int tier;            /* 0: every run (quick); 1: full runs; 2: full runs on the CUDA engine only;
+                          * 3: every run on the CUDA engine, full runs on the CPU */
     int tail;            /* runs the tail tests (t = 10, 15, 20, 25) beside the goodness of fit */
     double tail_deficit; /* > 0: enough draws that the t = 15 test catches this relative deficit */
 } fls_audit_case;

@@ -246,7 +246,7 @@ double fls_stats_tail_set(const double *p, int64_t V, double t, uint8_t *in_tail
  * m[g]), independent (groups with their own tail mass): the doubled smaller
  * tail of the distribution of the sum, by convolution of the groups' pmfs
  * truncated where Bernstein's bound leaves < 1e-30 each; one group is the
- * binomial test. When the convolution would cost more than ~5e8 steps (very
+ * binomial test. When the convolution would cost more than ~2e9 steps (very
  * many distinct rows) the p-value is the Bonferroni combination of the groups'
  * own exact tests (still exact, less powerful) and *bonferroni is set. NaN if
  * memory ran out. */

@@ -14,6 +14,13 @@
  * the reference sampler). */
 #define SUITE_SELFTEST_CHECKS 14
 
+/* The defect gallery (test_defects.c): every test of every audit of an exact
+ * sampler (ours and the alias sampler on 5 scenarios: 2 x (7 + 7 + 7 + 8 + 7)),
+ * and every defect check (8: each may miss by bad luck, with probability <=
+ * alpha by its stated N). */
+#define SUITE_GALLERY_EXACT_TESTS 72
+#define SUITE_GALLERY_DEFECTS     8
+
 /* The audit as the suite runs it: every case of the full list on the CPU engine. */
 static inline void suite_audit_options(fls_audit_options *o)
 {
@@ -29,6 +36,7 @@ static inline void suite_family(fls_stats_family *f)
     fls_stats_family_init(f, FLS_STATS_BUDGET);
     fls_audit_family_add(&o, f);
     fls_stats_family_add(f, "machinery self-tests", SUITE_SELFTEST_CHECKS);
+    fls_stats_family_add(f, "defect gallery", SUITE_GALLERY_EXACT_TESTS + SUITE_GALLERY_DEFECTS);
 }
 
 static inline double suite_alpha(void)

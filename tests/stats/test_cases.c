@@ -93,26 +93,34 @@ Test(cases, list_is_consistent)
             tests += fls_audit_case_tests(k);
     cr_assert_eq(f.parts[0].tests, tests);
     cr_assert_eq(tests, fls_audit_run_tests(1, FLS_ENGINE_CPU));
-    cr_assert_eq(f.size, tests + SUITE_SELFTEST_CHECKS);
+    cr_assert_eq(f.size, tests + SUITE_SELFTEST_CHECKS + SUITE_GALLERY_EXACT_TESTS + SUITE_GALLERY_DEFECTS);
     cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
-    /* quick is a sub-list of full; CUDA's full run has every case */
-    size_t quick = fls_audit_run_count(0, FLS_ENGINE_CPU);
-    cr_assert(quick >= 1 && quick < fls_audit_run_count(1, FLS_ENGINE_CPU));
-    cr_assert_eq(fls_audit_run_count(1, FLS_ENGINE_CUDA), fls_audit_case_count());
-    cr_assert_eq(fls_audit_run_count(0, FLS_ENGINE_CUDA), quick);
-    for (size_t k = 0; k < quick; k++) {
-        size_t i = fls_audit_run_index(0, FLS_ENGINE_CPU, k);
-        cr_assert_eq(fls_audit_case_get(i)->tier, 0);
-        cr_assert(fls_audit_case_in_run(i, 1, FLS_ENGINE_CPU));
+    /* quick is a sub-list of full on each engine; CUDA's full run has every case */
+    for (int e = 0; e < 2; e++) {
+        const fls_engine eng = e ? FLS_ENGINE_CUDA : FLS_ENGINE_CPU;
+        size_t q = fls_audit_run_count(0, eng);
+        cr_assert(q >= 1 && q < fls_audit_run_count(1, eng));
+        for (size_t k = 0; k < q; k++) {
+            size_t i = fls_audit_run_index(0, eng, k);
+            cr_assert(fls_audit_case_get(i)->tier == 0 || (e && fls_audit_case_get(i)->tier == 3));
+            cr_assert(fls_audit_case_in_run(i, 1, eng));
+        }
+        cr_assert_eq(fls_audit_run_index(0, eng, q), (size_t)-1);
     }
-    cr_assert_eq(fls_audit_run_index(0, FLS_ENGINE_CPU, quick), (size_t)-1);
+    cr_assert_eq(fls_audit_run_count(1, FLS_ENGINE_CUDA), fls_audit_case_count());
     /* every mechanism in the quick list: temperatures other than 0 and 1 on
-     * both paths, T = 0, deep tails (24-bit uniforms) on both paths and the
-     * multinomial baseline, offsets, draws, seeds, masks, V = 1, 2, 17 */
+     * both paths, T = 0, deep tails (24-bit uniforms) on the logits path and
+     * the multinomial baseline (and, on the CUDA engine, the fused path),
+     * offsets, draws, seeds, masks, V = 1, 2, 17 */
     int t07 = 0, t25 = 0, t03 = 0, t0 = 0, fused_t = 0, deep_logits = 0, deep_fused = 0, deep_multi = 0;
     int offs = 0, draws = 0, seeds = 0, masked = 0, v1 = 0, v2 = 0, v17 = 0;
+    const size_t quick = fls_audit_run_count(0, FLS_ENGINE_CUDA);
     for (size_t k = 0; k < quick; k++) {
-        const fls_audit_case *c = fls_audit_case_get(fls_audit_run_index(0, FLS_ENGINE_CPU, k));
+        const fls_audit_case *c = fls_audit_case_get(fls_audit_run_index(0, FLS_ENGINE_CUDA, k));
+        if (c->tier == 3) { /* CUDA's quick list only */
+            deep_fused |= c->shape == FLS_SHAPE_DEEP && c->fused && c->method == FLS_METHOD_FUSED;
+            continue;
+        }
         for (int g = 0; g < c->groups; g++) {
             t07 |= c->temps[g] == 0.7f;
             t25 |= c->temps[g] == 2.5f;
@@ -122,7 +130,6 @@ Test(cases, list_is_consistent)
         }
         if (c->shape == FLS_SHAPE_DEEP && c->tail && c->tail_deficit > 0.0) {
             deep_logits |= !c->fused;
-            deep_fused |= c->fused && c->method == FLS_METHOD_FUSED;
             deep_multi |= c->method == FLS_METHOD_UNFUSED_MULTINOMIAL;
         }
         offs |= c->kind == FLS_CASE_PAIRS_OFFSET;
@@ -146,7 +153,7 @@ Test(cases, list_is_consistent)
         vmax = c->V > vmax ? c->V : vmax;
         if (c->tail_deficit > 0.0 && c->tail_deficit < finest)
             finest = c->tail_deficit;
-        cr_expect(c->tier >= 0 && c->tier <= 2);
+        cr_expect(c->tier >= 0 && c->tier <= 3);
         cr_expect(!(c->tail_deficit > 0.0) || (c->tail && c->groups == 1), "%s", c->name);
         cr_expect_eq(fls_audit_case_tests(k), 1 + (c->tail ? FLS_STATS_N_TAILS : 0));
     }

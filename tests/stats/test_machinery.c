@@ -125,9 +125,9 @@ Test(machinery, chance_checks_are_counted_in_the_family)
     cr_assert_eq(N_CHECKS, SUITE_SELFTEST_CHECKS);
     fls_stats_family f;
     suite_family(&f);
-    cr_assert_eq(f.n_parts, 2);
+    cr_assert_eq(f.n_parts, 3);
     cr_assert_eq(f.parts[1].tests, N_CHECKS);
-    cr_assert_eq(f.size, f.parts[0].tests + f.parts[1].tests);
+    cr_assert_eq(f.size, f.parts[0].tests + f.parts[1].tests + f.parts[2].tests);
     cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
     cr_assert_float_eq(suite_alpha(), f.alpha, 0.0);
     fls_stats_family_print(stdout, "", &f);
@@ -687,6 +687,27 @@ Test(exact, sum_of_binomials_by_enumeration)
         /* the convolution drops < 1e-30 of mass per group: p-values agree to that */
         cr_assert(fabs(got - want) <= 1e-9 * want + 1e-29, "k %lld: %g vs %g", (long long)k, got, want);
         cr_assert_eq(bonf, 0);
+    }
+    /* many groups with one tail mass: the sum is one binomial (checks the trimmed convolution) */
+    {
+        enum { G = 300 };
+        int64_t ng[G], kk[G];
+        double mg[G];
+        for (int g = 0; g < G; g++) {
+            ng[g] = 50;
+            mg[g] = 0.2;
+            kk[g] = 0;
+        }
+        const int64_t ks[5] = {2700, 2900, 3000, 3150, 3400};
+        for (int i = 0; i < 5; i++) {
+            kk[0] = ks[i];
+            int bonf = 1;
+            double got = fls_stats_binsum_test(G, ng, mg, kk, &bonf),
+                   want = fls_stats_binom_test(ks[i], 15000, 0.2);
+            cr_assert(fabs(got - want) <= 1e-9 * want + 1e-29, "k %lld: %g vs %g", (long long)ks[i], got,
+                      want);
+            cr_assert_eq(bonf, 0);
+        }
     }
     /* one group is the binomial test; m = 0 groups add nothing; m = 1 groups add n */
     int64_t n2[3] = {100, 7, 9}, k2[3] = {13, 0, 9};
