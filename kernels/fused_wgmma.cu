@@ -206,128 +206,164 @@ struct fls_wg_gstate {
 };
 
 /*
- * The grouped method on one row of one tile (variants/grouped.h, g = 128 =
- * the tile): the group's log-mass from one expf per token, L = xm +
- * log1p(r) in double (r: the other tokens' terms; no fp32 absorption of a
- * deep tail), then per draw its key L + G'; only a group whose key beats
- * the (row, draw)'s best so far draws the token noise for its within-group
- * Gumbel-max. Lane p holds tokens 2p, 2p + 1, 64 + 2p, 65 + 2p (the invalid
- * ones read -inf). The terms use fl((l - l_max) rT) for fl(l / T) - xm when
- * fl(1 / T) is normal (a few ulp of each term: L within ~1e-7 of the exact
- * log-mass, the order of a float key's rounding); the within-group keys are
- * the flat contract's, exact division.
+ * The grouped method on one tile (variants/grouped.h, g = 128 = the tile):
+ * a warp takes 32 / LPR rows, LPR lanes per row, each lane 128 / LPR tokens
+ * of its row as 16-byte chunks (chunk sub + LPR q), so a row's statistics
+ * cost its lanes, not a warp: the max (first index), the smallest finite
+ * logit (the overflow test), r = the other tokens' terms expf(x - xm) — one
+ * expf per token, x - xm as fl((l - l_max) rT) where fl(1 / T) is normal (a
+ * few ulp per term: L within ~1e-7 of the exact log-mass, the order of a
+ * float key's rounding), exact division otherwise — and L = xm + log1p(r)
+ * in double (no fp32 absorption of a deep tail), computed only where the
+ * bound xm + r + G' might beat the (row, draw)'s best. Lane sub of a row
+ * draws the group Gumbels of the draws j = sub mod LPR. A group that leads
+ * a (row, draw) gets its within-group Gumbel-max (the flat contract's token
+ * noise, exact division) from the whole warp, 4 tokens per lane.
  */
-__device__ __forceinline__ void fls_wg_group_row(const float *S, uint64_t v0, int bl, const fls_wg_gstate &st,
-                                                 int nd, uint32_t draw0, bool want_lse, int lane,
-                                                 bool &saw_nan, bool &saw_ovf)
+template <int LPR>
+__device__ __forceinline__ void fls_wg_group_rows(const float *S, int sp, uint64_t v0, int rb, int nb,
+                                                  const fls_wg_gstate &st, int nd, uint32_t draw0,
+                                                  bool want_lse, int lane, bool &saw_nan, bool &saw_ovf)
 {
-    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
-    const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
-    const float2 ra = *(const float2 *)(S + i0), rc = *(const float2 *)(S + i1);
-    const float l[4] = {ra.x, ra.y, rc.x, rc.y};
-    const float T = st.T[bl], rT = st.rT[bl];
+    constexpr int CH = 32 / LPR; /* 16-byte chunks per lane (and rows per warp) */
+    const int sub = lane % LPR, rl = lane / LPR, bl = rb + rl;
+    const bool act = bl < nb;
+    const float *R = S + (act ? bl : rb) * sp;
+    const float T = act ? st.T[bl] : 1.0f, rT = act ? st.rT[bl] : 1.0f;
     const bool noisy = fls_temperature_noisy(T);
-    bool bad = false;
+    /* pass 1: max (first index), smallest finite, bad values */
     float lm = -INFINITY, ln = INFINITY;
     int im = 0x7fffffff;
+    bool bad = false;
+#pragma unroll 4
+    for (int q = 0; q < CH; q++) {
+        const int c = sub + LPR * q;
+        const float4 v = *(const float4 *)(R + 4 * c);
+        const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        bad |= fls_bad_logit(l[k]);
-        if (l[k] > -INFINITY)
-            ln = fminf(ln, l[k]);
-        if (l[k] > lm || (l[k] == lm && ix[k] < im)) {
-            lm = l[k];
-            im = ix[k];
+        for (int t = 0; t < 4; t++) {
+            bad |= fls_bad_logit(e[t]);
+            if (e[t] > -INFINITY)
+                ln = fminf(ln, e[t]);
+            if (e[t] > lm) { /* chunks ascend: the first maximum of this lane */
+                lm = e[t];
+                im = 4 * c + t;
+            }
         }
     }
-    if (__any_sync(FLS_FULL_MASK, bad)) {
-        saw_nan = true;
-        return;
-    }
-    const float lmax = fls_warp_maxf(lm);
-    if (!(lmax > -INFINITY))
-        return; /* a fully masked group: no mass, no candidate */
-    im = (int)__reduce_min_sync(FLS_FULL_MASK, lm == lmax ? (unsigned)im : 0x7fffffffu);
-    ln = -fls_warp_maxf(-ln);
-    const float xm = fls_temper(lmax, T);
-    saw_ovf |= fls_temper_overflows(lmax, xm) || fls_temper_overflows(ln, fls_temper(ln, T));
-    const uint64_t k = v0 / WG_TV;
-    float r = 0.0f;
-    if (noisy) {
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const float d =
-                rT != 0.0f ? __fmul_rn(__fsub_rn(l[q], lmax), rT) : __fsub_rn(fls_temper(l[q], T), xm);
-            r = __fadd_rn(r, ix[q] == im ? 0.0f : fls_lsef_exp(d, 0.0f));
+    for (int o = 1; o < LPR; o <<= 1) {
+        const float lm2 = __shfl_xor_sync(FLS_FULL_MASK, lm, o);
+        const int im2 = __shfl_xor_sync(FLS_FULL_MASK, im, o);
+        if (lm2 > lm || (lm2 == lm && im2 < im)) {
+            lm = lm2;
+            im = im2;
         }
-        r = fls_warp_sumf(r);
+        ln = fminf(ln, __shfl_xor_sync(FLS_FULL_MASK, ln, o));
+        bad |= __shfl_xor_sync(FLS_FULL_MASK, (int)bad, o) != 0;
     }
-    if (want_lse && lane == 0) {
-        const float2 o = st.lse[bl];
-        fls_lsef a = {o.x, o.y};
+    bool live = act && !bad && lm > -INFINITY; /* a fully masked group has no mass */
+    saw_nan |= act && bad;
+    float xm = -INFINITY, r = 0.0f;
+    if (live) {
+        xm = fls_temper(lm, T);
+        saw_ovf |= fls_temper_overflows(lm, xm) || fls_temper_overflows(ln, fls_temper(ln, T));
+    }
+    /* pass 2: the other tokens' terms */
+    if (live && noisy) {
+#pragma unroll 4
+        for (int q = 0; q < CH; q++) {
+            const int c = sub + LPR * q;
+            const float4 v = *(const float4 *)(R + 4 * c);
+            const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const float d =
+                    rT != 0.0f ? __fmul_rn(__fsub_rn(e[t], lm), rT) : __fsub_rn(fls_temper(e[t], T), xm);
+                r = __fadd_rn(r, 4 * c + t == im ? 0.0f : fls_lsef_exp(d, 0.0f));
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 1; o < LPR; o <<= 1)
+        r = __fadd_rn(r, __shfl_xor_sync(FLS_FULL_MASK, r, o));
+    if (live && want_lse && sub == 0) {
+        const float2 old = st.lse[bl];
+        fls_lsef a = {old.x, old.y};
         fls_lsef_merge(&a, xm, __fadd_rn(1.0f, r));
         st.lse[bl] = make_float2(a.m, a.s);
     }
-    /* lane j < nd tests draw j: one group Gumbel per lane */
+    /* the group keys of this lane's draws; a bit per draw that this group leads */
+    const uint64_t k = v0 / WG_TV;
     unsigned need = 0;
     double L = (double)xm;
     bool have_L = !noisy;
-    for (int j0 = 0; j0 < nd; j0 += 32) {
-        const int j = j0 + lane;
-        double key = -INFINITY;
-        bool beats = false;
-        if (j < nd) {
-            const uint32_t d = draw0 + (uint32_t)j;
-            const double gj = noisy ? (double)fls_gumbel_dev(
-                                          fls_pair_bits(fls_philox_pair(st.gkey[bl], st.offset[bl], d, k), k))
-                                    : 0.0;
-            const double kb = st.gk[bl * nd + j];
-            const unsigned long long wb = st.w[bl * nd + j];
-            /* L <= xm + r: the log1p only where the bound might beat */
-            const double ub = (double)xm + (double)r + gj;
-            if (wb == ~0ull || !(ub < kb)) {
-                if (!have_L) {
-                    L = (double)xm + log1p((double)r);
-                    have_L = true;
-                }
-                key = noisy ? L + gj : L;
-                beats = wb == ~0ull || fls_gk_beats(key, (uint32_t)k, kb, (uint32_t)(wb >> 32));
-            }
+    for (int t = 0; live && t * LPR + sub < nd; t++) {
+        const int j = t * LPR + sub;
+        const uint32_t d = draw0 + (uint32_t)j;
+        const float gj =
+            noisy ? fls_gumbel_dev(fls_pair_bits(fls_philox_pair(st.gkey[bl], st.offset[bl], d, k), k))
+                  : 0.0f;
+        const double kb = st.gk[bl * nd + j];
+        const unsigned long long wb = st.w[bl * nd + j];
+        /* L <= xm + r: the log1p only where the bound might beat */
+        if (wb != ~0ull && (double)xm + (double)r + (double)gj < kb)
+            continue;
+        if (!have_L) {
+            L = (double)xm + log1p((double)r);
+            have_L = true;
         }
-        need = __ballot_sync(FLS_FULL_MASK, beats);
-        while (need) { /* rare: the within-group sample of the draws this group leads */
-            const int jj = __ffs(need) - 1;
-            need &= need - 1;
-            const int j1 = j0 + jj;
-            const double keyj = __shfl_sync(FLS_FULL_MASK, key, jj);
-            unsigned long long best = 0;
-            float bx = -INFINITY;
-            if (!noisy) {
-                best = fls_pack(lmax, (uint32_t)(v0 + (uint64_t)im));
-                bx = lmax;
-            } else {
-                const uint32_t d = draw0 + (uint32_t)j1;
+        const double key = L + (double)gj;
+        if (wb == ~0ull || fls_gk_beats(key, (uint32_t)k, kb, (uint32_t)(wb >> 32)))
+            need |= 1u << t; /* the owner recomputes the key when it writes the state */
+    }
+    /* the within-group samples, one (row, draw) at a time, the whole warp */
+    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
+    unsigned lanes = __ballot_sync(FLS_FULL_MASK, need != 0);
+    while (lanes) {
+        const int src = __ffs(lanes) - 1;
+        const int t = __ffs(__shfl_sync(FLS_FULL_MASK, need, src)) - 1;
+        const int brow = rb + src / LPR, j = t * LPR + src % LPR;
+        const float Tr = st.T[brow];
+        const float *Rr = S + brow * sp;
+        const uint32_t d = draw0 + (uint32_t)j;
+        unsigned long long best = 0;
+        float bx = -INFINITY;
+        const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
+        if (!fls_temperature_noisy(Tr)) {
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint4 qb = fls_philox_pair(st.seed[bl], st.offset[bl], d, v0 + (uint64_t)ix[2 * h]);
-                    const uint64_t b0 = ((uint64_t)qb.y << 32) | qb.x, b1 = ((uint64_t)qb.w << 32) | qb.z;
-                    (void)fls_exact_key(b0, fls_temper(l[2 * h], T), (uint32_t)(v0 + (uint64_t)ix[2 * h]),
-                                        best, bx);
-                    (void)fls_exact_key(b1, fls_temper(l[2 * h + 1], T),
-                                        (uint32_t)(v0 + (uint64_t)ix[2 * h + 1]), best, bx);
+            for (int q = 0; q < 4; q++) {
+                const unsigned long long pk = fls_pack(Rr[ix[q]], (uint32_t)(v0 + (uint64_t)ix[q]));
+                if (Rr[ix[q]] > -INFINITY && pk > best) {
+                    best = pk;
+                    bx = Rr[ix[q]];
                 }
             }
-            int src;
-            float wx;
-            const unsigned long long w = fls_warp_winner(best, bx, src, wx);
-            __syncwarp();
-            if (lane == 0) {
-                st.gk[bl * nd + j1] = keyj;
-                st.w[bl * nd + j1] = (k << 32) | (unsigned long long)(0xffffffffu - (uint32_t)w);
-                st.x[bl * nd + j1] = wx;
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 qb = fls_philox_pair(st.seed[brow], st.offset[brow], d, v0 + (uint64_t)ix[2 * h]);
+                const uint64_t b0 = ((uint64_t)qb.y << 32) | qb.x, b1 = ((uint64_t)qb.w << 32) | qb.z;
+                (void)fls_exact_key(b0, fls_temper(Rr[ix[2 * h]], Tr), (uint32_t)(v0 + (uint64_t)ix[2 * h]),
+                                    best, bx);
+                (void)fls_exact_key(b1, fls_temper(Rr[ix[2 * h + 1]], Tr),
+                                    (uint32_t)(v0 + (uint64_t)ix[2 * h + 1]), best, bx);
             }
-            __syncwarp();
         }
+        int wsrc;
+        float wx;
+        const unsigned long long w = fls_warp_winner(best, bx, wsrc, wx);
+        if (lane == src) {
+            const double key = noisy ? L + (double)fls_gumbel_dev(fls_pair_bits(
+                                               fls_philox_pair(st.gkey[bl], st.offset[bl], d, k), k))
+                                     : L;
+            st.gk[bl * nd + j] = key;
+            st.w[bl * nd + j] = (k << 32) | (unsigned long long)(0xffffffffu - (uint32_t)w);
+            st.x[bl * nd + j] = wx;
+            need &= need - 1;
+        }
+        __syncwarp();
+        lanes = __ballot_sync(FLS_FULL_MASK, need != 0);
     }
 }
 
@@ -763,32 +799,44 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                 float *S = (float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
                 const int64_t v0 = (int64_t)vt * WG_TV;
                 const int n = (int)min((int64_t)WG_TV, a.V - v0);
+                constexpr int RPW0 = N >= 128 ? 16 : (N >= 64 ? 8 : 4); /* this warp's rows (RPW) */
                 if (n < WG_TV) {
-                    for (int bl = ew; bl < nb; bl += C::E)
-                        for (int i = n + lane; i < WG_TV; i += 32)
-                            S[bl * C::SP + i] = -INFINITY;
+                    /* the tail tile: this warp's rows read -inf past V */
+                    for (int rb = ew * RPW0; rb < nb; rb += C::E * RPW0)
+                        for (int bl = rb; bl < rb + RPW0 && bl < nb; bl++)
+                            for (int i = n + lane; i < WG_TV; i += 32)
+                                S[bl * C::SP + i] = -INFINITY;
                     __syncwarp();
                 }
-                for (int bl = ew; bl < nb; bl += C::E)
-                    fls_wg_group_row(S + bl * C::SP, (uint64_t)v0, bl, gs, nd, fls_noise_draw(a.ws, 0),
-                                     a.ws.want_lse != 0, lane, saw_nan, saw_ovf);
+                constexpr int LPR = N >= 128 ? 2 : (N >= 64 ? 4 : 8), RPW = 32 / LPR;
+                for (int rb = ew * RPW; rb < nb; rb += C::E * RPW)
+                    fls_wg_group_rows<LPR>(S, C::SP, (uint64_t)v0, rb, nb, gs, nd, fls_noise_draw(a.ws, 0),
+                                           a.ws.want_lse != 0, lane, saw_nan, saw_ovf);
                 __syncwarp();
                 fls_mbar_arrive(SFREE(buf));
             }
-            for (int bl = ew; bl < nb; bl += C::E) {
-                const int b = bt * N + bl;
-                for (int j = lane; j < nd; j += 32) {
-                    const int64_t idx = ((int64_t)b * nd + j) * a.ws.nent + slot;
-                    a.ws.gk[idx] = gs.gk[bl * nd + j];
-                    a.ws.best[idx] = gs.w[bl * nd + j];
-                    a.ws.xw[idx] = gs.x[bl * nd + j];
-                }
-                if (lane == 0) {
-                    if (gs.w[bl * nd] != ~0ull)
-                        a.ws.finite[b] = a.ws.epoch;
-                    if (a.ws.want_lse) {
-                        a.ws.m[(int64_t)b * a.ws.nent + slot] = gs.lse[bl].x;
-                        a.ws.s[(int64_t)b * a.ws.nent + slot] = gs.lse[bl].y;
+            /* entries by the same lanes that own the state (no barrier needed) */
+            {
+                constexpr int LPR = N >= 128 ? 2 : (N >= 64 ? 4 : 8), RPW = 32 / LPR;
+                const int sub = lane % LPR;
+                for (int rb = ew * RPW; rb < nb; rb += C::E * RPW) {
+                    const int bl = rb + lane / LPR;
+                    if (bl >= nb)
+                        continue;
+                    const int b = bt * N + bl;
+                    for (int j = sub; j < nd; j += LPR) {
+                        const int64_t idx = ((int64_t)b * nd + j) * a.ws.nent + slot;
+                        a.ws.gk[idx] = gs.gk[bl * nd + j];
+                        a.ws.best[idx] = gs.w[bl * nd + j];
+                        a.ws.xw[idx] = gs.x[bl * nd + j];
+                    }
+                    if (sub == 0) {
+                        if (gs.w[bl * nd] != ~0ull)
+                            a.ws.finite[b] = a.ws.epoch;
+                        if (a.ws.want_lse) {
+                            a.ws.m[(int64_t)b * a.ws.nent + slot] = gs.lse[bl].x;
+                            a.ws.s[(int64_t)b * a.ws.nent + slot] = gs.lse[bl].y;
+                        }
                     }
                 }
             }
