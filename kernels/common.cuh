@@ -76,7 +76,17 @@ struct fls_ws {
      * the group key (best then holds group << 32 | token, xw its x) */
     int group_size;
     double *gk;
+    unsigned *sticky; /* the first error code since the last fls_context_sync (async mode) */
 };
+
+/* The call's status word, and the sticky error of async mode. */
+__device__ __forceinline__ void fls_write_status(const fls_ws &ws, unsigned code)
+{
+    ws.status[0] = ws.epoch;
+    ws.status[1] = code;
+    if (code && ws.sticky)
+        atomicCAS(ws.sticky, 0u, code);
+}
 
 /* The noise's draw index of draw j of the pass. */
 __device__ __forceinline__ uint32_t fls_noise_draw(const fls_ws &ws, int j)
@@ -743,6 +753,11 @@ cudaError_t fls_launch_segments(const float *L, int64_t ldl, int B, int64_t vn, 
  * (row stride draws_total) unless a NaN or an all-masked row was seen. */
 cudaError_t fls_launch_finalize(const fls_row_params *rows, int B, int64_t draws_total, const fls_ws &ws,
                                 int64_t *tokens, float *lse, float *logprobs, cudaStream_t st);
+/* rows[b] from device arrays or scalars (params_on_device); a bad
+ * temperature sets the temperature mark. */
+cudaError_t fls_launch_pack_rows(int B, const float *temperature, float temperature_value,
+                                 const uint64_t *row_seeds, uint64_t seed, const uint64_t *row_offsets,
+                                 uint64_t offset, fls_row_params *rows, const fls_ws &ws, cudaStream_t st);
 /* L[b * ldl + v] = sum_k W[v0 + v, k] H[b, k] (fp32 fma) for v < vn: any dtypes, any strides. */
 cudaError_t fls_launch_simt_logits(const void *W, fls_dtype wd, int64_t ldw, const void *H, fls_dtype hd,
                                    int64_t ldh, int B, int64_t D, int64_t v0, int64_t vn, float *L,

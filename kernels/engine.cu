@@ -81,10 +81,12 @@ struct fls_cuda_state {
     unsigned long long *gthr; /* [gthr_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row
                                  thresholds (fls_ws.gthr), zero when allocated */
     int64_t gthr_rows;
-    unsigned tepoch; /* the last wgmma pass's tag in gthr */
-    float *gbound;   /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
-                        bucket's up2), device */
-    int no_skip;     /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
+    unsigned tepoch;  /* the last wgmma pass's tag in gthr */
+    float *gbound;    /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
+                         bucket's up2), device */
+    int no_skip;      /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
+    int async;        /* fls_context_config.async */
+    unsigned *sticky; /* [1]: the first error code of the calls since the last sync */
     char name[256];
 };
 
@@ -183,6 +185,17 @@ extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
         free(s);
         return fls_from_cuda(te);
     }
+    te = cudaMalloc((void **)&s->sticky, sizeof(unsigned));
+    if (te == cudaSuccess)
+        te = cudaMemset(s->sticky, 0, sizeof(unsigned));
+    if (te != cudaSuccess) {
+        cudaFree(s->sticky);
+        cudaFree(s->gbound);
+        s->blas_api->destroy(s->blas);
+        free(s);
+        return fls_from_cuda(te);
+    }
+    s->async = ctx->config.async != 0;
     const char *ns = getenv("FLS_CUDA_NO_SKIP");
     s->no_skip = ns && ns[0] && strcmp(ns, "0") != 0;
     ctx->cuda = s;
@@ -203,6 +216,7 @@ extern "C" void fls_cuda_context_fini(fls_context_t *ctx)
     cudaFree(s->flags);
     cudaFree(s->gthr);
     cudaFree(s->gbound);
+    cudaFree(s->sticky);
     s->blas_api->destroy(s->blas);
     free(s);
     ctx->cuda = NULL;
@@ -342,7 +356,7 @@ static fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
         return fls_from_cuda(e);
     }
     s->flags_rows = cap;
-    s->epoch = 0; /* marks are 0 now; epochs start at 1 */
+    s->epoch = 1; /* marks are 0 now; host epochs start at 2 (1: a call captured in a graph) */
     return FLS_OK;
 }
 
@@ -378,13 +392,13 @@ static fls_status fls_ensure_gthr(fls_cuda_state *s, int64_t B, unsigned long lo
             return fls_from_cuda(e);
         }
         s->gthr_rows = cap;
-        s->tepoch = 0; /* tags start at 1 */
+        s->tepoch = 1; /* tags start at 2 (1: a call captured in a graph) */
     }
     if (s->tepoch == 0xffffffffu) {
         e = cudaMemsetAsync(s->gthr, 0, fls_gthr_bytes(s->gthr_rows), s->stream);
         if (e != cudaSuccess)
             return fls_from_cuda(e);
-        s->tepoch = 0;
+        s->tepoch = 1;
     }
     *out = s->gthr;
     return FLS_OK;
@@ -452,6 +466,12 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     cudaError_t ce = cudaSetDevice(s->device);
     if (ce != cudaSuccess)
         return fls_from_cuda(ce);
+    cudaStreamCaptureStatus cap_status = cudaStreamCaptureStatusNone;
+    if (s->stream && cudaStreamIsCapturing(s->stream, &cap_status) != cudaSuccess)
+        return fls_from_cuda(cudaGetLastError());
+    const bool capturing = cap_status != cudaStreamCaptureStatusNone;
+    if (capturing && !req->params_on_device)
+        return FLS_ERR_UNSUPPORTED; /* a graph would replay the host's rows of this call: params_on_device */
 
     fls_kind kind;
     int tile_b = 0;
@@ -564,18 +584,30 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
             rsum = c.take<float>((size_t)B);
         }
         if (pass == 0) {
+            if (capturing && c.off > s->ws_bytes)
+                return FLS_ERR_UNSUPPORTED; /* no allocation under capture: warm up with these shapes first */
             fls_status st = fls_ensure_ws(s, c.off);
             if (st != FLS_OK)
                 return st;
         }
     }
+    if (capturing && (B > s->flags_rows || s->epoch == 0xffffffffu ||
+                      (kind == K_WGMMA && !grouped && !s->no_skip && !opts.no_skip && B > s->gthr_rows &&
+                       B <= FLS_GTHR_MAX_ROWS)))
+        return FLS_ERR_UNSUPPORTED; /* the marks or the thresholds would be (re)allocated */
     fls_status st = fls_ensure_flags(s, B);
     if (st != FLS_OK)
         return st;
-    const unsigned epoch = ++s->epoch;
-
     cudaStream_t str = s->stream;
-    if (!opts.rows_cached) {
+    /* a call captured in a graph has the reserved epoch 1 and clears its
+     * marks first, so every replay starts clean; eager calls count from 2 */
+    const unsigned epoch = capturing ? 1u : ++s->epoch;
+    if (capturing) {
+        ce = cudaMemsetAsync(s->flags, 0, (size_t)(4 + B) * sizeof(unsigned), str);
+        if (ce != cudaSuccess)
+            return fls_from_cuda(ce);
+    }
+    if (!req->params_on_device && !opts.rows_cached) {
         ce = cudaMemcpyAsync(rows_d, req->rows, (size_t)B * sizeof(fls_row_params), cudaMemcpyHostToDevice,
                              str);
         if (ce != cudaSuccess)
@@ -607,6 +639,13 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.tepoch = 0;
     ws.group_size = g;
     ws.gk = gk;
+    ws.sticky = s->sticky;
+    if (req->params_on_device) {
+        ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value, req->dev_row_seeds,
+                                  req->seed, req->dev_row_offsets, req->offset, rows_d, ws, str);
+        if (ce != cudaSuccess)
+            return fls_from_cuda(ce);
+    }
 
     /* logits that every draw pass reuses */
     const float *Lp = NULL;
@@ -641,10 +680,21 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (kind == K_WGMMA) {
             if (skip && !grouped) {
                 /* a fresh tag per pass */
-                st = fls_ensure_gthr(s, B, &ws.gthr);
-                if (st != FLS_OK)
-                    return st;
-                ws.tepoch = ws.gthr ? ++s->tepoch : 0;
+                if (capturing) {
+                    /* the reserved tag 1 on cleared thresholds, at every replay */
+                    ws.gthr = B <= FLS_GTHR_MAX_ROWS ? s->gthr : NULL;
+                    ws.tepoch = ws.gthr ? 1u : 0u;
+                    if (ws.gthr) {
+                        ce = cudaMemsetAsync(ws.gthr, 0, fls_gthr_bytes(B), str);
+                        if (ce != cudaSuccess)
+                            return fls_from_cuda(ce);
+                    }
+                } else {
+                    st = fls_ensure_gthr(s, B, &ws.gthr);
+                    if (st != FLS_OK)
+                        return st;
+                    ws.tepoch = ws.gthr ? ++s->tepoch : 0;
+                }
             }
             ce = fls_launch_fused_wgmma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
                                         opts.wg_epi_warps, !opts.gemm_only, rows_d, ws, s->sm_count, str);
@@ -669,8 +719,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (ce != cudaSuccess)
             return fls_from_cuda(ce);
     }
-    if (opts.no_sync)
-        return FLS_OK;
+    if (opts.no_sync || s->async || capturing)
+        return FLS_OK; /* the status stays on the device: fls_context_sync */
     unsigned status[2] = {0, 0};
     ce = cudaMemcpyAsync(status, s->flags, sizeof status, cudaMemcpyDeviceToHost, str);
     if (ce == cudaSuccess)
@@ -683,6 +733,27 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
            : status[1] == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
            : status[1] == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
                                              : FLS_OK;
+}
+
+extern "C" fls_status fls_cuda_sync(fls_context_t *ctx)
+{
+    if (!ctx || !ctx->cuda)
+        return FLS_ERR_NO_DEVICE;
+    fls_cuda_state *s = ctx->cuda;
+    cudaError_t e = cudaSetDevice(s->device);
+    unsigned code = 0;
+    if (e == cudaSuccess)
+        e = s->stream ? cudaStreamSynchronize(s->stream) : cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&code, s->sticky, sizeof code, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && code)
+        e = cudaMemset(s->sticky, 0, sizeof code);
+    if (e != cudaSuccess)
+        return fls_from_cuda(e);
+    return code == FLS_SC_NAN           ? FLS_ERR_NAN
+           : code == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
+           : code == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
+                                        : FLS_OK;
 }
 
 extern "C" fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,

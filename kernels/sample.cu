@@ -119,10 +119,8 @@ __global__ void fls_finalize_kernel(const fls_row_params *__restrict__ rows, int
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     /* Errors are global: every warp checks them so that nothing is written. */
     const unsigned code = fls_finalize_status(B, ws, lane);
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        ws.status[0] = ws.epoch;
-        ws.status[1] = code;
-    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        fls_write_status(ws, code);
     if (code || w >= (int64_t)B * ws.nd)
         return;
     fls_finalize_item<Rule>(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
@@ -135,10 +133,8 @@ __global__ void fls_finalize_grouped_kernel(const fls_row_params *__restrict__ r
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const unsigned code = fls_finalize_status(B, ws, lane);
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        ws.status[0] = ws.epoch;
-        ws.status[1] = code;
-    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        fls_write_status(ws, code);
     if (code || w >= (int64_t)B * ws.nd)
         return;
     fls_finalize_item_grouped(rows, draws_total, ws, tokens, lse_out, logprobs, w, lane);
@@ -382,10 +378,8 @@ __global__ void fls_multinomial_kernel(const float *__restrict__ L, int64_t ldl,
         const unsigned c = fls_finalize_status(B, ws, threadIdx.x);
         if (threadIdx.x == 0) {
             code = c;
-            if (b == 0) {
-                ws.status[0] = ws.epoch;
-                ws.status[1] = c;
-            }
+            if (b == 0)
+                fls_write_status(ws, c);
         }
     }
     __syncthreads();
@@ -448,5 +442,36 @@ cudaError_t fls_launch_multinomial(const float *L, int64_t ldl, const float *P, 
         return cudaErrorInvalidValue;
     fls_multinomial_kernel<<<B, SM_THREADS, 0, st>>>(L, ldl, P, B, V, rows, rowmax, rowsum, ws, draws_total,
                                                      tokens, lse, logprobs);
+    return cudaGetLastError();
+}
+
+/* ---- rows from device arrays (params_on_device: CUDA graphs) ---- */
+
+__global__ void fls_pack_rows_kernel(int B, const float *temperature, float temperature_value,
+                                     const uint64_t *row_seeds, uint64_t seed, const uint64_t *row_offsets,
+                                     uint64_t offset, fls_row_params *rows, fls_ws ws)
+{
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+        float T = temperature ? temperature[b] : temperature_value;
+        if (!(T >= 0.0f && T < INFINITY)) {
+            *ws.tempflag = ws.epoch; /* FLS_ERR_TEMPERATURE: nothing is written */
+            T = 1.0f;
+        }
+        fls_row_params r;
+        r.temperature = T == 0.0f ? 0.0f : T; /* -0 is greedy too */
+        r.pad_ = 0;
+        r.seed = row_seeds ? row_seeds[b] : fls_row_seed_derive(seed, (uint64_t)b);
+        r.offset = row_offsets ? row_offsets[b] : offset;
+        rows[b] = r;
+    }
+}
+
+cudaError_t fls_launch_pack_rows(int B, const float *temperature, float temperature_value,
+                                 const uint64_t *row_seeds, uint64_t seed, const uint64_t *row_offsets,
+                                 uint64_t offset, fls_row_params *rows, const fls_ws &ws, cudaStream_t st)
+{
+    const int blocks = (B + 255) / 256 < 1024 ? (B + 255) / 256 : 1024;
+    fls_pack_rows_kernel<<<blocks, 256, 0, st>>>(B, temperature, temperature_value, row_seeds, seed,
+                                                 row_offsets, offset, rows, ws);
     return cudaGetLastError();
 }

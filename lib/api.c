@@ -212,6 +212,13 @@ int fls_cuda_available(void)
     return fls_cuda_available_impl();
 }
 
+fls_status fls_context_sync(fls_context_t *ctx)
+{
+    if (!ctx)
+        return FLS_ERR_NULL;
+    return ctx->engine == FLS_ENGINE_CUDA ? fls_cuda_sync(ctx) : FLS_OK;
+}
+
 int fls_cuda_built(void)
 {
     return fls_cuda_built_impl();
@@ -366,6 +373,44 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         if (st != FLS_OK)
             return st;
     }
+    if (p->params_on_device) {
+        /* the CUDA engine reads (and checks) them on the device */
+        if (ctx->engine != FLS_ENGINE_CUDA)
+            return FLS_ERR_PARAM;
+        fls_status st = FLS_OK;
+        if (p->temperature)
+            st = fls_cuda_check_device_pointer(p->temperature);
+        if (st == FLS_OK && p->row_seeds)
+            st = fls_cuda_check_device_pointer(p->row_seeds);
+        if (st == FLS_OK && p->row_offsets)
+            st = fls_cuda_check_device_pointer(p->row_offsets);
+        if (st != FLS_OK)
+            return st;
+        if (rule_active(p, B))
+            return FLS_ERR_UNSUPPORTED; /* no rule family on the CUDA engine */
+        if (!p->temperature && !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
+            return FLS_ERR_TEMPERATURE;
+        req->rows = NULL;
+        req->batch = B;
+        req->vocab = V;
+        req->draws = p->draws;
+        req->first_draw = (uint32_t)p->first_draw;
+        req->method = p->method;
+        req->rule = NULL;
+        req->K = 1;
+        req->needs = 0;
+        req->second_pass_rows = NULL;
+        req->group_size = gs;
+        req->params_on_device = 1;
+        req->dev_temperature = p->temperature;
+        req->temperature_value = p->temperature_value == 0.0f ? 0.0f : p->temperature_value;
+        req->dev_row_seeds = p->row_seeds;
+        req->seed = p->seed;
+        req->dev_row_offsets = p->row_offsets;
+        req->offset = p->offset;
+        *rows_out = NULL;
+        return FLS_OK;
+    }
     if (!p->temperature && !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
         return FLS_ERR_TEMPERATURE;
     if (p->temperature) {
@@ -423,6 +468,10 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
     req->needs = needs;
     req->second_pass_rows = NULL;
     req->group_size = gs;
+    req->params_on_device = 0;
+    req->dev_temperature = NULL;
+    req->dev_row_seeds = NULL;
+    req->dev_row_offsets = NULL;
     *rows_out = rows;
     return FLS_OK;
 }

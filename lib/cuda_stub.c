@@ -32,6 +32,12 @@ int fls_cuda_available_impl(void)
     return 0;
 }
 
+fls_status fls_cuda_sync(fls_context_t *ctx)
+{
+    (void)ctx;
+    return FLS_ERR_NO_DEVICE;
+}
+
 int fls_cuda_built_impl(void)
 {
     return 0;

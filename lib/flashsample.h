@@ -123,6 +123,14 @@ typedef struct fls_context_config {
     int device;             /* CUDA device ordinal */
     void *stream;           /* cudaStream_t for the CUDA engine; NULL = default stream */
     size_t workspace_bytes; /* 0 = the engine sizes its workspace itself */
+    /* ---- since 0.2 ---- */
+    /* CUDA engine, serving mode: a sampling call enqueues its kernels on the
+     * context's stream and returns FLS_OK without waiting (input errors the
+     * host can see still return at once); the status of the calls since the
+     * last fls_context_sync stays in device memory and fls_context_sync
+     * returns it. Calls can then be captured in a CUDA graph (docs/GPU.md:
+     * warm up with the same shapes first, and pass params_on_device). */
+    int async;
 } fls_context_config;
 
 FLS_API void fls_context_config_default(fls_context_config *config);
@@ -133,6 +141,10 @@ FLS_API fls_engine fls_context_engine(const fls_context_t *ctx);
 FLS_API int fls_context_threads(const fls_context_t *ctx);
 FLS_API fls_simd fls_context_simd(const fls_context_t *ctx);
 FLS_API const char *fls_simd_name(fls_simd simd);
+/* Waits for the context's calls (async mode) and returns their status:
+ * FLS_OK, or the first error of the calls since the last sync (their
+ * outputs were not written). On the CPU engine (always synchronous): FLS_OK. */
+FLS_API fls_status fls_context_sync(fls_context_t *ctx);
 /* Whether this build has the CUDA engine and a usable GPU is present. */
 FLS_API int fls_cuda_available(void);
 /* Whether this build has the CUDA engine at all (a GPU may still be absent). */
@@ -209,6 +221,12 @@ typedef struct fls_params {
     /* FLS_METHOD_GROUPED: tokens per group, a power of two in [2, 2^20];
      * 0 = the library's default (FLS_GROUP_SIZE_DEFAULT). */
     int64_t group_size;
+    /* CUDA engine: temperature, row_seeds and row_offsets are device
+     * pointers (B entries each where given), read by the kernels, so a call
+     * captured in a CUDA graph samples with the values they hold at each
+     * replay. A bad temperature is then reported by the call's status
+     * (FLS_ERR_TEMPERATURE, nothing written). Not for the CPU engine. */
+    int params_on_device;
 } fls_params;
 
 /* The grouped method's default group size (docs/GROUPED.md says why). */

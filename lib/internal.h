@@ -46,6 +46,15 @@ typedef struct fls_request {
     unsigned needs;             /* FLS_NEED_* of the filters some row uses */
     uint64_t *second_pass_rows; /* the engine adds the rows it decided by a second pass */
     int64_t group_size;         /* FLS_METHOD_GROUPED: tokens per group (a power of two) */
+    /* params_on_device: rows is NULL and these device arrays (or scalars)
+     * give the rows (the CUDA engine packs them on the device) */
+    int params_on_device;
+    const float *dev_temperature;
+    float temperature_value;
+    const uint64_t *dev_row_seeds;
+    uint64_t seed;
+    const uint64_t *dev_row_offsets;
+    uint64_t offset;
 } fls_request;
 
 struct fls_cuda_state; /* defined by the CUDA engine */
@@ -86,6 +95,7 @@ fls_status fls_cuda_sample_fused(fls_context_t *ctx, const fls_matrix *W, const 
 fls_status fls_cuda_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
                                   const fls_outputs *out);
 int fls_cuda_available_impl(void);
+fls_status fls_cuda_sync(fls_context_t *ctx);
 int fls_cuda_built_impl(void); /* 1 in a build with the CUDA engine */
 /* FLS_OK if p is device (or managed) memory, FLS_ERR_POINTER if it is host memory. */
 fls_status fls_cuda_check_device_pointer(const void *p);

@@ -6,6 +6,8 @@
  *   floor           a read-only kernel over W (16-byte loads): the bytes floor
  *   cublas          cuBLAS GEMM only (B x V fp32 logits), launched eagerly
  *   cublas_graph    the same GEMM replayed from a CUDA graph
+ *   fused_graph     the public fused call (dispatcher's path) captured in a CUDA graph and
+ *                   replayed: an async context, the rows' params in device memory
  *   fused_grouped   the grouped method (Group-Gumbel-Max, g = 128) on the wgmma kernel;
  *                   grouped_chunked the same on cuBLAS chunks + the grouped segment sampler
  *   fused_wgmma     the fused warp-specialised tensor-core kernel (logits stay on chip);
@@ -114,6 +116,13 @@ typedef struct bench_ctx {
     int64_t V, D, B;
     fls_row_params rows[MAXB];
     cudaGraphExec_t graph[NROT];
+    /* fused_graph: the public fused call captured in a CUDA graph (an async
+     * context on its own stream, the rows' params in device memory) */
+    fls_context_t *actx;
+    cudaStream_t ast;
+    cudaGraphExec_t fgraph[NROT];
+    float *dT;
+    uint64_t *dS, *dO;
     float *times;
     cudaEvent_t *ev;
 } bench_ctx;
@@ -137,6 +146,7 @@ enum {
     E_WGMMA_N64,
     E_GROUPED,
     E_GROUPED_CHUNKED,
+    E_FUSED_GRAPH,
     E_COUNT
 };
 static const char *engine_names[E_COUNT] = {"floor",
@@ -156,7 +166,8 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "fused_wgmma_noskip",
                                             "fused_wgmma_n64",
                                             "fused_grouped",
-                                            "grouped_chunked"};
+                                            "grouped_chunked",
+                                            "fused_graph"};
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -235,6 +246,8 @@ static int bench_enqueue(bench_ctx *b, int e, int r, int cached)
         return bench_gemm(b, r) != CUBLAS_STATUS_SUCCESS;
     case E_GRAPH:
         return cudaGraphLaunch(b->graph[r], b->st) != cudaSuccess;
+    case E_FUSED_GRAPH:
+        return cudaGraphLaunch(b->fgraph[r], b->st) != cudaSuccess;
     default:
         return bench_sample(b, e, r, cached, 0) != FLS_OK;
     }
@@ -441,6 +454,29 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         goto fail;
     CK(cudaMalloc((void **)&b.sink, 16));
     CK(cudaMalloc((void **)&b.tokens, sizeof(int64_t) * MAXB));
+    if (want[E_FUSED_GRAPH]) {
+        fls_context_config acfg;
+        fls_context_config_default(&acfg);
+        acfg.engine = FLS_ENGINE_CUDA;
+        acfg.async = 1;
+        CK(cudaStreamCreateWithFlags(&b.ast, cudaStreamNonBlocking));
+        acfg.stream = b.ast;
+        if (fls_context_create(&b.actx, &acfg) != FLS_OK)
+            goto fail;
+        float hT[MAXB];
+        uint64_t hS[MAXB], hO[MAXB];
+        for (int i = 0; i < MAXB; i++) {
+            hT[i] = 0.7f;
+            hS[i] = fls_row_seed(1, (uint64_t)i);
+            hO[i] = 0;
+        }
+        CK(cudaMalloc((void **)&b.dT, sizeof hT));
+        CK(cudaMalloc((void **)&b.dS, sizeof hS));
+        CK(cudaMalloc((void **)&b.dO, sizeof hO));
+        CK(cudaMemcpy(b.dT, hT, sizeof hT, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b.dS, hS, sizeof hS, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b.dO, hO, sizeof hO, cudaMemcpyHostToDevice));
+    }
     for (int i = 0; i < MAXB; i++) {
         b.rows[i].temperature = 0.7f;
         b.rows[i].pad_ = 0;
@@ -527,6 +563,31 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                 fls_cublas()->set_stream(b.blas, b.st);
                 cudaStreamDestroy(cs);
             }
+            if (want[E_FUSED_GRAPH]) {
+                /* the fused call in a graph, one per rotation (warm-up sizes the workspace) */
+                for (int r = 0; r < NROT; r++) {
+                    fls_matrix W = {b.W[r], FLS_DTYPE_BF16, b.V, b.D, b.D},
+                               H = {b.H, FLS_DTYPE_BF16, b.B, b.D, b.D};
+                    fls_params p;
+                    fls_params_default(&p);
+                    p.params_on_device = 1;
+                    p.temperature = b.dT;
+                    p.row_seeds = b.dS;
+                    p.row_offsets = b.dO;
+                    fls_outputs o = {b.tokens, NULL, NULL};
+                    cudaGraph_t g;
+                    if (fls_sample_fused(b.actx, &W, &H, &p, &o) != FLS_OK ||
+                        fls_context_sync(b.actx) != FLS_OK)
+                        goto fail;
+                    CK(cudaStreamBeginCapture(b.ast, cudaStreamCaptureModeThreadLocal));
+                    const fls_status cs = fls_sample_fused(b.actx, &W, &H, &p, &o);
+                    CK(cudaStreamEndCapture(b.ast, &g));
+                    if (cs != FLS_OK)
+                        goto fail;
+                    CK(cudaGraphInstantiate(&b.fgraph[r], g, 0));
+                    cudaGraphDestroy(g);
+                }
+            }
             fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
             const int fe = ap == FLS_CUDA_PATH_WGMMA ? E_WGMMA : E_CHUNKED;
             for (int e = 0; e < E_COUNT; e++) {
@@ -539,8 +600,11 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                     goto fail;
                 }
             }
-            for (int r = 0; r < NROT; r++)
+            for (int r = 0; r < NROT; r++) {
                 cudaGraphExecDestroy(b.graph[r]);
+                if (want[E_FUSED_GRAPH])
+                    cudaGraphExecDestroy(b.fgraph[r]);
+            }
             /* token agreement between the GPU paths (same noise, same seeds) */
             int64_t tk[5][MAXB];
             const int eng3[5] = {E_WGMMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS, E_CHUNKED_CAP5};
@@ -631,5 +695,11 @@ fail:
     if (b.blas)
         fls_cublas()->destroy(b.blas);
     fls_context_destroy(b.ctx);
+    fls_context_destroy(b.actx);
+    if (b.ast)
+        cudaStreamDestroy(b.ast);
+    cudaFree(b.dT);
+    cudaFree(b.dS);
+    cudaFree(b.dO);
     return rc;
 }

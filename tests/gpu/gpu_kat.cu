@@ -118,3 +118,50 @@ extern "C" fls_status fls_cuda_gumbel_bits(const uint64_t *bits, int64_t n, floa
     cudaFree(d);
     return fls_from_cuda(e);
 }
+
+/* ---- streams and graphs for the async / graph-capture test (C callers) ---- */
+
+extern "C" int fls_kat_stream_create(void **st)
+{
+    return cudaStreamCreateWithFlags((cudaStream_t *)st, cudaStreamNonBlocking) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" void fls_kat_stream_destroy(void *st)
+{
+    cudaStreamDestroy((cudaStream_t)st);
+}
+
+extern "C" int fls_kat_stream_sync(void *st)
+{
+    return cudaStreamSynchronize((cudaStream_t)st) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int fls_kat_capture_begin(void *st)
+{
+    return cudaStreamBeginCapture((cudaStream_t)st, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
+}
+
+/* Ends the capture and instantiates the graph (*exec); 0 on success. */
+extern "C" int fls_kat_capture_end(void *st, void **exec)
+{
+    cudaGraph_t g;
+    if (cudaStreamEndCapture((cudaStream_t)st, &g) != cudaSuccess)
+        return -1;
+    cudaGraphExec_t e;
+    const cudaError_t r = cudaGraphInstantiate(&e, g, 0);
+    cudaGraphDestroy(g);
+    if (r != cudaSuccess)
+        return -1;
+    *exec = (void *)e;
+    return 0;
+}
+
+extern "C" int fls_kat_graph_launch(void *exec, void *st)
+{
+    return cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)st) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" void fls_kat_graph_destroy(void *exec)
+{
+    cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}

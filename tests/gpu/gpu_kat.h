@@ -22,6 +22,15 @@ fls_status fls_cuda_gumbel(const uint64_t *seed, const uint64_t *offset, const u
 /* fls_gumbel_from_bits on the device (the kernels' version) for n 64-bit words. */
 fls_status fls_cuda_gumbel_bits(const uint64_t *bits, int64_t n, float *out);
 
+/* Streams and CUDA graphs for the async test (0 on success). */
+int fls_kat_stream_create(void **st);
+void fls_kat_stream_destroy(void *st);
+int fls_kat_stream_sync(void *st);
+int fls_kat_capture_begin(void *st);
+int fls_kat_capture_end(void *st, void **exec);
+int fls_kat_graph_launch(void *exec, void *st);
+void fls_kat_graph_destroy(void *exec);
+
 #ifdef __cplusplus
 }
 #endif
