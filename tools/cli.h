@@ -17,6 +17,9 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* Set by main from the subcommand, used as the prefix of every message. */
 extern const char *cli_prog;
+/* When set (the argument fuzzer, tests/fuzz), a subcommand returns CLI_OK
+ * once its arguments are checked, before it reads or writes any file. */
+extern int cli_parse_only;
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 const char *cli_prog = "flashsample";
+int cli_parse_only;
 
 void cli_error(const char *fmt, ...)
 {

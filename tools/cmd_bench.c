@@ -25,6 +25,7 @@
  */
 #include "bench_cuda.h"
 #include "cli.h"
+#include "cli_rules.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -39,37 +40,47 @@
 
 static void bench_help(void)
 {
-    printf("usage: flashsample bench [--device cpu|cuda] [options]\n"
-           "\n"
-           "Times the fused sampler (fls_sample_fused) against the unfused baselines (logits\n"
-           "materialized, then softmax + multinomial or Gumbel argmax) and against the floor: one\n"
-           "streaming read of W's bytes with the same number of threads, in the same run.\n"
-           "CPU defaults: shapes D=4096 V=151936 and D=2048 V=32000, W in bf16 and f32, B in 1, 4, 16,\n"
-           "T=0.7. Inputs are random; W is larger than the caches. Each time is the median of R runs\n"
-           "after a warm-up run. The SIMD path timed is printed and written to the CSV.\n"
-           "\n"
-           "options (both devices):\n"
-           "  --device cpu|cuda   default cpu (cuda runs the GPU benchmark, if built)\n"
-           "  --csv out.csv       write the results in long format (one row per engine and shape);\n"
-           "                      created when the results are ready\n"
-           "  --quick             fewer shapes and runs: on the CPU only the small shape, %d runs\n"
-           "                      each (well under a minute)\n"
-           "  --reps R            timed runs per configuration (CPU: default %d, %d with --quick;\n"
-           "                      cuda: at least 100 unless --quick)\n"
-           "  --shapes D:V,...    the (D, V) shapes to time, e.g. 4096:151936,2048:32000\n"
-           "  --batches B,...     the batch sizes to time, e.g. 1,4,16\n"
-           "  --engines E,...     time only these engines. CPU: floor, fused, unfused_multinomial,\n"
-           "                      unfused_gumbel. cuda: the GPU engines listed by\n"
-           "                      `flashsample bench --device cuda --help` (floor, cuBLAS and the\n"
-           "                      dispatcher's pick always run there)\n"
-           "CPU only:\n"
-           "  --threads K         threads, 0 = all cores (default)\n"
-           "  --simd PATH         SIMD path: auto (default: the library's choice), portable, avx2\n"
-           "                      or avx512\n"
-           "\n"
-           "CPU CSV columns: device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n"
-           "(gbps = W bytes / median time).\n",
-           BENCH_QUICK_REPS, BENCH_DEFAULT_REPS, BENCH_QUICK_REPS);
+    printf(
+        "usage: flashsample bench [--device cpu|cuda] [options]\n"
+        "\n"
+        "Times the fused sampler (fls_sample_fused) against the unfused baselines (logits\n"
+        "materialized, then softmax + multinomial or Gumbel argmax) and against the floor: one\n"
+        "streaming read of W's bytes with the same number of threads, in the same run.\n"
+        "CPU defaults: shapes D=4096 V=151936 and D=2048 V=32000, W in bf16 and f32, B in 1, 4, 16,\n"
+        "T=0.7. Inputs are random; W is larger than the caches. Each time is the median of R runs\n"
+        "after a warm-up run. The SIMD path timed is printed and written to the CSV.\n"
+        "\n"
+        "options (both devices):\n"
+        "  --device cpu|cuda   default cpu (cuda runs the GPU benchmark, if built)\n"
+        "  --csv out.csv       write the results in long format (one row per engine and shape);\n"
+        "                      created when the results are ready\n"
+        "  --quick             fewer shapes and runs: on the CPU only the small shape, %d runs\n"
+        "                      each (well under a minute)\n"
+        "  --reps R            timed runs per configuration (CPU: default %d, %d with --quick;\n"
+        "                      cuda: at least 100 unless --quick)\n"
+        "  --shapes D:V,...    the (D, V) shapes to time, e.g. 4096:151936,2048:32000\n"
+        "  --batches B,...     the batch sizes to time, e.g. 1,4,16\n"
+        "  --engines E,...     time only these engines. CPU: floor, fused, unfused_multinomial,\n"
+        "                      unfused_gumbel. cuda: the GPU engines listed by\n"
+        "                      `flashsample bench --device cuda --help` (floor, cuBLAS and the\n"
+        "                      dispatcher's pick always run there)\n"
+        "CPU only:\n"
+        "  --rules R,...       time the fused call once per sampling rule instead of the engines\n"
+        "                      (off by default): none, all (min-p=0.05+top-k=50+top-p=0.9),\n"
+        "                      grouped[=G] (FLS_METHOD_GROUPED, group size G), wr=K (without\n"
+        "                      replacement), or NAME=VALUE of the rule registry (min-p, top-k,\n"
+        "                      top-p, top-nsigma); terms joined by + combine, e.g.\n"
+        "                      none,min-p=0.05,top-k=50,top-p=0.9,all,wr=4,grouped. The CSV then\n"
+        "                      has a rule column and the exact second passes per rule\n"
+        "  --threads K         threads, 0 = all cores (default)\n"
+        "  --simd PATH         SIMD path: auto (default: the library's choice), portable, avx2\n"
+        "                      or avx512\n"
+        "\n"
+        "CPU CSV columns: device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n"
+        "(gbps = W bytes / median time); with --rules:\n"
+        "device,engine,rule,dtype,B,V,D,median_ms,min_ms,gbps,vs_none,second_pass_rows,calls,reps,threads,\n"
+        "simd,date,cpu (vs_none: median over the rule none's median of the same row, if timed).\n",
+        BENCH_QUICK_REPS, BENCH_DEFAULT_REPS, BENCH_QUICK_REPS);
 }
 
 /* "a:b,c:d" (pairs) or "a,b,c" (pairs = 0) of positive integers <= max;
@@ -341,6 +352,165 @@ static fls_status time_engine(bench_ctx *bc, int eng, const fls_matrix *W0, cons
     return FLS_OK;
 }
 
+/* ---- --rules: the fused call once per sampling rule ---- */
+
+typedef struct bench_rule {
+    char name[64]; /* the entry as given */
+    char buf[64];  /* its terms, NUL-separated (the option strings point here) */
+    fls_method method;
+    int64_t group_size;
+    cli_rule rule;
+} bench_rule;
+
+typedef struct rule_result {
+    double median_ms, min_ms; /* NAN: not timed (unsupported) */
+    uint64_t second, calls;   /* exact second passes (rows) over the timed calls */
+} rule_result;
+
+static int bad_rule(const char *entry, const char *why)
+{
+    cli_error(
+        "--rules: '%s': %s (entries: none, all, grouped[=G], wr=K, or NAME=VALUE with NAME min-p, top-k, "
+        "top-p or a rule of the registry such as top-nsigma; terms joined by +)",
+        entry, why);
+    return -1;
+}
+
+/* One entry ("top-k=50+top-p=0.9") into br. 0 or -1 after a message. */
+static int parse_rule_entry(const char *entry, size_t len, bench_rule *br)
+{
+    memset(br, 0, sizeof *br);
+    if (len == 0 || len >= sizeof br->buf) {
+        snprintf(br->name, sizeof br->name, "%.*s", (int)(len < 60 ? len : 60), entry);
+        return bad_rule(br->name, len ? "too long" : "empty entry");
+    }
+    memcpy(br->name, entry, len);
+    memcpy(br->buf, entry, len);
+    br->method = FLS_METHOD_FUSED;
+    cli_rule_opts ro;
+    memset(&ro, 0, sizeof ro);
+    int grouped = 0, all = 0, none = 0;
+    for (char *t = br->buf; t < br->buf + len;) {
+        char *e = strchr(t, '+');
+        if (e)
+            *e = '\0';
+        char *eq = strchr(t, '=');
+        const char **slot = NULL;
+        if (strcmp(t, "none") == 0) {
+            none++;
+        } else if (strcmp(t, "all") == 0) {
+            if (all++ || ro.min_p || ro.top_k || ro.top_p)
+                return bad_rule(br->name, "a filter given twice");
+            ro.min_p = "0.05";
+            ro.top_k = "50";
+            ro.top_p = "0.9";
+        } else if (strcmp(t, "grouped") == 0 || strncmp(t, "grouped=", 8) == 0) {
+            if (grouped++)
+                return bad_rule(br->name, "grouped given twice");
+            br->method = FLS_METHOD_GROUPED;
+            if (eq) {
+                int64_t g;
+                if (cli_parse_i64("--rules grouped=G", eq + 1, 2, (int64_t)1 << 20, &g) != 0)
+                    return -1;
+                if (g & (g - 1))
+                    return bad_rule(br->name, "the group size is not a power of two");
+                br->group_size = g;
+            }
+        } else if (eq && strncmp(t, "wr=", 3) == 0) {
+            slot = &ro.wr;
+        } else if (eq && strncmp(t, "min-p=", 6) == 0) {
+            slot = &ro.min_p;
+        } else if (eq && strncmp(t, "top-k=", 6) == 0) {
+            slot = &ro.top_k;
+        } else if (eq && strncmp(t, "top-p=", 6) == 0) {
+            slot = &ro.top_p;
+        } else if (eq) {
+            if (ro.filter)
+                return bad_rule(br->name, "one registry rule per entry");
+            ro.filter = t; /* NAME=VALUE, checked by cli_rule_parse */
+        } else {
+            char why[96];
+            snprintf(why, sizeof why, "unknown term '%.40s'", t);
+            return bad_rule(br->name, why);
+        }
+        if (slot) {
+            if (*slot)
+                return bad_rule(br->name, "a term given twice");
+            *slot = eq + 1;
+        }
+        t += strlen(t) + 1;
+    }
+    if (none && (grouped || all || cli_rule_given(&ro)))
+        return bad_rule(br->name, "none combined with a rule");
+    if (cli_rule_parse(&ro, &br->rule) != CLI_OK)
+        return bad_rule(br->name, "bad value");
+    br->rule.opts = NULL; /* ro goes out of scope */
+    if (grouped && cli_rule_given(&ro))
+        return bad_rule(br->name, "grouped takes no filter or wr (docs/GROUPED.md)");
+    return 0;
+}
+
+static int parse_rules(const char *s, bench_rule *out, int cap)
+{
+    int n = 0;
+    for (const char *p = s; *p;) {
+        size_t len = strcspn(p, ",");
+        if (n >= cap) {
+            cli_error("--rules: at most %d entries", cap);
+            return -1;
+        }
+        if (parse_rule_entry(p, len, &out[n]) != 0)
+            return -1;
+        n++;
+        p += len + (p[len] == ',');
+    }
+    if (n == 0)
+        cli_error("--rules: empty list");
+    return n > 0 ? n : -1;
+}
+
+/* Times the fused call with one rule (floor-free: the engines' comparison is
+ * the default bench). FLS_ERR_UNSUPPORTED is reported as n/a by the caller. */
+static fls_status time_rule(bench_ctx *bc, const bench_rule *br, const fls_matrix *W0, const fls_matrix *H,
+                            const result *r, rule_result *rr)
+{
+    fls_matrix Wk = *W0;
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature_value = 0.7f;
+    p.seed = 20260301;
+    p.method = br->method;
+    p.group_size = br->group_size;
+    cli_rule_apply(&br->rule, &p);
+    fls_outputs out = {bc->tokens, NULL, NULL};
+    fls_counters c0, c1;
+    fls_counters_default(&c0);
+    fls_counters_default(&c1);
+    for (int k = -1; k < bc->reps; k++) { /* k = -1: warm-up */
+        cli_progress("[%d/%d] D=%lld V=%lld %s B=%lld rule %-24s run %d/%d", bc->step, bc->steps,
+                     (long long)r->D, (long long)r->V, fls_dtype_name(r->dtype), (long long)r->B, br->name,
+                     k + 1, bc->reps);
+        Wk.data = bc->wbase + (size_t)((k + 1) % bc->ncopies) * bc->stride;
+        if (k == 0)
+            (void)fls_context_counters(bc->ctx, &c0);
+        double t0 = cli_now();
+        fls_status st = fls_sample_fused(bc->ctx, &Wk, H, &p, &out);
+        if (st != FLS_OK)
+            return st;
+        double dt = cli_now() - t0;
+        if (k >= 0)
+            bc->times[k] = dt * 1e3;
+    }
+    (void)fls_context_counters(bc->ctx, &c1);
+    qsort(bc->times, (size_t)bc->reps, sizeof *bc->times, cmp_double);
+    int R = bc->reps;
+    rr->median_ms = R % 2 ? bc->times[R / 2] : 0.5 * (bc->times[R / 2 - 1] + bc->times[R / 2]);
+    rr->min_ms = bc->times[0];
+    rr->second = c1.second_pass_rows - c0.second_pass_rows;
+    rr->calls = c1.calls - c0.calls;
+    return FLS_OK;
+}
+
 static void cpu_model(char *out, size_t cap)
 {
     snprintf(out, cap, "unknown");
@@ -382,16 +552,90 @@ static void print_ms(double v)
         printf(" %10.2f", v);
 }
 
+/* The table and CSV of a --rules run. CLI_OK or CLI_FAIL. */
+static int report_rules(const bench_rule *rules, int nrules, const result *res, const rule_result *rres,
+                        int nr, const bench_ctx *bc, const char *simd, const char *date, const char *cpu,
+                        const char *csv, fls_npy_file *fcsv, long long reps)
+{
+    int none = -1;
+    for (int k = 0; k < nrules && none < 0; k++)
+        if (strcmp(rules[k].name, "none") == 0)
+            none = k;
+    printf("\ntimes in ms (median) of the fused call per rule; vs none = median / the rule none's median\n");
+    printf("%6s %7s %5s %5s  %-28s %10s %10s %8s %10s %10s\n", "D", "V", "W", "B", "rule", "median", "min",
+           "vs none", "GB/s", "2nd pass");
+    for (int i = 0; i < nr; i++) {
+        const result *r = &res[i];
+        const double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
+        for (int k = 0; k < nrules; k++) {
+            const rule_result *rr = &rres[(size_t)i * (size_t)nrules + (size_t)k];
+            printf("%6lld %7lld %5s %5lld  %-28.28s", (long long)r->D, (long long)r->V,
+                   fls_dtype_name(r->dtype), (long long)r->B, rules[k].name);
+            print_ms(rr->median_ms);
+            print_ms(rr->min_ms);
+            if (none >= 0 && !isnan(rr->median_ms) &&
+                !isnan(rres[(size_t)i * (size_t)nrules + (size_t)none].median_ms))
+                printf(" %8.3f", rr->median_ms / rres[(size_t)i * (size_t)nrules + (size_t)none].median_ms);
+            else
+                printf(" %8s", "n/a");
+            if (isnan(rr->median_ms))
+                printf(" %10s %10s\n", "n/a", "n/a");
+            else
+                printf(" %10.2f %4llu/%-5llu\n", wb / (rr->median_ms * 1e-3) / 1e9,
+                       (unsigned long long)rr->second, (unsigned long long)(rr->calls * (uint64_t)r->B));
+        }
+    }
+    if (!csv)
+        return CLI_OK;
+    if (cli_out_begin(fcsv, csv) != 0)
+        return CLI_FAIL;
+    FILE *fp = fcsv->fp;
+    fprintf(
+        fp,
+        "device,engine,rule,dtype,B,V,D,median_ms,min_ms,gbps,vs_none,second_pass_rows,calls,reps,threads,"
+        "simd,date,cpu\n");
+    for (int i = 0; i < nr; i++) {
+        const result *r = &res[i];
+        const double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
+        for (int k = 0; k < nrules; k++) {
+            const rule_result *rr = &rres[(size_t)i * (size_t)nrules + (size_t)k];
+            if (isnan(rr->median_ms))
+                continue;
+            const double base = none >= 0 ? rres[(size_t)i * (size_t)nrules + (size_t)none].median_ms : NAN;
+            fprintf(fp, "cpu,%s,%s,%s,%lld,%lld,%lld,%.6f,%.6f,%.4f,",
+                    rules[k].method == FLS_METHOD_GROUPED ? "fused_grouped" : "fused", rules[k].name,
+                    fls_dtype_name(r->dtype), (long long)r->B, (long long)r->V, (long long)r->D,
+                    rr->median_ms, rr->min_ms, wb / (rr->median_ms * 1e-3) / 1e9);
+            if (isnan(base))
+                fprintf(fp, ",");
+            else
+                fprintf(fp, "%.4f,", rr->median_ms / base);
+            fprintf(fp, "%llu,%llu,%lld,%d,%s,%s,%s\n", (unsigned long long)rr->second,
+                    (unsigned long long)rr->calls, reps, bc->threads, simd, date, cpu);
+        }
+    }
+    if (cli_out_commit(fcsv) != 0)
+        return CLI_FAIL;
+    printf("wrote %s\n", csv);
+    return CLI_OK;
+}
+
 int cli_bench(int argc, char **argv)
 {
     const char *device = NULL, *csv = NULL, *reps_s = NULL, *threads_s = NULL, *simd_s = NULL,
-               *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL;
+               *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL, *rules_s = NULL;
     int quick = 0, help;
-    const cli_option opts[] = {{"--device", &device, NULL},     {"--csv", &csv, NULL},
-                               {"--quick", NULL, &quick},       {"--reps", &reps_s, NULL},
-                               {"--threads", &threads_s, NULL}, {"--simd", &simd_s, NULL},
-                               {"--shapes", &shapes_s, NULL},   {"--batches", &batches_s, NULL},
-                               {"--engines", &engines_s, NULL}, {NULL, NULL, NULL}};
+    const cli_option opts[] = {{"--device", &device, NULL},
+                               {"--csv", &csv, NULL},
+                               {"--quick", NULL, &quick},
+                               {"--reps", &reps_s, NULL},
+                               {"--threads", &threads_s, NULL},
+                               {"--simd", &simd_s, NULL},
+                               {"--shapes", &shapes_s, NULL},
+                               {"--batches", &batches_s, NULL},
+                               {"--engines", &engines_s, NULL},
+                               {"--rules", &rules_s, NULL},
+                               {NULL, NULL, NULL}};
     fls_engine engine;
     /* The device decides who parses the rest: the CUDA bench takes the same
      * argv and may accept options this one does not know. */
@@ -451,6 +695,31 @@ int cli_bench(int argc, char **argv)
     int64_t maxB = 1;
     for (int i = 0; i < nbatches; i++)
         maxB = batches[i] > maxB ? batches[i] : maxB;
+    static bench_rule rules[BENCH_MAX_LIST];
+    int nrules = 0;
+    int64_t maxK = 1;
+    if (rules_s) {
+        if (engines_s) {
+            cli_error("--rules times the fused call per rule; it does not combine with --engines");
+            return CLI_USAGE;
+        }
+        if ((nrules = parse_rules(rules_s, rules, BENCH_MAX_LIST)) < 0)
+            return CLI_USAGE;
+        for (int k = 0; k < nrules; k++) {
+            maxK = rules[k].rule.wr_k > maxK ? rules[k].rule.wr_k : maxK;
+            for (int si = 0; si < nshapes; si++)
+                if (rules[k].rule.top_k > shapes[si][1] || rules[k].rule.wr_k > shapes[si][1]) {
+                    cli_error("--rules: '%s': %s %lld exceeds the vocabulary V = %lld of shape %lld:%lld",
+                              rules[k].name, rules[k].rule.top_k > shapes[si][1] ? "top-k" : "wr",
+                              (long long)(rules[k].rule.top_k > shapes[si][1] ? rules[k].rule.top_k
+                                                                              : rules[k].rule.wr_k),
+                              (long long)shapes[si][1], (long long)shapes[si][0], (long long)shapes[si][1]);
+                    return CLI_USAGE;
+                }
+        }
+    }
+    if (cli_parse_only)
+        return CLI_OK;
 
     /* The CSV is created when the results are ready; an unwritable path fails now. */
     if (csv && cli_out_check("--csv", csv) != 0)
@@ -465,8 +734,9 @@ int cli_bench(int argc, char **argv)
     static const fls_dtype dtypes[2] = {FLS_DTYPE_BF16, FLS_DTYPE_F32};
     const int nres = nshapes * 2 * nbatches;
     result *res = calloc((size_t)nres, sizeof *res);
+    rule_result *rres = calloc((size_t)nres * (size_t)(nrules ? nrules : 1), sizeof *rres);
     double *times = malloc((size_t)reps * sizeof *times);
-    int64_t *tokens = malloc((size_t)maxB * sizeof *tokens);
+    int64_t *tokens = malloc((size_t)(maxB * maxK) * sizeof *tokens);
     float *h = NULL;
     void *w = NULL;
     int rc = CLI_FAIL, nr = 0;
@@ -476,13 +746,15 @@ int cli_bench(int argc, char **argv)
     int nwant = 0;
     for (int e = 0; e < ENG_COUNT; e++)
         nwant += want[e];
+    if (nrules)
+        nwant = nrules;
     bench_ctx bc = {ctx, fls_context_threads(ctx), (int)reps, 0, nres * nwant, times, tokens, NULL, 0, 1};
     const size_t llc = llc_bytes();
     /* Rotate >= 3 copies over >= max(8 LLC, 2 GiB): a guest's reported LLC
      * need not be the host's, and no run may find W in a cache. */
     const size_t min_set = llc * 8 > ((size_t)2048 << 20) ? llc * 8 : ((size_t)2048 << 20);
     const char *simd = fls_simd_name(fls_context_simd(ctx));
-    if (!res || !times || !tokens) {
+    if (!res || !rres || !times || !tokens) {
         cli_error("out of memory");
         goto done;
     }
@@ -542,7 +814,23 @@ int cli_bench(int argc, char **argv)
                 r->B = batches[bi];
                 r->dtype = dt;
                 fls_matrix H = {h, FLS_DTYPE_F32, batches[bi], D, D};
-                for (int e = 0; e < ENG_COUNT; e++) {
+                for (int e = 0; e < ENG_COUNT; e++)
+                    r->median_ms[e] = r->min_ms[e] = NAN;
+                for (int k = 0; k < nrules; k++) {
+                    rule_result *rr = &rres[(size_t)(nr - 1) * (size_t)nrules + (size_t)k];
+                    bc.step++;
+                    st = time_rule(&bc, &rules[k], &W, &H, r, rr);
+                    if (st == FLS_ERR_UNSUPPORTED) {
+                        rr->median_ms = rr->min_ms = NAN;
+                    } else if (st != FLS_OK) {
+                        cli_error("rule %s failed on D=%lld V=%lld %s B=%lld: %s", rules[k].name,
+                                  (long long)D, (long long)V, fls_dtype_name(dt), (long long)r->B,
+                                  fls_status_string(st));
+                        free(flj);
+                        goto done;
+                    }
+                }
+                for (int e = 0; e < ENG_COUNT && !nrules; e++) {
                     if (!want[e]) {
                         r->median_ms[e] = r->min_ms[e] = NAN;
                         continue;
@@ -568,6 +856,10 @@ int cli_bench(int argc, char **argv)
     }
     cli_progress_done();
 
+    if (nrules) {
+        rc = report_rules(rules, nrules, res, rres, nr, &bc, simd, date, cpu, csv, &fcsv, (long long)reps);
+        goto done;
+    }
     printf("\ntimes in ms (median); ratios < 1 mean fused is faster; GB/s = W bytes / fused time\n");
     printf("%6s %7s %5s %3s %10s %10s %10s %10s %10s %10s %10s %10s\n", "D", "V", "W", "B", "floor", "fused",
            "unf_mult", "unf_gumbel", "fus/floor", "fus/mult", "fus/gumbel", "fused GB/s");
@@ -616,6 +908,7 @@ done:
     free(w);
     free(h);
     free(res);
+    free(rres);
     free(times);
     free(tokens);
     fls_context_destroy(ctx);

@@ -15,6 +15,8 @@
  * when the result is ready, then renamed over the target.
  */
 #include "cli.h"
+#include "cli_rules.h"
+#include "cli_stream.h"
 
 #include <float.h>
 #include <math.h>
@@ -26,13 +28,16 @@
 /* Tokens per call when they are not all kept: 8 MiB of int64, plus the
  * engine's per-(row, draw) states (16 bytes per thread). */
 #define SAMPLE_CHUNK_TOKENS ((int64_t)1 << 20)
+/* Streaming chunk when --early-finalize or --shards come without --stream-chunk. */
+#define SAMPLE_STREAM_CHUNK 4096
 
 static void sample_help(void)
 {
     printf("usage: flashsample sample (--logits L.npy | --weights W.npy --hidden H.npy) [options]\n"
            "\n"
-           "Samples N tokens per row, exactly from softmax(logits / T), by Gumbel-max with the\n"
-           "noise of docs/NOISE.md (reproducible across engines, threads and batch positions).\n"
+           "Samples N tokens per row, exactly from softmax(logits / T) (restricted to the support\n"
+           "of the rules below, if any), by Gumbel-max with the noise of docs/NOISE.md\n"
+           "(reproducible across engines, threads, batch positions, chunkings and shards).\n"
            "\n"
            "inputs (.npy, C order):\n"
            "  --logits L.npy          logits (B, V), or (V,) for one row; float32 or float16\n"
@@ -47,6 +52,24 @@ static void sample_help(void)
            "  --row-seeds seeds.npy   per-row seeds, uint64 (B,) (int64 >= 0 accepted); overrides --seed\n"
            "  --offset O              decode-step offset (uint64), default 0\n"
            "  --samples N             draws per row, 1 <= N < 2^32, default 1\n"
+           "  --method M              fused (default: the flat Gumbel-max), grouped (Group-Gumbel-Max,\n"
+           "                          docs/GROUPED.md: its own noise, exact in distribution),\n"
+           "                          unfused-gumbel or unfused-multinomial (the baselines that\n"
+           "                          materialize the logits)\n"
+           "  --group-size G          --method grouped: tokens per group, a power of two in [2, 2^20],\n"
+           "                          default %d\n"
+           "%s"
+           "streaming (CPU engine, --method fused or grouped, no rules; the tokens of one call):\n"
+           "  --stream-chunk C        feed the vocabulary to the streaming API (fls_stream_*) in\n"
+           "                          chunks of C tokens; prints the chunks fed and skipped\n"
+           "  --early-finalize        (with --weights/--hidden) before each chunk, bound its logits by\n"
+           "                          ||w|| ||h|| (fls_chunk_max_norms, fls_logit_bound) and skip it\n"
+           "                          when its noise proves it cannot win; prints the fraction of W\n"
+           "                          skipped\n"
+           "  --shards N              N contiguous vocabulary shards, each its own state fed in chunks,\n"
+           "                          serialized to bytes, read back and merged (as tensor-parallel\n"
+           "                          ranks would); the tokens of N = 1\n"
+           "  (--early-finalize and --shards without --stream-chunk use chunks of %d tokens)\n"
            "engine:\n"
            "  --device cpu|cuda       default cpu\n"
            "  --threads K             CPU threads, 0 = all cores (default)\n"
@@ -54,21 +77,54 @@ static void sample_help(void)
            "                          every path gives the same tokens\n"
            "outputs (checked before any work; written to a temporary name when the result is\n"
            "ready and renamed: a failed or interrupted run leaves nothing):\n"
-           "  --out tokens.npy        int64 (B, N)\n"
-           "  --counts counts.npy     int64 (B, V): how often each token was drawn in each row;\n"
+           "  --out tokens.npy        int64 (B, N); (B, N, K) with --without-replacement K\n"
+           "  --counts counts.npy     int64 (B, V): how often each token was drawn in each row (every\n"
+           "                          position with --without-replacement; -1 is not counted);\n"
            "                          without --out the draws run in chunks and the B x N tokens are\n"
            "                          never held in memory\n"
            "An output may not name an input (or the other output), through any path or link.\n"
            "A summary of the run and of what was written is printed on stdout; without --out\n"
-           "also the first tokens of row 0.\n"
+           "also the first tokens of row 0; with a rule, how many rows took the exact second pass.\n"
            "\n"
-           "exit status: 0 success, 1 error (bad input, I/O), 2 usage error\n");
+           "exit status: 0 success, 1 error (bad input, I/O), 2 usage error\n",
+           FLS_GROUP_SIZE_DEFAULT, cli_rule_help, SAMPLE_STREAM_CHUNK);
 }
 
 typedef struct sample_opts {
     const char *logits, *weights, *hidden, *weights_dtype, *temperature, *seed, *row_seeds, *offset, *samples,
-        *device, *threads, *simd, *out, *counts;
+        *device, *threads, *simd, *out, *counts, *method, *group_size, *stream_chunk, *shards;
+    int early;
+    cli_rule_opts rule;
 } sample_opts;
+
+static int parse_method(const char *s, fls_method *m)
+{
+    static const struct {
+        const char *name;
+        fls_method m;
+    } known[] = {{"fused", FLS_METHOD_FUSED},
+                 {"grouped", FLS_METHOD_GROUPED},
+                 {"unfused-gumbel", FLS_METHOD_UNFUSED_GUMBEL},
+                 {"unfused-multinomial", FLS_METHOD_UNFUSED_MULTINOMIAL}};
+    *m = FLS_METHOD_FUSED;
+    if (!s)
+        return 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strcmp(s, known[k].name) == 0) {
+            *m = known[k].m;
+            return 0;
+        }
+    cli_error("--method: expected fused, grouped, unfused-gumbel or unfused-multinomial, got '%s'", s);
+    return -1;
+}
+
+static const char *method_name(fls_method m)
+{
+    return m == FLS_METHOD_GROUPED               ? "grouped"
+           : m == FLS_METHOD_UNFUSED_GUMBEL      ? "unfused-gumbel"
+           : m == FLS_METHOD_UNFUSED_MULTINOMIAL ? "unfused-multinomial"
+                                                 : "fused";
+}
 
 static int parse_wdtype(const char *s, fls_dtype *dt)
 {
@@ -292,6 +348,18 @@ static void locate_fused(const fls_npy_matrix *W, const fls_npy_matrix *H, const
     }
 }
 
+/* Why the library refused a call, for the message after "sampling failed: ". */
+static void explain_unsupported(fls_engine engine, fls_method method, const cli_rule *rule, int streaming)
+{
+    if (engine == FLS_ENGINE_CUDA && (cli_rule_filters(rule) || rule->wr_k > 0))
+        cli_error("the CUDA engine does not run the rule family yet (docs/RULES.md): use --device cpu");
+    else if (engine == FLS_ENGINE_CUDA && streaming)
+        cli_error("streaming runs on the CPU engine only: use --device cpu");
+    else
+        cli_error("sampling failed: %s (--method %s%s)", fls_status_string(FLS_ERR_UNSUPPORTED),
+                  method_name(method), cli_rule_filters(rule) || rule->wr_k > 0 ? " with a rule" : "");
+}
+
 int cli_sample(int argc, char **argv)
 {
     sample_opts o;
@@ -310,6 +378,12 @@ int cli_sample(int argc, char **argv)
                                {"--simd", &o.simd, NULL},
                                {"--out", &o.out, NULL},
                                {"--counts", &o.counts, NULL},
+                               {"--method", &o.method, NULL},
+                               {"--group-size", &o.group_size, NULL},
+                               {"--stream-chunk", &o.stream_chunk, NULL},
+                               {"--early-finalize", NULL, &o.early},
+                               {"--shards", &o.shards, NULL},
+                               CLI_RULE_OPTIONS(o.rule),
                                {NULL, NULL, NULL}};
     int help;
     if (cli_parse(argc, argv, opts, &help) != CLI_OK)
@@ -342,16 +416,24 @@ int cli_sample(int argc, char **argv)
     fls_dtype wdtype = FLS_DTYPE_F32;
     float temperature = 1.0f;
     uint64_t seed = 0, offset = 0;
-    int64_t draws = 1, threads = 0;
+    int64_t draws = 1, threads = 0, group_size = 0, stream_chunk = 0, shards = 1;
     fls_engine engine;
     fls_simd simd;
+    fls_method method;
+    cli_rule rule;
     if ((o.weights_dtype && parse_wdtype(o.weights_dtype, &wdtype) != 0) ||
         (o.temperature && cli_parse_float("--temperature", o.temperature, &temperature) != 0) ||
         (o.seed && cli_parse_u64("--seed", o.seed, &seed) != 0) ||
         (o.offset && cli_parse_u64("--offset", o.offset, &offset) != 0) ||
         (o.samples && cli_parse_i64("--samples", o.samples, 1, (int64_t)UINT32_MAX, &draws) != 0) ||
         (o.threads && cli_parse_i64("--threads", o.threads, 0, 1024, &threads) != 0) ||
-        cli_parse_device(o.device, &engine) != 0 || cli_parse_simd(o.simd, &simd) != 0)
+        (o.group_size &&
+         cli_parse_i64("--group-size", o.group_size, 2, (int64_t)1 << 20, &group_size) != 0) ||
+        (o.stream_chunk &&
+         cli_parse_i64("--stream-chunk", o.stream_chunk, 1, ((int64_t)1 << 33) - 2, &stream_chunk) != 0) ||
+        (o.shards && cli_parse_i64("--shards", o.shards, 1, 65536, &shards) != 0) ||
+        cli_parse_device(o.device, &engine) != 0 || cli_parse_simd(o.simd, &simd) != 0 ||
+        parse_method(o.method, &method) != 0 || cli_rule_parse(&o.rule, &rule) != CLI_OK)
         return CLI_USAGE;
     if (temperature < 0.0f) {
         cli_error("--temperature must be >= 0 (0 is greedy), got %s", o.temperature);
@@ -361,17 +443,72 @@ int cli_sample(int argc, char **argv)
         cli_error("--simd chooses the CPU engine's SIMD path; it does not apply to --device cuda");
         return CLI_USAGE;
     }
+    if (o.group_size && method != FLS_METHOD_GROUPED) {
+        cli_error("--group-size applies to --method grouped only");
+        return CLI_USAGE;
+    }
+    if (group_size && (group_size & (group_size - 1))) {
+        cli_error("--group-size: %lld is not a power of two (allowed: 2, 4, 8, ..., 2^20)",
+                  (long long)group_size);
+        return CLI_USAGE;
+    }
+    const int rules = cli_rule_given(&o.rule);
+    if (method == FLS_METHOD_GROUPED && rules) {
+        cli_error("--method grouped takes no rule (%s): filters need the row's maximum before a group can be "
+                  "judged (docs/GROUPED.md); use --method fused",
+                  cli_rule_first_flag(&o.rule));
+        return CLI_USAGE;
+    }
+    if (method == FLS_METHOD_UNFUSED_MULTINOMIAL && rule.wr_k > 0) {
+        cli_error(
+            "--without-replacement: the unfused multinomial baseline draws one token per draw; use --method "
+            "fused or unfused-gumbel");
+        return CLI_USAGE;
+    }
+    const int streaming = o.stream_chunk || o.shards || o.early;
+    if (streaming) {
+        const char *flag = o.stream_chunk ? "--stream-chunk" : o.shards ? "--shards" : "--early-finalize";
+        if (method != FLS_METHOD_FUSED && method != FLS_METHOD_GROUPED) {
+            cli_error("%s: streaming supports --method fused and grouped only, not %s", flag,
+                      method_name(method));
+            return CLI_USAGE;
+        }
+        if (rules) {
+            cli_error(
+                "%s: streaming takes no rule (%s): the streaming API samples the temperature rule (flat or "
+                "grouped) without filters or --without-replacement",
+                flag, cli_rule_first_flag(&o.rule));
+            return CLI_USAGE;
+        }
+        if (engine == FLS_ENGINE_CUDA) {
+            cli_error("%s: streaming runs on the CPU engine only: use --device cpu", flag);
+            return CLI_USAGE;
+        }
+        if (o.early && !o.weights) {
+            cli_error("--early-finalize bounds the logits by ||w|| ||h||: it needs --weights and --hidden "
+                      "(materialized --logits are fed whole)");
+            return CLI_USAGE;
+        }
+        if (!stream_chunk)
+            stream_chunk = SAMPLE_STREAM_CHUNK;
+    }
     if (o.out && o.counts && same_file(o.out, o.counts)) {
         cli_error("--out and --counts name the same file '%s'", o.out);
         return CLI_USAGE;
     }
     {
-        const char *iopts[4] = {"--logits", "--weights", "--hidden", "--row-seeds"};
-        const char *ipaths[4] = {o.logits, o.weights, o.hidden, o.row_seeds};
-        if (output_names_input("--out", o.out, iopts, ipaths, 4) ||
-            output_names_input("--counts", o.counts, iopts, ipaths, 4))
+        const char *iopts[8] = {
+            "--logits",        "--weights",       "--hidden",        "--row-seeds",
+            "--top-k-per-row", "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
+        const char *ipaths[8] = {
+            o.logits,          o.weights,         o.hidden,          o.row_seeds,
+            o.rule.top_k_rows, o.rule.top_p_rows, o.rule.min_p_rows, o.rule.filter_value_rows};
+        if (output_names_input("--out", o.out, iopts, ipaths, 8) ||
+            output_names_input("--counts", o.counts, iopts, ipaths, 8))
             return CLI_USAGE;
     }
+    if (cli_parse_only)
+        return CLI_OK;
     if ((o.out && cli_out_check("--out", o.out) != 0) ||
         (o.counts && cli_out_check("--counts", o.counts) != 0))
         return CLI_FAIL;
@@ -393,6 +530,7 @@ int cli_sample(int argc, char **argv)
     memset(&L, 0, sizeof L);
     uint64_t *row_seeds = NULL;
     int64_t *tokens = NULL, *counts = NULL;
+    float *chunk_norms = NULL, *hnorms = NULL;
     fls_context_t *ctx = NULL;
     void *dW = NULL, *dH = NULL, *dL = NULL, *dtok = NULL;
     fls_status st;
@@ -437,20 +575,42 @@ int cli_sample(int argc, char **argv)
     }
     if (o.row_seeds && load_row_seeds(o.row_seeds, B, &row_seeds) != 0)
         goto done;
-
-    /* With --out every token is kept (the file is B x N); otherwise the
-     * draws run in chunks of about SAMPLE_CHUNK_TOKENS tokens. */
-    int64_t chunk = draws;
-    if (!o.out) {
-        int64_t per_row = SAMPLE_CHUNK_TOKENS / B;
-        chunk = per_row < 1 ? 1 : per_row < draws ? per_row : draws;
+    {
+        int lrc;
+        if (cli_rule_load(&rule, B, V, &lrc) != 0) {
+            rc = lrc;
+            goto done;
+        }
     }
-    if ((uint64_t)B > SIZE_MAX / 8 / (uint64_t)chunk ||
-        (o.counts && (uint64_t)B > SIZE_MAX / 8 / (uint64_t)V)) {
-        cli_error("output too large: B=%lld, N=%lld, V=%lld", (long long)B, (long long)draws, (long long)V);
+    if (shards > V) {
+        cli_error("--shards %lld: more shards than the V = %lld tokens of the vocabulary", (long long)shards,
+                  (long long)V);
+        rc = CLI_USAGE;
         goto done;
     }
-    size_t ntok = (size_t)B * (size_t)chunk;
+
+    /* With --out every token is kept (the file is B x N x K); otherwise the
+     * draws run in chunks of about SAMPLE_CHUNK_TOKENS tokens. */
+    const int64_t K = rule.wr_k > 0 ? rule.wr_k : 1;
+    int64_t chunk = draws;
+    if (!o.out) {
+        int64_t per_row = SAMPLE_CHUNK_TOKENS / B / K;
+        chunk = per_row < 1 ? 1 : per_row < draws ? per_row : draws;
+    }
+    if ((uint64_t)B > SIZE_MAX / 8 / (uint64_t)chunk / (uint64_t)K ||
+        (o.counts && (uint64_t)B > SIZE_MAX / 8 / (uint64_t)V)) {
+        cli_error("output too large for this machine's address space: B=%lld x N=%lld%s tokens%s",
+                  (long long)B, (long long)draws, K > 1 ? " x K" : "", o.counts ? " or B x V counts" : "");
+        goto done;
+    }
+    size_t ntok = (size_t)B * (size_t)chunk * (size_t)K;
+    char why[192];
+    if (!fls_npy_memory_fits(ntok * sizeof *tokens, why, sizeof why)) {
+        cli_error("the tokens do not fit in memory: B=%lld x N=%lld%s int64 tokens, %s%s", (long long)B,
+                  (long long)chunk, K > 1 ? " x K" : "", why,
+                  o.out ? "; --out holds every token: without --out, --counts needs far less" : "");
+        goto done;
+    }
     tokens = malloc(ntok * sizeof *tokens);
     if (!tokens) {
         cli_error("out of memory for %zu tokens (%.1f GiB)%s", ntok, (double)ntok * 8.0 / 1073741824.0,
@@ -458,6 +618,11 @@ int cli_sample(int argc, char **argv)
         goto done;
     }
     if (o.counts) {
+        if (!fls_npy_memory_fits((size_t)B * (size_t)V * sizeof *counts, why, sizeof why)) {
+            cli_error("--counts: the B x V = %lld x %lld counts do not fit in memory: %s", (long long)B,
+                      (long long)V, why);
+            goto done;
+        }
         counts = calloc((size_t)B * (size_t)V, sizeof *counts);
         if (!counts) {
             cli_error("out of memory for the counts (%lld x %lld)", (long long)B, (long long)V);
@@ -470,10 +635,13 @@ int cli_sample(int argc, char **argv)
 
     fls_params p;
     fls_params_default(&p);
+    p.method = method;
+    p.group_size = group_size;
     p.temperature_value = temperature;
     p.seed = seed;
     p.row_seeds = row_seeds;
     p.offset = offset;
+    cli_rule_apply(&rule, &p);
 
     fls_matrix mW = {W.data, W.dtype, W.rows, W.cols, W.cols};
     fls_matrix mH = {H.data, H.dtype, H.rows, H.cols, H.cols};
@@ -499,6 +667,40 @@ int cli_sample(int argc, char **argv)
         out.tokens = dtok;
     }
 
+    /* Streaming: the norm bounds once per W and H. */
+    cli_stream_cfg scfg;
+    memset(&scfg, 0, sizeof scfg);
+    cli_stream_stats sst;
+    memset(&sst, 0, sizeof sst);
+    if (streaming) {
+        scfg.chunk = stream_chunk;
+        scfg.shards = (int)shards;
+        scfg.early = o.early;
+        scfg.L = o.logits ? &mL : NULL;
+        scfg.W = o.logits ? NULL : &mW;
+        scfg.H = o.logits ? NULL : &mH;
+        if (o.early) {
+            const int64_t nchunks = (V + stream_chunk - 1) / stream_chunk;
+            chunk_norms = malloc((size_t)nchunks * sizeof *chunk_norms);
+            hnorms = malloc((size_t)B * sizeof *hnorms);
+            if (!chunk_norms || !hnorms) {
+                cli_error("out of memory for the norm bounds");
+                goto done;
+            }
+            cli_progress("norms of W's chunks and of H's rows");
+            if ((st = fls_chunk_max_norms(&mW, stream_chunk, chunk_norms)) != FLS_OK) {
+                cli_error("fls_chunk_max_norms failed: %s", fls_status_string(st));
+                goto done;
+            }
+            if (cli_row_norms(&mH, hnorms) != 0) {
+                cli_error("--hidden %s: a row's norm overflows float32 (or is not finite)", o.hidden);
+                goto done;
+            }
+            scfg.chunk_norms = chunk_norms;
+            scfg.hnorms = hnorms;
+        }
+    }
+
     int64_t row0[16], nrow0 = 0;
     double elapsed = 0.0;
     for (int64_t first = 0; first < draws; first += chunk) {
@@ -511,38 +713,56 @@ int cli_sample(int argc, char **argv)
             cli_progress("sampling B=%lld V=%lld: draws %lld-%lld of %lld", (long long)B, (long long)V,
                          (long long)first, (long long)(first + n - 1), (long long)draws);
         double t0 = cli_now();
-        st = o.logits ? fls_sample_logits(ctx, &mL, &p, &out) : fls_sample_fused(ctx, &mW, &mH, &p, &out);
+        const char *where = NULL;
+        if (streaming)
+            st = cli_stream_sample(ctx, &p, B, V, &scfg, tokens, &sst, &where);
+        else
+            st = o.logits ? fls_sample_logits(ctx, &mL, &p, &out) : fls_sample_fused(ctx, &mW, &mH, &p, &out);
         elapsed += cli_now() - t0;
         if (st == FLS_OK && engine == FLS_ENGINE_CUDA)
-            st = fls_device_download(tokens, dtok, (size_t)(B * n) * sizeof *tokens);
+            st = fls_device_download(tokens, dtok, (size_t)(B * n * K) * sizeof *tokens);
         if (st != FLS_OK) {
-            char where[512];
+            if (st == FLS_ERR_PARAM && !streaming) {
+                cli_rule_explain(&rule, B, V);
+                goto done;
+            }
+            if (st == FLS_ERR_UNSUPPORTED) {
+                explain_unsupported(engine, method, &rule, streaming);
+                goto done;
+            }
+            char where_txt[512];
             if (o.logits)
-                locate_logits(L.data, B, V, temperature, st, where, sizeof where);
+                locate_logits(L.data, B, V, temperature, st, where_txt, sizeof where_txt);
             else
-                locate_fused(&W, &H, o.weights, o.hidden, temperature, st, where, sizeof where);
-            cli_error("sampling failed: %s%s", fls_status_string(st), where);
+                locate_fused(&W, &H, o.weights, o.hidden, temperature, st, where_txt, sizeof where_txt);
+            if (streaming && !where_txt[0] && where)
+                snprintf(where_txt, sizeof where_txt, " (in %s)", where);
+            cli_error("sampling failed: %s%s", fls_status_string(st), where_txt);
             goto done;
         }
-        for (size_t i = 0; i < (size_t)(B * n); i++)
-            if (tokens[i] < 0 || tokens[i] >= V) {
+        const size_t nt = (size_t)(B * n * K);
+        for (size_t i = 0; i < nt; i++)
+            if (tokens[i] < (K > 1 ? -1 : 0) || tokens[i] >= V) {
                 cli_error("internal error: token %lld out of range [0, %lld) (please report)",
                           (long long)tokens[i], (long long)V);
                 goto done;
             }
-        for (int64_t k = 0; k < n && nrow0 < 16; k++)
+        for (int64_t k = 0; k < n * K && nrow0 < 16; k++)
             row0[nrow0++] = tokens[k];
         if (counts)
             for (int64_t b = 0; b < B; b++)
-                for (int64_t k = 0; k < n; k++)
-                    counts[b * V + tokens[b * n + k]]++;
+                for (int64_t k = 0; k < n * K; k++) {
+                    const int64_t t = tokens[b * n * K + k];
+                    if (t >= 0)
+                        counts[b * V + t]++;
+                }
     }
     cli_progress_done();
 
     /* The result is ready: only now the temporary files, then the renames. */
-    const int64_t tshape[2] = {B, draws}, cshape[2] = {B, V};
-    if (o.out &&
-        (cli_out_begin(&fout, o.out) != 0 || cli_out_write_npy(&fout, FLS_NPY_I64, 2, tshape, tokens) != 0))
+    const int64_t tshape[3] = {B, draws, K}, cshape[2] = {B, V};
+    if (o.out && (cli_out_begin(&fout, o.out) != 0 ||
+                  cli_out_write_npy(&fout, FLS_NPY_I64, rule.wr_k > 0 ? 3 : 2, tshape, tokens) != 0))
         goto done;
     if (o.counts && (cli_out_begin(&fcounts, o.counts) != 0 ||
                      cli_out_write_npy(&fcounts, FLS_NPY_I64, 2, cshape, counts) != 0))
@@ -552,8 +772,9 @@ int cli_sample(int argc, char **argv)
     if (o.counts && cli_out_commit(&fcounts) != 0)
         goto done;
 
-    char edesc[96];
+    char edesc[96], rdesc[256];
     cli_engine_desc(ctx, edesc, sizeof edesc);
+    cli_rule_describe(&rule, rdesc, sizeof rdesc);
     if (o.logits)
         printf("sampled %lld row%s, V=%lld, %lld draw%s per row from logits (%s)", (long long)B,
                B == 1 ? "" : "s", (long long)V, (long long)draws, draws == 1 ? "" : "s",
@@ -568,18 +789,62 @@ int cli_sample(int argc, char **argv)
     else
         printf("seed %llu", (unsigned long long)seed);
     printf(", offset %llu; engine %s, %.3f ms\n", (unsigned long long)offset, edesc, elapsed * 1e3);
-    if (o.out)
-        printf("wrote %s: int64 (%lld, %lld), the tokens of %lld row%s x %lld draw%s\n", o.out, (long long)B,
-               (long long)draws, (long long)B, B == 1 ? "" : "s", (long long)draws, draws == 1 ? "" : "s");
-    if (o.counts)
-        printf("wrote %s: int64 (%lld, %lld), the count of each of V=%lld tokens in each row (rows sum to "
-               "%lld)\n",
-               o.counts, (long long)B, (long long)V, (long long)V, (long long)draws);
+    if (method != FLS_METHOD_FUSED || rules) {
+        printf("method %s", method_name(method));
+        if (method == FLS_METHOD_GROUPED)
+            printf(" (group size %lld)", (long long)(group_size ? group_size : FLS_GROUP_SIZE_DEFAULT));
+        printf("; rule: %s\n", rdesc);
+    }
+    if (rules) {
+        fls_counters c;
+        fls_counters_default(&c);
+        if (fls_context_counters(ctx, &c) == FLS_OK)
+            printf("exact second pass: %llu of %llu row%s sampled (%llu call%s) took it\n",
+                   (unsigned long long)c.second_pass_rows, (unsigned long long)c.rows, c.rows == 1 ? "" : "s",
+                   (unsigned long long)c.calls, c.calls == 1 ? "" : "s");
+    }
+    if (streaming) {
+        const double total = (double)V * (double)(sst.passes ? sst.passes : 1);
+        printf("streamed: chunks of %lld tokens, %lld shard%s, %lld pass%s over V: %lld chunk%s fed, %lld "
+               "skipped\n",
+               (long long)stream_chunk, (long long)shards, shards == 1 ? "" : "s", (long long)sst.passes,
+               sst.passes == 1 ? "" : "es", (long long)sst.chunks_fed, sst.chunks_fed == 1 ? "" : "s",
+               (long long)sst.chunks_skipped);
+        if (o.early)
+            printf("early finalization: %lld of %.0f tokens skipped: %.2f%% of W skipped\n",
+                   (long long)sst.tokens_skipped, total, 100.0 * (double)sst.tokens_skipped / total);
+        if (shards > 1)
+            printf("shards: %lld serialized bytes exchanged (%.1f per row and draw)\n", (long long)sst.bytes,
+                   (double)sst.bytes / ((double)B * (double)draws));
+    }
+    if (o.out) {
+        if (rule.wr_k > 0)
+            printf(
+                "wrote %s: int64 (%lld, %lld, %lld), the tokens of %lld row%s x %lld draw%s x %lld positions "
+                "(-1 past the support)\n",
+                o.out, (long long)B, (long long)draws, (long long)K, (long long)B, B == 1 ? "" : "s",
+                (long long)draws, draws == 1 ? "" : "s", (long long)K);
+        else
+            printf("wrote %s: int64 (%lld, %lld), the tokens of %lld row%s x %lld draw%s\n", o.out,
+                   (long long)B, (long long)draws, (long long)B, B == 1 ? "" : "s", (long long)draws,
+                   draws == 1 ? "" : "s");
+    }
+    if (o.counts) {
+        if (rule.wr_k > 0)
+            printf("wrote %s: int64 (%lld, %lld), the count of each of V=%lld tokens in each row over every "
+                   "position (rows sum to at most %lld)\n",
+                   o.counts, (long long)B, (long long)V, (long long)V, (long long)(draws * K));
+        else
+            printf(
+                "wrote %s: int64 (%lld, %lld), the count of each of V=%lld tokens in each row (rows sum to "
+                "%lld)\n",
+                o.counts, (long long)B, (long long)V, (long long)V, (long long)draws);
+    }
     if (!o.out) {
         printf("row 0 tokens:");
         for (int64_t k = 0; k < nrow0; k++)
             printf(" %lld", (long long)row0[k]);
-        printf("%s\n", nrow0 < draws ? " ..." : "");
+        printf("%s\n", nrow0 < draws * K ? " ..." : "");
     }
     rc = CLI_OK;
 
@@ -595,8 +860,11 @@ done:
     fls_npy_matrix_free(&W);
     fls_npy_matrix_free(&H);
     fls_npy_matrix_free(&L);
+    cli_rule_free(&rule);
     free(row_seeds);
     free(tokens);
     free(counts);
+    free(chunk_norms);
+    free(hnorms);
     return rc;
 }

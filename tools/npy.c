@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ size_t fls_npy_dtype_size(fls_npy_dtype dtype)
         return 2;
     case FLS_NPY_I64:
     case FLS_NPY_U64:
+    case FLS_NPY_F64:
         return 8;
     }
     return 0;
@@ -64,6 +66,8 @@ const char *fls_npy_dtype_descr(fls_npy_dtype dtype)
         return "<i8";
     case FLS_NPY_U64:
         return "<u8";
+    case FLS_NPY_F64:
+        return "<f8";
     }
     return "?";
 }
@@ -79,6 +83,8 @@ const char *fls_npy_dtype_name(fls_npy_dtype dtype)
         return "int64";
     case FLS_NPY_U64:
         return "uint64";
+    case FLS_NPY_F64:
+        return "float64";
     }
     return "?";
 }
@@ -200,8 +206,13 @@ static fls_status parse_shape(parser *p, fls_npy_array *arr, const char *name, c
     return FLS_OK;
 }
 
-static fls_status parse_descr(const char *descr, fls_npy_dtype *dtype, const char *name, char *err)
+static fls_status parse_descr(const char *descr, unsigned flags, fls_npy_dtype *dtype, const char *name,
+                              char *err)
 {
+    if ((flags & FLS_NPY_ACCEPT_F64) && strcmp(descr, "<f8") == 0) {
+        *dtype = FLS_NPY_F64;
+        return FLS_OK;
+    }
     static const struct {
         const char *descr;
         fls_npy_dtype dtype;
@@ -239,7 +250,8 @@ static fls_status parse_descr(const char *descr, fls_npy_dtype *dtype, const cha
 }
 
 /* Parse the dict in hdr[0..n). */
-static fls_status parse_dict(const char *hdr, size_t n, fls_npy_array *arr, const char *name, char *err)
+static fls_status parse_dict(const char *hdr, size_t n, unsigned flags, fls_npy_array *arr, const char *name,
+                             char *err)
 {
     parser p = {hdr, n, 0};
     int have_descr = 0, have_fortran = 0, have_shape = 0;
@@ -274,7 +286,7 @@ static fls_status parse_dict(const char *hdr, size_t n, fls_npy_array *arr, cons
             char descr[32];
             if (parse_string(&p, descr, sizeof descr) != 0)
                 return fail(err, FLS_ERR_FORMAT, "%s: header 'descr' is not a string", name);
-            if ((st = parse_descr(descr, &arr->dtype, name, err)) != FLS_OK)
+            if ((st = parse_descr(descr, flags, &arr->dtype, name, err)) != FLS_OK)
                 return st;
         } else if (strcmp(key, "fortran_order") == 0) {
             if (have_fortran++)
@@ -374,8 +386,8 @@ static fls_status finish_header(fls_npy_array *arr, uint64_t data_bytes, const c
     return FLS_OK;
 }
 
-static fls_status parse_all(const unsigned char *b, size_t avail, uint64_t file_size, fls_npy_array *arr,
-                            size_t *data_offset, const char *name, char *err)
+static fls_status parse_all(const unsigned char *b, size_t avail, uint64_t file_size, unsigned flags,
+                            fls_npy_array *arr, size_t *data_offset, const char *name, char *err)
 {
     size_t hs = 0, hl = 0;
     fls_status st;
@@ -384,7 +396,7 @@ static fls_status parse_all(const unsigned char *b, size_t avail, uint64_t file_
         return st;
     if (file_size < hs + hl || avail < hs + hl)
         return fail(err, FLS_ERR_FORMAT, "%s: truncated header (%zu bytes announced)", name, hl);
-    if ((st = parse_dict((const char *)b + hs, hl, arr, name, err)) != FLS_OK) {
+    if ((st = parse_dict((const char *)b + hs, hl, flags, arr, name, err)) != FLS_OK) {
         memset(arr, 0, sizeof *arr);
         return st;
     }
@@ -396,12 +408,79 @@ static fls_status parse_all(const unsigned char *b, size_t avail, uint64_t file_
     return FLS_OK;
 }
 
-fls_status fls_npy_parse_header(const void *buf, size_t len, fls_npy_array *arr, size_t *data_offset,
-                                char err[FLS_NPY_ERR_LEN])
+fls_status fls_npy_parse_header_flags(const void *buf, size_t len, unsigned flags, fls_npy_array *arr,
+                                      size_t *data_offset, char err[FLS_NPY_ERR_LEN])
 {
     if (!buf || !arr || !data_offset)
         return fail(err, FLS_ERR_NULL, "fls_npy_parse_header: NULL argument");
-    return parse_all(buf, len, len, arr, data_offset, "<memory>", err);
+    return parse_all(buf, len, len, flags, arr, data_offset, "<memory>", err);
+}
+
+fls_status fls_npy_parse_header(const void *buf, size_t len, fls_npy_array *arr, size_t *data_offset,
+                                char err[FLS_NPY_ERR_LEN])
+{
+    return fls_npy_parse_header_flags(buf, len, 0u, arr, data_offset, err);
+}
+
+/* ---- how much memory this process may use ---- */
+
+static void limit_min(size_t *lim, const char **what, uint64_t v, const char *name)
+{
+    if (v > 0 && v < (uint64_t)*lim) {
+        *lim = (size_t)v;
+        *what = name;
+    }
+}
+
+static size_t memory_limit(const char **what)
+{
+    size_t lim = SIZE_MAX;
+    *what = "unknown";
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0)
+        limit_min(&lim, what, (uint64_t)pages * (uint64_t)psz, "the machine's physical memory");
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        limit_min(&lim, what, (uint64_t)rl.rlim_cur, "the address-space limit, ulimit -v");
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        limit_min(&lim, what, (uint64_t)rl.rlim_cur, "the data-segment limit, ulimit -d");
+    /* cgroup v2, then v1 */
+    static const char *const cg[2] = {"/sys/fs/cgroup/memory.max",
+                                      "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int k = 0; k < 2; k++) {
+        FILE *fp = fopen(cg[k], "r");
+        if (!fp)
+            continue;
+        char buf[64];
+        if (fgets(buf, sizeof buf, fp)) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(buf, &end, 10);
+            if (end != buf && errno == 0)
+                limit_min(&lim, what, (uint64_t)v, "the container's memory limit (cgroup)");
+        }
+        fclose(fp);
+        break;
+    }
+    return lim;
+}
+
+size_t fls_npy_memory_limit(void)
+{
+    const char *what;
+    return memory_limit(&what);
+}
+
+int fls_npy_memory_fits(size_t bytes, char *msg, size_t cap)
+{
+    const char *what;
+    size_t lim = memory_limit(&what);
+    if (bytes <= lim)
+        return 1;
+    if (msg && cap)
+        snprintf(msg, cap, "%.2f GiB is more than the %.2f GiB of memory available (%s)",
+                 (double)bytes / 1073741824.0, (double)lim / 1073741824.0, what);
+    return 0;
 }
 
 void fls_npy_free(fls_npy_array *arr)
@@ -434,6 +513,11 @@ static void *aligned_alloc64(size_t bytes)
 }
 
 fls_status fls_npy_read(const char *path, fls_npy_array *arr, char err[FLS_NPY_ERR_LEN])
+{
+    return fls_npy_read_flags(path, 0u, arr, err);
+}
+
+fls_status fls_npy_read_flags(const char *path, unsigned flags, fls_npy_array *arr, char err[FLS_NPY_ERR_LEN])
 {
     if (!path || !arr)
         return fail(err, FLS_ERR_NULL, "fls_npy_read: NULL argument");
@@ -472,11 +556,17 @@ fls_status fls_npy_read(const char *path, fls_npy_array *arr, char err[FLS_NPY_E
         return fail(err, FLS_ERR_IO, "%s: read error in the header", path);
     }
     size_t data_offset;
-    st = parse_all(head, hs + hl, file_size, arr, &data_offset, path, err);
+    st = parse_all(head, hs + hl, file_size, flags, arr, &data_offset, path, err);
     free(head);
     if (st != FLS_OK) {
         fclose(fp);
         return st;
+    }
+    char why[160];
+    if (!fls_npy_memory_fits(arr->bytes, why, sizeof why)) {
+        memset(arr, 0, sizeof *arr);
+        fclose(fp);
+        return fail(err, FLS_ERR_OUT_OF_MEMORY, "%s: the file's data is too large to load: %s", path, why);
     }
     if (arr->bytes > 0) {
         arr->data = aligned_alloc64(arr->bytes);

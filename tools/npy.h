@@ -45,8 +45,12 @@ typedef enum fls_npy_dtype {
     FLS_NPY_F32 = 0, /* '<f4' float32 */
     FLS_NPY_F16 = 1, /* '<f2' float16 */
     FLS_NPY_I64 = 2, /* '<i8' int64 */
-    FLS_NPY_U64 = 3  /* '<u8' uint64 */
+    FLS_NPY_U64 = 3, /* '<u8' uint64 */
+    FLS_NPY_F64 = 4  /* '<f8' float64: read only with FLS_NPY_ACCEPT_F64 (fls_npy_read_flags) */
 } fls_npy_dtype;
+
+/* Flags of fls_npy_read_flags / fls_npy_parse_header_flags. */
+#define FLS_NPY_ACCEPT_F64 1u /* read '<f8' (float64); without it float64 is FLS_ERR_DTYPE */
 
 /* A loaded array. data is 64-byte aligned, owned by the array (free with
  * fls_npy_free), and NULL when count is 0. */
@@ -61,9 +65,9 @@ typedef struct fls_npy_array {
 } fls_npy_array;
 
 size_t fls_npy_dtype_size(fls_npy_dtype dtype);
-/* '<f4', '<f2', '<i8', '<u8' ("?" for an unknown value). */
+/* '<f4', '<f2', '<i8', '<u8', '<f8' ("?" for an unknown value). */
 const char *fls_npy_dtype_descr(fls_npy_dtype dtype);
-/* "float32", "float16", "int64", "uint64". */
+/* "float32", "float16", "int64", "uint64", "float64". */
 const char *fls_npy_dtype_name(fls_npy_dtype dtype);
 
 /* Parse the header of an .npy image held in memory (buf, len bytes: the
@@ -72,9 +76,26 @@ const char *fls_npy_dtype_name(fls_npy_dtype dtype);
  * exactly arr->bytes bytes. err (may be NULL) receives a message naming what. */
 fls_status fls_npy_parse_header(const void *buf, size_t len, fls_npy_array *arr, size_t *data_offset,
                                 char err[FLS_NPY_ERR_LEN]);
+fls_status fls_npy_parse_header_flags(const void *buf, size_t len, unsigned flags, fls_npy_array *arr,
+                                      size_t *data_offset, char err[FLS_NPY_ERR_LEN]);
 
-/* Read a whole file. On error *arr is left zeroed (data NULL) and err says why. */
+/* Read a whole file. On error *arr is left zeroed (data NULL) and err says why.
+ * A data section larger than the memory this process may use
+ * (fls_npy_memory_limit) is FLS_ERR_OUT_OF_MEMORY before anything is
+ * allocated, with a message that gives both sizes. */
 fls_status fls_npy_read(const char *path, fls_npy_array *arr, char err[FLS_NPY_ERR_LEN]);
+fls_status fls_npy_read_flags(const char *path, unsigned flags, fls_npy_array *arr,
+                              char err[FLS_NPY_ERR_LEN]);
+
+/* The most memory this process can expect to allocate, in bytes: the
+ * smallest of the machine's physical memory, the address-space and data
+ * limits (ulimit -v, -d) and the cgroup's memory.max; SIZE_MAX if none is
+ * known. An allocation above it would fail or be killed when touched. */
+size_t fls_npy_memory_limit(void);
+/* Whether bytes fit under fls_npy_memory_limit(); if not, and msg is not
+ * NULL, a sentence "X GiB ... larger than the Y GiB of memory available
+ * (<which limit>)" of at most cap bytes. */
+int fls_npy_memory_fits(size_t bytes, char *msg, size_t cap);
 
 void fls_npy_free(fls_npy_array *arr); /* NULL and zeroed arrays are fine */
 

@@ -969,14 +969,39 @@ Test(cli, messages_say_what_and_where)
 Test(cli, help_lists_every_option)
 {
     cr_assert_eq(run_tool("bench", "--help", NULL), 0);
-    const char *bench[] = {"--device", "--csv",    "--quick",   "--reps",   "--threads",
-                           "--simd",   "--shapes", "--batches", "--engines"};
+    const char *bench[] = {"--device", "--csv",    "--quick",   "--reps",    "--threads",
+                           "--simd",   "--shapes", "--batches", "--engines", "--rules"};
     for (size_t k = 0; k < sizeof bench / sizeof *bench; k++)
         cr_expect(strstr(out_text, bench[k]), "bench --help lacks %s", bench[k]);
     cr_assert_eq(run_tool("sample", "--help", NULL), 0);
-    const char *sample[] = {"--logits",  "--weights",   "--hidden", "--weights-dtype", "--temperature",
-                            "--seed",    "--row-seeds", "--offset", "--samples",       "--device",
-                            "--threads", "--simd",      "--out",    "--counts"};
+    const char *sample[] = {"--logits",
+                            "--weights",
+                            "--hidden",
+                            "--weights-dtype",
+                            "--temperature",
+                            "--seed",
+                            "--row-seeds",
+                            "--offset",
+                            "--samples",
+                            "--device",
+                            "--threads",
+                            "--simd",
+                            "--out",
+                            "--counts",
+                            "--min-p",
+                            "--top-k",
+                            "--top-p",
+                            "--filter",
+                            "--without-replacement",
+                            "--top-k-per-row",
+                            "--top-p-per-row",
+                            "--min-p-per-row",
+                            "--filter-value-per-row",
+                            "--method",
+                            "--group-size",
+                            "--stream-chunk",
+                            "--early-finalize",
+                            "--shards"};
     for (size_t k = 0; k < sizeof sample / sizeof *sample; k++)
         cr_expect(strstr(out_text, sample[k]), "sample --help lacks %s", sample[k]);
     cr_assert_eq(run_tool("audit", "--help", NULL), 0);
@@ -1023,4 +1048,397 @@ Test(cli, simd_option)
     cr_expect(strstr(text, "cpu,fused,bf16,1,1000,64,") && strstr(text, ",portable,"), "%s", text);
     free(W);
     free(H);
+}
+
+/* ---- issue 13: the rule family on the command line ---- */
+
+static int64_t *load_i64_3(const char *path, int64_t d0, int64_t d1, int64_t d2)
+{
+    fls_npy_array a;
+    char err[FLS_NPY_ERR_LEN];
+    cr_assert_eq(fls_npy_read(path, &a, err), FLS_OK, "%s", err);
+    cr_assert_eq(a.dtype, FLS_NPY_I64);
+    cr_assert_eq(a.ndim, 3);
+    cr_assert(a.shape[0] == d0 && a.shape[1] == d1 && a.shape[2] == d2, "shape (%lld, %lld, %lld)",
+              (long long)a.shape[0], (long long)a.shape[1], (long long)a.shape[2]);
+    return a.data;
+}
+
+Test(cli, rule_flags_give_the_api_tokens)
+{
+    const int64_t B = 4, V = 300, N = 6;
+    float *L = random_f32(B * V, 3.0f, 31);
+    const int64_t ls[2] = {B, V}, bs[1] = {B};
+    const int64_t krow[4] = {1, 7, 0, 300};
+    const float prow[4] = {0.5f, 0.9f, 1.0f, 0.2f}, mrow[4] = {0.0f, 0.3f, 0.01f, 1.0f};
+    const double frow[4] = {1.0, 0.0, 2.5, 0.5};
+    const char *lp = tpath("L.npy"), *kp = tpath("k.npy"), *pp = tpath("p.npy"), *mp = tpath("m.npy"),
+               *fp = tpath("f.npy"), *tp = tpath("t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    save(kp, FLS_NPY_I64, 1, bs, krow);
+    save(pp, FLS_NPY_F32, 1, bs, prow);
+    save(mp, FLS_NPY_F32, 1, bs, mrow);
+    save(fp, FLS_NPY_F64, 1, bs, frow);
+    fls_context_t *ctx = cpu_ctx();
+    fls_matrix m = {L, FLS_DTYPE_F32, B, V, V};
+    int64_t want[24];
+    fls_outputs out = {want, NULL, NULL};
+    for (int c = 0; c < 5; c++) {
+        fls_params p;
+        fls_params_default(&p);
+        p.temperature_value = 0.9f;
+        p.seed = 5;
+        p.draws = N;
+        int rc;
+        switch (c) {
+        case 0:
+            p.top_k = 5;
+            rc = run_tool("sample", "--logits", lp, "--temperature", "0.9", "--seed", "5", "--samples", "6",
+                          "--top-k", "5", "--out", tp, NULL);
+            break;
+        case 1:
+            p.top_p = 0.8f;
+            p.min_p = 0.05f;
+            rc = run_tool("sample", "--logits", lp, "--temperature", "0.9", "--seed", "5", "--samples", "6",
+                          "--top-p", "0.8", "--min-p", "0.05", "--out", tp, NULL);
+            break;
+        case 2:
+            p.filter = "top-nsigma";
+            p.filter_value = 1.5;
+            rc = run_tool("sample", "--logits", lp, "--temperature", "0.9", "--seed", "5", "--samples", "6",
+                          "--filter", "top-nsigma=1.5", "--out", tp, NULL);
+            break;
+        case 3: /* --filter for a built-in is its own flag */
+            p.top_k = 3;
+            rc = run_tool("sample", "--logits", lp, "--temperature", "0.9", "--seed", "5", "--samples", "6",
+                          "--filter", "top-k=3", "--out", tp, NULL);
+            break;
+        default:
+            p.row_top_k = krow;
+            p.row_top_p = prow;
+            p.row_min_p = mrow;
+            p.filter = "top-nsigma";
+            p.row_filter_value = frow;
+            rc = run_tool("sample", "--logits", lp, "--temperature", "0.9", "--seed", "5", "--samples", "6",
+                          "--top-k-per-row", kp, "--top-p-per-row", pp, "--min-p-per-row", mp, "--filter",
+                          "top-nsigma", "--filter-value-per-row", fp, "--out", tp, NULL);
+            break;
+        }
+        cr_assert_eq(rc, 0, "case %d: %s", c, err_text);
+        cr_expect(strstr(out_text, "exact second pass: "), "case %d: %s", c, out_text);
+        int64_t *got = load_i64(tp, B, N);
+        cr_assert_eq(fls_sample_logits(ctx, &m, &p, &out), FLS_OK);
+        for (int64_t i = 0; i < B * N; i++)
+            cr_expect_eq(got[i], want[i], "case %d token %lld: tool %lld, api %lld", c, (long long)i,
+                         (long long)got[i], (long long)want[i]);
+        free(got);
+    }
+
+    /* the fused path with a rule */
+    const int64_t D = 16, ws[2] = {V, D}, hs[2] = {B, D};
+    float *W = random_f32(V * D, 1.0f, 32), *H = random_f32(B * D, 2.0f, 33);
+    const char *wp = tpath("W.npy"), *hp = tpath("H.npy");
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--samples", "6", "--top-p", "0.7",
+                          "--top-k", "40", "--out", tp, NULL),
+                 0, "%s", err_text);
+    int64_t *got = load_i64(tp, B, N);
+    fls_matrix mw = {W, FLS_DTYPE_F32, V, D, D}, mh = {H, FLS_DTYPE_F32, B, D, D};
+    fls_params p;
+    fls_params_default(&p);
+    p.draws = N;
+    p.top_p = 0.7f;
+    p.top_k = 40;
+    cr_assert_eq(fls_sample_fused(ctx, &mw, &mh, &p, &out), FLS_OK);
+    for (int64_t i = 0; i < B * N; i++)
+        cr_expect_eq(got[i], want[i], "fused token %lld", (long long)i);
+    free(got);
+    fls_context_destroy(ctx);
+    free(W);
+    free(H);
+    free(L);
+}
+
+Test(cli, without_replacement_writes_b_n_k_and_counts_every_position)
+{
+    const int64_t B = 3, V = 40, N = 5, K = 4;
+    float *L = random_f32(B * V, 2.0f, 34);
+    for (int64_t v = 3; v < V; v++)
+        L[2 * V + v] = -INFINITY; /* row 2 has 3 tokens: position 3 is -1 */
+    const int64_t ls[2] = {B, V};
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *cp = tpath("c.npy"), *c2 = tpath("c2.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "5", "--seed", "9", "--without-replacement",
+                          "4", "--out", tp, "--counts", cp, NULL),
+                 0, "%s", err_text);
+    cr_expect(strstr(out_text, "int64 (3, 5, 4)"), "%s", out_text);
+    int64_t *got = load_i64_3(tp, B, N, K), *cnt = load_i64(cp, B, V);
+    fls_context_t *ctx = cpu_ctx();
+    fls_matrix m = {L, FLS_DTYPE_F32, B, V, V};
+    fls_params p;
+    fls_params_default(&p);
+    p.seed = 9;
+    p.draws = N;
+    p.without_replacement_k = K;
+    int64_t want[60];
+    fls_outputs out = {want, NULL, NULL};
+    cr_assert_eq(fls_sample_logits(ctx, &m, &p, &out), FLS_OK);
+    int64_t hist[120] = {0};
+    for (int64_t i = 0; i < B * N * K; i++) {
+        cr_expect_eq(got[i], want[i], "token %lld", (long long)i);
+        if (got[i] >= 0)
+            hist[(i / (N * K)) * V + got[i]]++;
+    }
+    for (int64_t n = 0; n < N; n++)
+        cr_expect_eq(got[(2 * N + n) * K + 3], -1, "row 2 has 3 tokens: position 3 is -1");
+    for (int64_t i = 0; i < B * V; i++)
+        cr_expect_eq(cnt[i], hist[i], "count %lld", (long long)i);
+    /* counts alone (chunked draws) equal the counts of the one call */
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "5", "--seed", "9", "--without-replacement",
+                          "4", "--counts", c2, NULL),
+                 0, "%s", err_text);
+    int64_t *cnt2 = load_i64(c2, B, V);
+    cr_expect(memcmp(cnt, cnt2, (size_t)(B * V) * sizeof *cnt) == 0);
+    cr_expect(strstr(out_text, "row 0 tokens: "), "%s", out_text);
+    free(cnt2);
+    fls_context_destroy(ctx);
+    free(got);
+    free(cnt);
+    free(L);
+}
+
+Test(cli, rule_values_out_of_range_name_the_flag_and_the_range)
+{
+    const int64_t B = 2, V = 30, ls[2] = {B, V}, bs[1] = {B}, b3[1] = {3};
+    float *L = random_f32(B * V, 1.0f, 35);
+    const char *lp = tpath("L.npy"), *kp = tpath("k.npy"), *pp = tpath("p.npy"), *tp = tpath("t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    write_old(tp);
+    const struct {
+        const char *flag, *value, *want;
+    } bad[] = {
+        {"--top-k", "31", "top-k is 0 (off) to V = 30"},
+        {"--top-k", "-1", "--top-k"},
+        {"--top-k", "2.5", "expected an integer"},
+        {"--top-p", "0", "top-p is in (0, 1]"},
+        {"--top-p", "1.5", "top-p is in (0, 1]"},
+        {"--min-p", "-0.1", "min-p is in [0, 1]"},
+        {"--min-p", "nan", "--min-p"},
+        {"--without-replacement", "31", "K is 1 to V = 30"},
+        {"--filter", "top-nsigma=-1", "top-nsigma is finite, >= 0"},
+        {"--filter", "nosuch=1", "unknown rule 'nosuch'"},
+        {"--filter", "top-nsigma", "expected NAME=VALUE"},
+        {"--filter-value-per-row", "x.npy", "needs --filter NAME"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        cr_expect_eq(run_tool("sample", "--logits", lp, bad[k].flag, bad[k].value, "--out", tp, NULL), 2,
+                     "%s %s: %s", bad[k].flag, bad[k].value, err_text);
+        cr_expect(strstr(err_text, bad[k].want), "%s %s: '%s' lacks '%s'", bad[k].flag, bad[k].value,
+                  err_text, bad[k].want);
+        expect_untouched(tp, 2);
+    }
+    /* a per-row value names the row; a wrong shape or dtype names the file */
+    const float prow[2] = {0.5f, 2.0f};
+    save(pp, FLS_NPY_F32, 1, bs, prow);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--top-p-per-row", pp, "--out", tp, NULL), 2);
+    cr_expect(strstr(err_text, "--top-p-per-row") && strstr(err_text, "row 1 has 2") &&
+                  strstr(err_text, "(0, 1]"),
+              "%s", err_text);
+    const int64_t krow[3] = {1, 2, 3};
+    save(kp, FLS_NPY_I64, 1, b3, krow);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--top-k-per-row", kp, "--out", tp, NULL), 1);
+    cr_expect(strstr(err_text, "--top-k-per-row") && strstr(err_text, "expected shape (2,)"), "%s", err_text);
+    save(kp, FLS_NPY_F32, 1, bs, prow);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--top-k-per-row", kp, "--out", tp, NULL), 1);
+    cr_expect(strstr(err_text, "float32") && strstr(err_text, "int64"), "%s", err_text);
+    /* combinations the library does not take, said before any work */
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--method", "grouped", "--top-k", "3", NULL), 2);
+    cr_expect(strstr(err_text, "--method grouped takes no rule"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--method", "unfused-multinomial",
+                          "--without-replacement", "2", NULL),
+                 2);
+    cr_expect(strstr(err_text, "one token per draw"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--filter", "top-k=3", "--top-k", "4", NULL), 2);
+    cr_expect(strstr(err_text, "give one"), "%s", err_text);
+    expect_untouched(tp, 4);
+    free(L);
+}
+
+Test(cli, second_pass_count_is_printed)
+{
+    /* a flat row: its 0.9 nucleus holds ~90% of 5000 tokens, far beyond the kept list */
+    const int64_t V = 5000, s1[1] = {V};
+    float *L = calloc((size_t)V, sizeof *L);
+    const char *lp = tpath("L.npy");
+    save(lp, FLS_NPY_F32, 1, s1, L);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--top-p", "0.9", "--samples", "3", NULL), 0, "%s",
+                 err_text);
+    cr_expect(strstr(out_text, "exact second pass: 1 of 1 row sampled (1 call) took it"), "%s", out_text);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--top-k", "2", NULL), 0, "%s", err_text);
+    cr_expect(strstr(out_text, "exact second pass: 0 of 1 row"), "%s", out_text);
+    free(L);
+}
+
+Test(cli, bench_rules_writes_a_rule_column)
+{
+    const char *csv = tpath("rules.csv");
+    cr_assert_eq(run_tool("bench", "--shapes", "64:2000", "--batches", "1,2", "--reps", "1", "--threads", "2",
+                          "--rules",
+                          "none,min-p=0.05,top-k=50,top-p=0.9,all,wr=4,grouped,grouped=64,top-nsigma=1",
+                          "--csv", csv, NULL),
+                 0, "%s", err_text);
+    static char text[1 << 16];
+    slurp(csv, text, sizeof text);
+    cr_expect(strncmp(text, "device,engine,rule,dtype,B,V,D,median_ms,", 41) == 0, "%s", text);
+    int lines = 0;
+    for (const char *c = text; *c; c++)
+        lines += *c == '\n';
+    cr_expect_eq(lines, 1 + 9 * 2 * 2, "header + 9 rules x 2 dtypes x 2 batch sizes:\n%s", text);
+    cr_expect(strstr(text, "cpu,fused,none,bf16,1,2000,64,"), "%s", text);
+    cr_expect(strstr(text, "cpu,fused,all,f32,2,2000,64,"), "%s", text);
+    cr_expect(strstr(text, "cpu,fused_grouped,grouped=64,bf16,2,2000,64,"), "%s", text);
+    cr_expect(strstr(text, "cpu,fused,wr=4,f32,1,2000,64,"), "%s", text);
+    cr_expect(strstr(out_text, "vs none"), "%s", out_text);
+    cr_expect_eq(run_tool("bench", "--rules", "top-k=x", NULL), 2);
+    cr_expect(strstr(err_text, "--rules"), "%s", err_text);
+    cr_expect_eq(run_tool("bench", "--rules", "grouped+top-k=5", NULL), 2);
+    cr_expect(strstr(err_text, "grouped takes no filter"), "%s", err_text);
+    cr_expect_eq(run_tool("bench", "--rules", "top-k=5000", "--shapes", "64:2000", NULL), 2);
+    cr_expect(strstr(err_text, "exceeds the vocabulary"), "%s", err_text);
+    cr_expect_eq(run_tool("bench", "--rules", "none", "--engines", "fused", NULL), 2);
+    cr_expect_eq(dir_entries(), 1);
+}
+
+/* ---- issue 14: methods, streaming, early finalization, shards ---- */
+
+Test(cli, streamed_and_sharded_tokens_equal_one_call_for_both_methods)
+{
+    const int64_t B = 3, V = 1000, D = 24, N = 4;
+    float *W = random_f32(V * D, 1.0f, 36), *H = random_f32(B * D, 1.5f, 37),
+          *L = random_f32(B * V, 3.0f, 38);
+    const int64_t ws[2] = {V, D}, hs[2] = {B, D}, ls[2] = {B, V};
+    const char *wp = tpath("W.npy"), *hp = tpath("H.npy"), *lp = tpath("L.npy"), *ap = tpath("a.npy"),
+               *bp = tpath("b.npy");
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    const char *methods[2] = {"fused", "grouped"};
+    const char *gsize[2] = {"128", "64"};
+    for (int mi = 0; mi < 2; mi++) {
+        for (int src = 0; src < 2; src++) {
+            const char *in1 = src ? "--weights" : "--logits", *p1 = src ? wp : lp;
+            const char *in2 = src ? "--hidden" : "--temperature", *p2 = src ? hp : "0.8";
+            const char *gs = mi ? "--group-size" : "--seed", *gv = mi ? gsize[src] : "0";
+            cr_assert_eq(run_tool("sample", in1, p1, in2, p2, "--method", methods[mi], gs, gv, "--samples",
+                                  "4", "--out", ap, NULL),
+                         0, "%s", err_text);
+            int64_t *one = load_i64(ap, B, N);
+            /* chunk sizes that split groups, shard counts that do, and N = 1 */
+            const char *chunks[3] = {"1", "77", "1000"};
+            const char *shards[3] = {"1", "3", "7"};
+            for (int c = 0; c < 3; c++)
+                for (int s = 0; s < 3; s++) {
+                    if (c == 0 && s == 2)
+                        continue; /* 1-token chunks in 7 shards: slow and adds nothing */
+                    cr_assert_eq(
+                        run_tool("sample", in1, p1, in2, p2, "--method", methods[mi], gs, gv, "--samples",
+                                 "4", "--stream-chunk", chunks[c], "--shards", shards[s], "--out", bp, NULL),
+                        0, "%s %s chunk %s shards %s: %s", methods[mi], in1, chunks[c], shards[s], err_text);
+                    cr_expect(strstr(out_text, "streamed: chunks of "), "%s", out_text);
+                    if (s > 0)
+                        cr_expect(strstr(out_text, "serialized bytes exchanged"), "%s", out_text);
+                    int64_t *got = load_i64(bp, B, N);
+                    for (int64_t i = 0; i < B * N; i++)
+                        cr_expect_eq(got[i], one[i], "%s %s chunk %s shards %s token %lld: %lld vs %lld",
+                                     methods[mi], in1, chunks[c], shards[s], (long long)i, (long long)got[i],
+                                     (long long)one[i]);
+                    free(got);
+                }
+            free(one);
+        }
+    }
+    free(W);
+    free(H);
+    free(L);
+}
+
+Test(cli, early_finalization_skips_and_keeps_the_tokens)
+{
+    /* peaked rows: token 7 of W is long and aligned with every h, the rest short */
+    const int64_t B = 2, V = 4096, D = 32, N = 3;
+    float *W = random_f32(V * D, 0.05f, 39), *H = malloc((size_t)(B * D) * sizeof *H);
+    for (int64_t d = 0; d < D; d++)
+        W[7 * D + d] = 1.0f;
+    for (int64_t i = 0; i < B * D; i++)
+        H[i] = 1.0f + 0.01f * (float)(i % 5);
+    const int64_t ws[2] = {V, D}, hs[2] = {B, D};
+    const char *wp = tpath("W.npy"), *hp = tpath("H.npy"), *ap = tpath("a.npy"), *bp = tpath("b.npy");
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    const char *methods[2] = {"fused", "grouped"};
+    for (int mi = 0; mi < 2; mi++) {
+        cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--method", methods[mi],
+                              "--temperature", "0.7", "--samples", "3", "--out", ap, NULL),
+                     0, "%s", err_text);
+        cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--method", methods[mi],
+                              "--temperature", "0.7", "--samples", "3", "--stream-chunk", "256",
+                              "--early-finalize", "--shards", "2", "--out", bp, NULL),
+                     0, "%s", err_text);
+        cr_expect(strstr(out_text, "early finalization: ") && strstr(out_text, "% of W skipped"), "%s",
+                  out_text);
+        const char *s = strstr(out_text, "chunks fed, ");
+        cr_assert_not_null(s, "%s", out_text);
+        cr_expect(atoll(s + strlen("chunks fed, ")) > 0, "%s: nothing skipped: %s", methods[mi], out_text);
+        int64_t *a = load_i64(ap, B, N), *b = load_i64(bp, B, N);
+        for (int64_t i = 0; i < B * N; i++)
+            cr_expect_eq(a[i], b[i], "%s token %lld", methods[mi], (long long)i);
+        free(a);
+        free(b);
+    }
+    free(W);
+    free(H);
+}
+
+Test(cli, streaming_refuses_what_it_cannot_do)
+{
+    const int64_t V = 50, s1[1] = {V};
+    float *L = random_f32(V, 1.0f, 40);
+    const char *lp = tpath("L.npy");
+    save(lp, FLS_NPY_F32, 1, s1, L);
+    cr_expect_eq(
+        run_tool("sample", "--logits", lp, "--stream-chunk", "10", "--method", "unfused-gumbel", NULL), 2);
+    cr_expect(strstr(err_text, "streaming supports --method fused and grouped only"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--shards", "2", "--top-p", "0.5", NULL), 2);
+    cr_expect(strstr(err_text, "streaming takes no rule (--top-p)"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--early-finalize", NULL), 2);
+    cr_expect(strstr(err_text, "needs --weights and --hidden"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--shards", "51", NULL), 2);
+    cr_expect(strstr(err_text, "more shards than the V = 50 tokens"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--stream-chunk", "0", NULL), 2);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--group-size", "64", NULL), 2);
+    cr_expect(strstr(err_text, "--method grouped only"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--method", "grouped", "--group-size", "48", NULL), 2);
+    cr_expect(strstr(err_text, "not a power of two"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--method", "sorted", NULL), 2);
+    cr_expect(strstr(err_text, "fused, grouped, unfused-gumbel or unfused-multinomial"), "%s", err_text);
+    if (!fls_cuda_available()) {
+        cr_expect_eq(run_tool("sample", "--logits", lp, "--stream-chunk", "10", "--device", "cuda", NULL), 2);
+        cr_expect(strstr(err_text, "CPU engine only"), "%s", err_text);
+    }
+    /* every method gives tokens; the unfused Gumbel baseline the fused one's */
+    const char *a = tpath("a.npy"), *b = tpath("b.npy");
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "9", "--out", a, NULL), 0, "%s", err_text);
+    cr_assert_eq(
+        run_tool("sample", "--logits", lp, "--samples", "9", "--method", "unfused-gumbel", "--out", b, NULL),
+        0, "%s", err_text);
+    int64_t *ta = load_i64(a, 1, 9), *tb = load_i64(b, 1, 9);
+    cr_expect(memcmp(ta, tb, 9 * sizeof *ta) == 0);
+    free(ta);
+    free(tb);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "9", "--method", "unfused-multinomial",
+                          "--out", b, NULL),
+                 0, "%s", err_text);
+    cr_expect(strstr(out_text, "method unfused-multinomial"), "%s", out_text);
+    free(L);
 }

@@ -15,20 +15,27 @@ void tmpdir_make(const char *prefix)
     cr_assert_not_null(mkdtemp(tmpdir));
 }
 
-void tmpdir_remove(void)
+/* Removes dir's files and, one level down, its folders' files and folders. */
+static void remove_tree(const char *dir, int depth)
 {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(dir);
     if (!d)
         return;
     struct dirent *e;
-    char p[512];
+    char p[768];
     while ((e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-            unlink(p);
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            if (unlink(p) != 0 && depth < 2)
+                remove_tree(p, depth + 1);
         }
     closedir(d);
-    rmdir(tmpdir);
+    rmdir(dir);
+}
+
+void tmpdir_remove(void)
+{
+    remove_tree(tmpdir, 0);
 }
 
 int dir_entries(void)
