@@ -1,0 +1,327 @@
+"""Array adapters: numpy arrays (CPU engine), torch tensors and any object with
+__cuda_array_interface__ (CUDA engine), turned into fls_matrix views without copying.
+
+Every mismatch (dtype, shape, strides, alignment, device) is refused here, before the C call, with
+a FlashSampleError subclass carrying the status the library would have returned.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _capi
+from ._errors import FlashSampleTypeError, FlashSampleValueError
+
+ERR_ALIGN, ERR_SHAPE, ERR_DTYPE, ERR_POINTER, ERR_SIZE = -2, -4, -5, -10, -3
+
+_DTYPE_NAMES = {
+    "f32": _capi.DTYPE_F32,
+    "float32": _capi.DTYPE_F32,
+    "fp32": _capi.DTYPE_F32,
+    "f16": _capi.DTYPE_F16,
+    "float16": _capi.DTYPE_F16,
+    "fp16": _capi.DTYPE_F16,
+    "half": _capi.DTYPE_F16,
+    "bf16": _capi.DTYPE_BF16,
+    "bfloat16": _capi.DTYPE_BF16,
+}
+DTYPE_LABEL = {_capi.DTYPE_F32: "f32", _capi.DTYPE_F16: "f16", _capi.DTYPE_BF16: "bf16"}
+
+
+def parse_dtype(dtype: Any, fn: str) -> Optional[int]:
+    """None, "f32" | "f16" | "bf16" (and aliases), a numpy float32/float16 dtype -> the fls_dtype."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        key = dtype.lower()
+        if key in _DTYPE_NAMES:
+            return _DTYPE_NAMES[key]
+    else:
+        try:
+            npd = np.dtype(dtype)
+        except TypeError:
+            npd = None
+        if npd == np.float32:
+            return _capi.DTYPE_F32
+        if npd == np.float16:
+            return _capi.DTYPE_F16
+        if npd is not None and npd.name == "bfloat16":
+            return _capi.DTYPE_BF16
+    raise FlashSampleTypeError(
+        ERR_DTYPE, fn, "dtype=%r: expected 'f32', 'f16' or 'bf16'" % (dtype,)
+    )
+
+
+@dataclass
+class View:
+    """One matrix argument: an fls_matrix and what keeps its memory alive."""
+
+    name: str
+    matrix: _capi.fls_matrix
+    device: str  # "cpu" or "cuda"
+    device_index: int
+    kind: str  # "numpy", "torch" or "cai"
+    owner: Any
+    cai_stream: Optional[int] = None  # the producer's stream (__cuda_array_interface__ v3)
+    squeezed: bool = False  # a 1-D input taken as one row
+
+    @property
+    def rows(self) -> int:
+        return int(self.matrix.rows)
+
+    @property
+    def cols(self) -> int:
+        return int(self.matrix.cols)
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    t = type(x)
+    return t.__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "is_cuda")
+
+
+def _np_code(arr: np.ndarray, want: Optional[int], fn: str, name: str) -> int:
+    dt = arr.dtype
+    if dt == np.float32:
+        code = _capi.DTYPE_F32
+    elif dt == np.float16:
+        code = _capi.DTYPE_F16
+    elif dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
+        code = _capi.DTYPE_BF16
+    elif dt in (np.uint16, np.int16):
+        if want == _capi.DTYPE_BF16:
+            return _capi.DTYPE_BF16
+        raise FlashSampleTypeError(
+            ERR_DTYPE,
+            fn,
+            "%s is %s: 16-bit integers are taken only as raw bf16 bits, with dtype='bf16'"
+            % (name, dt.name),
+        )
+    elif dt == np.float64:
+        raise FlashSampleTypeError(
+            ERR_DTYPE,
+            fn,
+            "%s is float64, which the library does not read: pass %s.astype(np.float32) "
+            "(or float16, or bf16 bits with dtype='bf16')" % (name, name),
+        )
+    else:
+        raise FlashSampleTypeError(
+            ERR_DTYPE,
+            fn,
+            "%s has dtype %s; expected float32, float16, or uint16 bf16 bits with dtype='bf16'"
+            % (name, dt),
+        )
+    if want is not None and want != code:
+        if want == _capi.DTYPE_BF16:
+            raise FlashSampleTypeError(
+                ERR_DTYPE,
+                fn,
+                "%s is %s but dtype='bf16': pass the raw bf16 bits as a uint16 array "
+                "(flashsample.to_bf16(x) converts with round to nearest even)" % (name, dt.name),
+            )
+        raise FlashSampleTypeError(
+            ERR_DTYPE,
+            fn,
+            "%s is %s but dtype=%r was asked for; convert the array (no silent conversion)"
+            % (name, dt.name, DTYPE_LABEL[want]),
+        )
+    return code
+
+
+def _matrix_from(
+    ptr: int,
+    code: int,
+    shape: tuple,
+    strides_bytes: Optional[tuple],
+    itemsize: int,
+    fn: str,
+    name: str,
+) -> tuple:
+    """shape/strides (bytes; None = C-contiguous) -> (fls_matrix, squeezed)."""
+    squeezed = False
+    if len(shape) == 1:
+        shape = (1, shape[0])
+        strides_bytes = None if strides_bytes is None else (shape[1] * itemsize, strides_bytes[0])
+        squeezed = True
+    if len(shape) != 2:
+        raise FlashSampleValueError(
+            ERR_SHAPE, fn, "%s must be 2-D (rows, cols) or 1-D (one row), got shape %s"
+            % (name, tuple(shape))
+        )
+    rows, cols = int(shape[0]), int(shape[1])
+    if strides_bytes is None:
+        ld = cols
+    else:
+        rs, cs = int(strides_bytes[0]), int(strides_bytes[1])
+        if cols > 1 and cs != itemsize:
+            raise FlashSampleValueError(
+                ERR_SHAPE,
+                fn,
+                "%s is not contiguous along its rows (column stride %d bytes, element %d bytes): "
+                "pass a C-ordered array (np.ascontiguousarray / .contiguous())"
+                % (name, cs, itemsize),
+            )
+        if rows <= 1:
+            ld = cols
+        else:
+            if rs <= 0 or rs % itemsize != 0 or rs // itemsize < cols:
+                raise FlashSampleValueError(
+                    ERR_SHAPE,
+                    fn,
+                    "%s has a row stride of %d bytes, which is not a positive multiple of its "
+                    "element size %d covering %d columns: pass a C-ordered array "
+                    "(np.ascontiguousarray / .contiguous())" % (name, rs, itemsize, cols),
+                )
+            ld = rs // itemsize
+    if ptr % itemsize != 0:
+        raise FlashSampleValueError(
+            ERR_ALIGN, fn, "%s's data is not aligned to its element size (%d bytes)"
+            % (name, itemsize)
+        )
+    m = _capi.fls_matrix(ctypes.c_void_p(ptr), code, rows, cols, max(int(ld), 1))
+    return m, squeezed
+
+
+def as_view(x: Any, name: str, fn: str, dtype: Any = None) -> View:
+    """Any supported array -> View (zero-copy)."""
+    want = parse_dtype(dtype, fn)
+    if _is_torch_tensor(x):
+        return _torch_view(x, name, fn, want)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None and not isinstance(x, np.ndarray):
+        return _cai_view(x, cai, name, fn, want)
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    code = _np_code(x, want, fn, name)
+    ptr = x.ctypes.data if x.size else 0
+    m, sq = _matrix_from(ptr, code, x.shape, x.strides, x.dtype.itemsize, fn, name)
+    return View(name, m, "cpu", -1, "numpy", x, squeezed=sq)
+
+
+def _torch_view(t: Any, name: str, fn: str, want: Optional[int]) -> View:
+    import torch
+
+    t = t.detach()
+    tmap = {torch.float32: _capi.DTYPE_F32, torch.float16: _capi.DTYPE_F16}
+    tmap[torch.bfloat16] = _capi.DTYPE_BF16
+    if t.dtype in tmap:
+        code = tmap[t.dtype]
+        if want is not None and want != code:
+            raise FlashSampleTypeError(
+                ERR_DTYPE, fn, "%s is %s but dtype=%r was asked for" % (name, t.dtype,
+                                                                       DTYPE_LABEL[want])
+            )
+    elif t.dtype in (torch.int16, getattr(torch, "uint16", torch.int16)) and want == 2:
+        code = _capi.DTYPE_BF16
+    elif t.dtype == torch.float64:
+        raise FlashSampleTypeError(
+            ERR_DTYPE, fn, "%s is torch.float64, which the library does not read: pass "
+            "%s.float() (or .half() or .bfloat16())" % (name, name)
+        )
+    else:
+        raise FlashSampleTypeError(
+            ERR_DTYPE, fn, "%s has dtype %s; expected torch.float32, float16 or bfloat16"
+            % (name, t.dtype)
+        )
+    if not t.is_cuda:
+        if t.device.type != "cpu":
+            raise FlashSampleValueError(
+                ERR_POINTER, fn, "%s is on %s; expected a CUDA tensor or host memory"
+                % (name, t.device)
+            )
+        # Host tensor: the numpy view of the same memory (bf16 as its raw bits).
+        arr = t.view(torch.int16).numpy().view(np.uint16) if code == 2 else t.numpy()
+        v = as_view(arr, name, fn, "bf16" if code == 2 else None)
+        v.owner = (t, arr)
+        return v
+    itemsize = t.element_size()
+    strides = tuple(s * itemsize for s in t.stride())
+    m, sq = _matrix_from(t.data_ptr(), code, tuple(t.shape), strides, itemsize, fn, name)
+    return View(name, m, "cuda", t.device.index or 0, "torch", t, squeezed=sq)
+
+
+_TYPESTR = {"<f4": _capi.DTYPE_F32, "<f2": _capi.DTYPE_F16}
+
+
+def _cai_view(x: Any, cai: dict, name: str, fn: str, want: Optional[int]) -> View:
+    typestr = cai.get("typestr", "")
+    if typestr in _TYPESTR:
+        code = _TYPESTR[typestr]
+        if want is not None and want != code:
+            raise FlashSampleTypeError(
+                ERR_DTYPE, fn, "%s has typestr %s but dtype=%r was asked for"
+                % (name, typestr, DTYPE_LABEL[want])
+            )
+    elif typestr in ("<u2", "<i2", "<V2") and want == _capi.DTYPE_BF16:
+        code = _capi.DTYPE_BF16
+    else:
+        raise FlashSampleTypeError(
+            ERR_DTYPE,
+            fn,
+            "%s has typestr %r; expected '<f4', '<f2', or 16-bit bf16 bits with dtype='bf16'"
+            % (name, typestr),
+        )
+    ptr = int(cai["data"][0] or 0)
+    itemsize = 2 if code != _capi.DTYPE_F32 else 4
+    m, sq = _matrix_from(ptr, code, tuple(cai["shape"]), cai.get("strides"), itemsize, fn, name)
+    stream = cai.get("stream")
+    return View(name, m, "cuda", -1, "cai", x, cai_stream=stream, squeezed=sq)
+
+
+# ---- per-row parameter arrays (host memory, converted: they are small) --------------------------
+
+
+def row_array(value: Any, rows: int, np_dtype: Any, fn: str, name: str) -> np.ndarray:
+    """A per-row parameter array: (rows,), converted to np_dtype (host memory)."""
+    if _is_torch_tensor(value):
+        value = value.detach().cpu().numpy()
+    elif hasattr(value, "__cuda_array_interface__") and not isinstance(value, np.ndarray):
+        if hasattr(value, "get"):  # cupy
+            value = value.get()
+        else:
+            raise FlashSampleValueError(
+                ERR_POINTER, fn, "%s: per-row parameters are host arrays (numpy or a list)" % name
+            )
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.shape[0] != rows:
+        raise FlashSampleValueError(
+            ERR_SHAPE, fn, "%s must have one entry per row: shape (%d,), got %s"
+            % (name, rows, arr.shape)
+        )
+    target = np.dtype(np_dtype)
+    if target.kind in "iu":
+        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "b"):
+            raise FlashSampleTypeError(
+                ERR_DTYPE, fn, "%s must hold integers, got dtype %s" % (name, arr.dtype)
+            )
+        if target.kind == "u" and arr.dtype.kind == "i" and arr.size and arr.min() < 0:
+            raise FlashSampleValueError(
+                -9, fn, "%s must be >= 0 (uint64), row %d is %d"
+                % (name, int(np.argmin(arr)), int(arr.min()))
+            )
+    elif arr.dtype.kind not in "fiub":
+        raise FlashSampleTypeError(
+            ERR_DTYPE, fn, "%s must hold numbers, got dtype %s" % (name, arr.dtype)
+        )
+    return np.ascontiguousarray(arr, dtype=target)
+
+
+def is_array_like(value: Any) -> bool:
+    """A per-row array (anything with at least one dimension), as opposed to a scalar."""
+    if isinstance(value, (str, bytes)):
+        return False
+    if isinstance(value, (list, tuple)):
+        return True
+    ndim = getattr(value, "ndim", None)
+    if ndim is not None:
+        return int(ndim) > 0
+    return False
+
+
+def ptr_of(arr: Optional[np.ndarray], ctype: Any) -> Any:
+    if arr is None:
+        return None
+    return arr.ctypes.data_as(ctypes.POINTER(ctype))
