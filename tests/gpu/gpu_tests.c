@@ -19,6 +19,8 @@
 #endif
 #ifdef FLS_HAVE_AUDIT
 #include "fls_audit.h"
+#include "fls_stats.h"
+#include "fls_tokens.h"
 #endif
 #ifdef FLS_HAVE_NCCL
 #include "flashsample_nccl.h"
@@ -996,8 +998,10 @@ static void test_grouped(void)
     printf("    GROUPED integer logits, every config and g: %lld/%lld tokens equal to the CPU engine's\n",
            (long long)agree, (long long)n);
     CHECK(agree * 1000 >= n * 999, "grouped agreement below 99.9%%");
-    /* random bf16 at the paper's shape */
-    const int64_t V = 151936, D = 4096, B = g_quick ? 8 : 32, draws = 8;
+    /* random bf16 at the paper's shape (not in --quick: the sanitizer runs) */
+    if (g_quick)
+        return;
+    const int64_t V = 151936, D = 4096, B = 32, draws = 8;
     g_rng = 4343;
     void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
     void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
@@ -1515,6 +1519,30 @@ static double chisq_p(const int64_t *count, const double *prob, int64_t V, int64
 #define GOF_CASES 17
 static int g_gof_runs;
 
+#ifdef FLS_HAVE_AUDIT
+/* One family for the whole run (docs/STATS.md): the stats audit on the CUDA
+ * engine and this suite's goodness-of-fit cases (fls_audit_tokens: global
+ * test, tails, pairs of draws, ties) share the budget 1e-4. */
+static fls_stats_family g_family;
+static fls_audit_options g_audit;
+static fls_tokens_options g_gof;
+
+static void family_setup(void)
+{
+    fls_audit_options_default(&g_audit);
+    g_audit.engine = FLS_ENGINE_CUDA;
+    g_audit.full = getenv("FLS_AUDIT_FULL") != NULL; /* quick by default: the full audit takes minutes */
+    g_audit.progress = 0;
+    fls_tokens_options_default(&g_gof);
+    fls_stats_family_init(&g_family, FLS_STATS_BUDGET);
+    fls_audit_family_add(&g_audit, &g_family);
+    fls_stats_family_add(&g_family, "gpu goodness-of-fit", GOF_CASES * fls_tokens_test_count(&g_gof));
+    g_gof.alpha = g_family.alpha;
+    g_audit.family = &g_family;
+    fls_stats_family_print(stdout, "    ", &g_family);
+}
+#endif
+
 static void gof_case(const char *name, const float *logits, int64_t V, float T, int64_t N, fls_method method,
                      fls_cuda_path path, int fused)
 {
@@ -1583,6 +1611,7 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
     int dof = 0;
     double pv = -1;
     int64_t masked_hits = 0;
+    int audit_bad = 0;
     if (st == FLS_OK) {
         fls_cuda_memcpy(tok, dt, 8 * (size_t)N, 0);
         for (int64_t i = 0; i < N; i++) {
@@ -1596,6 +1625,29 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
             masked_hits += prob[v] == 0.0 && count[v] > 0;
         pv = chisq_p(count, prob, V, N, &dof);
     }
+#ifdef FLS_HAVE_AUDIT
+    if (st == FLS_OK) {
+        /* the logits the engine saw (bf16-rounded on the fused path) */
+        float *ref = malloc(4 * (size_t)V);
+        for (int64_t v = 0; ref && v < V; v++)
+            ref[v] = fused ? fls_bf16_to_f32(fls_f32_to_bf16(logits[v])) : logits[v];
+        fls_audit_row rows[16];
+        size_t nr = 0;
+        g_gof.name = name;
+        const fls_status as =
+            ref ? fls_audit_tokens(ref, 1, V, V, NULL, T, tok, N, &g_gof, rows, &nr) : FLS_ERR_OUT_OF_MEMORY;
+        if (as != FLS_OK) {
+            printf("    GOF %s: fls_audit_tokens: %s\n", name, fls_status_string(as));
+            audit_bad++;
+        }
+        for (size_t k = 0; as == FLS_OK && k < nr; k++) {
+            printf("    ");
+            fls_audit_print_row(stdout, &rows[k]);
+            audit_bad += !rows[k].pass;
+        }
+        free(ref);
+    }
+#endif
     printf("    GOF %-28s V=%-6lld N=%-8lld dof=%-4d p=%.4g\n", name, (long long)V, (long long)N, dof, pv);
     fls_cuda_free(dt);
     fls_cuda_free(dL);
@@ -1606,15 +1658,28 @@ static void gof_case(const char *name, const float *logits, int64_t V, float T, 
     free(tok);
     CHECK(st == FLS_OK, "%s: %s", name, fls_status_string(st));
     CHECK(masked_hits == 0, "%s: a zero-probability token was sampled", name);
-    /* family-wise false-failure budget 1e-4 over the GOF_CASES cases (Bonferroni) */
     g_gof_runs++;
+#ifdef FLS_HAVE_AUDIT
+    (void)pv;
+    CHECK(audit_bad == 0, "%s: %d goodness-of-fit rows failed at the family's alpha %.3g", name, audit_bad,
+          g_gof.alpha);
+#else
+    /* without GSL: Pearson chi-square, family-wise 1e-4 over the GOF_CASES cases (Bonferroni) */
     CHECK(pv >= 1e-4 / GOF_CASES, "%s: chi-square p = %.3g", name, pv);
+#endif
 }
 
 static void test_goodness_of_fit(void)
 {
     g_gof_runs = 0;
+#ifdef FLS_HAVE_AUDIT
+    /* the draws the token audit's global test needs at the family's alpha */
+    int64_t N = fls_tokens_draws_needed(1, g_gof.alpha);
+    if (N < (g_quick ? 200000 : 1000000))
+        N = g_quick ? 200000 : 1000000;
+#else
     const int64_t N = g_quick ? 200000 : 1000000;
+#endif
     const int64_t V = 3000;
     float *zipf = malloc(4 * V), *heavy = malloc(4 * V), *masked = malloc(4 * V);
     CHECK(zipf && heavy && masked, "memory");
@@ -1654,14 +1719,9 @@ static void test_goodness_of_fit(void)
 #ifdef FLS_HAVE_AUDIT
 static void test_audit(void)
 {
-    fls_audit_options o;
-    fls_audit_options_default(&o);
-    o.engine = FLS_ENGINE_CUDA;
-    o.full = getenv("FLS_AUDIT_FULL") != NULL; /* quick by default: the full audit takes minutes */
-    o.progress = 0;
     fls_audit_row *rows = NULL;
     size_t n = 0;
-    fls_status st = fls_audit_run(&o, &rows, &n);
+    fls_status st = fls_audit_run(&g_audit, &rows, &n);
     CHECK(st == FLS_OK, "fls_audit_run: %s", fls_status_string(st));
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1684,6 +1744,9 @@ int main(int argc, char **argv)
             g_only = argv[++i];
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+#ifdef FLS_HAVE_AUDIT
+    family_setup();
+#endif
     if (!fls_cuda_available()) {
         printf("SKIP: no usable CUDA device (sm_90 or newer) on this machine; the gpu suite needs one\n");
         return SKIP_CODE;
