@@ -325,3 +325,56 @@ def ptr_of(arr: Optional[np.ndarray], ctype: Any) -> Any:
     if arr is None:
         return None
     return arr.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def is_device_array(value: Any) -> bool:
+    if _is_torch_tensor(value):
+        return bool(value.is_cuda)
+    return hasattr(value, "__cuda_array_interface__") and not isinstance(value, np.ndarray)
+
+
+def device_row(value: Any, rows: int, want: str, fn: str, name: str) -> tuple:
+    """A per-row parameter in device memory (fls_params.params_on_device): (pointer, owner, view
+    kind, device index or -1). want: "f32" or "u64" (torch int64 / '<i8' accepted for u64)."""
+    ok = {"f32": ("<f4",), "u64": ("<u8", "<i8")}[want]
+    if _is_torch_tensor(value):
+        import torch
+
+        t = value.detach()
+        tok = {"f32": (torch.float32,), "u64": (torch.int64, getattr(torch, "uint64", torch.int64))}
+        if not t.is_cuda:
+            raise FlashSampleValueError(
+                ERR_POINTER, fn, "%s: params_on_device needs a CUDA tensor, got one on %s"
+                % (name, t.device)
+            )
+        if t.dtype not in tok[want]:
+            raise FlashSampleTypeError(
+                ERR_DTYPE, fn, "%s has dtype %s; expected %s" % (name, t.dtype,
+                                                                 "float32" if want == "f32"
+                                                                 else "int64 or uint64")
+            )
+        if tuple(t.shape) != (rows,) or (rows > 1 and t.stride(0) != 1):
+            raise FlashSampleValueError(
+                ERR_SHAPE, fn, "%s must be a contiguous (%d,) tensor, got shape %s"
+                % (name, rows, tuple(t.shape))
+            )
+        return t.data_ptr(), t, "torch", t.device.index or 0
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None or isinstance(value, np.ndarray):
+        raise FlashSampleValueError(
+            ERR_POINTER, fn, "%s: params_on_device needs device memory (a torch CUDA tensor or "
+            "__cuda_array_interface__), got %s" % (name, type(value).__name__)
+        )
+    if cai.get("typestr") not in ok:
+        raise FlashSampleTypeError(
+            ERR_DTYPE, fn, "%s has typestr %r; expected %s" % (name, cai.get("typestr"), ok)
+        )
+    itemsize = 4 if want == "f32" else 8
+    strides = cai.get("strides")
+    if tuple(cai["shape"]) != (rows,) or (strides is not None and rows > 1
+                                          and strides[0] != itemsize):
+        raise FlashSampleValueError(
+            ERR_SHAPE, fn, "%s must be a contiguous (%d,) array, got shape %s"
+            % (name, rows, tuple(cai["shape"]))
+        )
+    return int(cai["data"][0] or 0), value, "cai", -1

@@ -73,6 +73,8 @@ class fls_context_config(Structure):
         ("device", c_int),
         ("stream", c_void_p),
         ("workspace_bytes", c_size_t),
+        # ---- since 0.2 ----
+        ("async_", c_int),  # `async` in C (a Python keyword)
     ]
 
 
@@ -111,6 +113,7 @@ class fls_params(Structure):
         ("filter_value", c_double),
         ("row_filter_value", POINTER(c_double)),
         ("group_size", c_int64),
+        ("params_on_device", c_int),
     ]
 
 
@@ -191,6 +194,7 @@ fls_context_engine = _fn("fls_context_engine", c_enum, c_void_p)
 fls_context_threads = _fn("fls_context_threads", c_int, c_void_p)
 fls_context_simd = _fn("fls_context_simd", c_enum, c_void_p)
 fls_simd_name = _fn("fls_simd_name", c_char_p, c_enum)
+fls_context_sync = _fn("fls_context_sync", c_int, c_void_p)
 fls_cuda_available = _fn("fls_cuda_available", c_int)
 fls_cuda_built = _fn("fls_cuda_built", c_int)
 fls_device_malloc = _fn("fls_device_malloc", c_int, _P(c_void_p), c_size_t)

@@ -12,7 +12,15 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _capi
-from ._arrays import View, as_view, is_array_like, ptr_of, row_array
+from ._arrays import (
+    View,
+    as_view,
+    device_row,
+    is_array_like,
+    is_device_array,
+    ptr_of,
+    row_array,
+)
 from ._errors import FlashSampleError, FlashSampleTypeError, FlashSampleValueError, check
 
 ERR_SHAPE, ERR_DTYPE, ERR_PARAM, ERR_POINTER = -4, -5, -9, -10
@@ -211,8 +219,11 @@ PARAM_NAMES = (
         "without_replacement_k",
         "row_without_replacement_k",
         "filter",
+        "params_on_device",
     )
 )
+# the per-row fields that fls_params.params_on_device puts in device memory
+_DEVICE_ROWS = {"temperature": "f32", "seed": "u64", "offset": "u64"}
 
 
 class _Params:
@@ -227,6 +238,27 @@ class _Params:
             )
         p = _capi.new_params()
         keep = []
+        self.device_views = []  # (kind, device index, owner) of device parameter arrays
+        pod = kw.get("params_on_device")
+        row_values = {}
+        for name in _DEVICE_ROWS:
+            v = kw.get(name)
+            alias = [a for a, t in _ROW_ALIASES.items() if t == name]
+            if alias and kw.get(alias[0]) is not None:
+                v = kw[alias[0]]
+            if v is not None and is_array_like(v):
+                row_values[name] = v
+        on_dev = [n for n, v in row_values.items() if is_device_array(v)]
+        if pod is None:
+            pod = bool(on_dev)
+        elif not pod and on_dev:
+            raise FlashSampleValueError(
+                ERR_POINTER, fn, "%s is device memory but params_on_device=False: per-row "
+                "parameters are host arrays unless params_on_device=True" % on_dev[0]
+            )
+        self.on_device = bool(pod)
+        if self.on_device:
+            p.params_on_device = 1
         for alias, target in _ROW_ALIASES.items():
             if alias in kw and kw[alias] is not None:
                 if target in kw and is_array_like(kw[target]):
@@ -244,7 +276,14 @@ class _Params:
             row_value = kw.get(alias[0]) if alias else None
             if value is not None and is_array_like(value):
                 row_value, value = value, None
-            if row_value is not None:
+            if row_value is not None and self.on_device and name in _DEVICE_ROWS:
+                ptr, owner, kind, dev = device_row(
+                    row_value, rows, _DEVICE_ROWS[name], fn, alias[0] if alias else name
+                )
+                keep.append(owner)
+                self.device_views.append((kind, dev, owner))
+                setattr(p, row_field, ctypes.cast(ctypes.c_void_p(ptr), ctypes.POINTER(ctype)))
+            elif row_value is not None:
                 arr = row_array(row_value, rows, npd, fn, alias[0] if alias else name)
                 keep.append(arr)
                 setattr(p, row_field, ptr_of(arr, ctype))
@@ -305,7 +344,8 @@ class DeviceArray:
     torch tensors). Exposes __cuda_array_interface__ (so cupy.asarray(x) and
     torch.as_tensor(x, device='cuda') view it without a copy); .numpy() copies to the host."""
 
-    def __init__(self, shape: tuple, dtype: Any):
+    def __init__(self, shape: tuple, dtype: Any, stream: Optional[int] = None):
+        self.stream = stream  # where it is written (serving mode); None: ready
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
@@ -324,7 +364,7 @@ class DeviceArray:
             "data": (self.ptr, False),
             "strides": None,
             "version": 3,
-            "stream": None,  # the library synchronizes before returning
+            "stream": self.stream,
         }
 
     def numpy(self) -> np.ndarray:
@@ -413,6 +453,7 @@ class Context:
         device: int = 0,
         stream: Any = "auto",
         workspace_bytes: int = 0,
+        asynchronous: bool = False,
     ):
         fn = "Context"
         self._ptr = ctypes.c_void_p()
@@ -438,6 +479,8 @@ class Context:
         cfg.device = _int(device, fn, "device", 0, 1 << 30)
         cfg.workspace_bytes = _int(workspace_bytes, fn, "workspace_bytes", 0, _U64_MAX)
         self._stream = 0
+        self.asynchronous = bool(asynchronous)
+        cfg.async_ = 1 if asynchronous else 0
         if cfg.engine == _capi.ENGINE_CUDA:
             self._stream = _stream_handle(stream, cfg.device)
             cfg.stream = ctypes.c_void_p(self._stream or None)
@@ -491,6 +534,12 @@ class Context:
         """The cudaStream_t the context was created with (0 = the default stream)."""
         return self._stream
 
+    def sync(self) -> None:
+        """fls_context_sync: waits for the calls of a serving-mode (asynchronous) context and raises
+        the first error since the last sync (FlashSampleError; those calls wrote nothing). On the
+        CPU engine and in synchronous mode it returns at once."""
+        check(_capi.fls_context_sync(self._handle("sync")), "fls_context_sync")
+
     def counters(self) -> Counters:
         """fls_context_counters: successful calls, rows sampled, rows that took the exact second
         pass of the rule family."""
@@ -525,24 +574,38 @@ class Context:
                         % (v.name, v.device_index, self.device)
                     )
 
+    def _torch_streams(self):
+        """(the caller's current torch stream, the context's) when they differ, else None."""
+        import torch
+
+        cur = torch.cuda.current_stream(self.device)
+        if int(cur.cuda_stream) == self._stream:
+            return None
+        if self._stream == 0:
+            mine = torch.cuda.default_stream(self.device)
+        else:
+            mine = torch.cuda.ExternalStream(self._stream, device=self.device)
+        return cur, mine
+
     def _order_after_callers(self, views: list) -> None:
         if self.engine != "cuda":
             return
         if any(v.kind == "torch" for v in views):
-            import torch
-
-            cur = torch.cuda.current_stream(self.device)
-            if int(cur.cuda_stream) != self._stream:
-                if self._stream == 0:
-                    mine = torch.cuda.default_stream(self.device)
-                else:
-                    mine = torch.cuda.ExternalStream(self._stream, device=self.device)
-                mine.wait_stream(cur)
+            pair = self._torch_streams()
+            if pair is not None:
+                pair[1].wait_stream(pair[0])
         for v in views:
             s = v.cai_stream
             if v.kind == "cai" and s not in (None, 0) and s != self._stream:
                 if not (self._stream == 0 and s == 1):  # 1: the legacy default stream
                     _cu_stream_synchronize(s)
+
+    def _order_callers_after(self, views: list) -> None:
+        """Serving mode: the caller's torch stream waits for the context's work (the outputs)."""
+        if self.engine == "cuda" and self.asynchronous and any(v.kind == "torch" for v in views):
+            pair = self._torch_streams()
+            if pair is not None:
+                pair[0].wait_stream(pair[1])
 
     def _alloc(self, like: View, shape: tuple, dtype: Any) -> tuple:
         """(array, pointer) of a fresh output on the context's engine."""
@@ -555,7 +618,8 @@ class Context:
             tdt = {np.int64: torch.int64, np.float32: torch.float32}[dtype]
             t = torch.empty(shape, dtype=tdt, device="cuda:%d" % self.device)
             return t, (t.data_ptr() or None)
-        d = DeviceArray(shape, dtype)
+        stream = (self._stream or 1) if self.asynchronous else None
+        d = DeviceArray(shape, dtype, stream)
         return d, (d.ptr or None)
 
     def _outputs(self, fn: str, like: View, prm: _Params, rows: int, lse: bool, lp: bool):
@@ -599,10 +663,12 @@ class Context:
         self._check_views(fn, [L])
         prm = _Params(fn, L.rows, params)
         out, res = self._outputs(fn, L, prm, L.rows, return_logsumexp, return_logprobs)
-        self._order_after_callers([L])
+        views = [L] + self._param_views(fn, prm)
+        self._order_after_callers(views)
         st = _capi.fls_sample_logits(
             self._handle(fn), ctypes.byref(L.matrix), ctypes.byref(prm.p), ctypes.byref(out)
         )
+        self._order_callers_after(views)
         if st != 0:
             raise FlashSampleError(st, "fls_sample_logits", _locate(st, L))
         return res
@@ -635,7 +701,8 @@ class Context:
             )
         prm = _Params(fn, H.rows, params)
         out, res = self._outputs(fn, H, prm, H.rows, return_logsumexp, return_logprobs)
-        self._order_after_callers([W, H])
+        views = [W, H] + self._param_views(fn, prm)
+        self._order_after_callers(views)
         st = _capi.fls_sample_fused(
             self._handle(fn),
             ctypes.byref(W.matrix),
@@ -643,8 +710,30 @@ class Context:
             ctypes.byref(prm.p),
             ctypes.byref(out),
         )
+        self._order_callers_after(views)
         check(st, "fls_sample_fused")
         return res
+
+    def _param_views(self, fn: str, prm: "_Params") -> list:
+        """Device parameter arrays (params_on_device) as Views for the device and stream checks."""
+        if not prm.on_device:
+            return []
+        if self.engine != "cuda":
+            raise FlashSampleValueError(
+                ERR_POINTER, fn, "params_on_device is for the CUDA engine; on the cpu engine "
+                "per-row parameters are host arrays"
+            )
+        views = []
+        for kind, dev, owner in prm.device_views:
+            if kind == "torch" and dev != self.device:
+                raise FlashSampleValueError(
+                    ERR_POINTER, fn, "a per-row parameter is on cuda:%d but the context is on "
+                    "device %d" % (dev, self.device)
+                )
+            cai = getattr(owner, "__cuda_array_interface__", None) if kind == "cai" else None
+            views.append(View("params", _capi.fls_matrix(), "cuda", dev, kind, owner,
+                              cai_stream=cai.get("stream") if cai else None))
+        return views
 
     def stream(self, rows: int, vocab: int, **params: Any) -> "Stream":
         """A streaming state (fls_stream_create) for `rows` rows over `vocab` tokens."""
