@@ -152,6 +152,11 @@ def _matrix_from(
             % (name, tuple(shape))
         )
     rows, cols = int(shape[0]), int(shape[1])
+    if rows == 0 or cols == 0:
+        raise FlashSampleValueError(
+            ERR_SIZE, fn, "%s is empty: shape %s" % (name, (rows, cols) if not squeezed
+                                                      else (cols,))
+        )
     if strides_bytes is None:
         ld = cols
     else:

@@ -609,9 +609,11 @@ class Context:
 
     def _alloc(self, like: View, shape: tuple, dtype: Any) -> tuple:
         """(array, pointer) of a fresh output on the context's engine."""
+        n = int(np.prod(shape, dtype=np.int64))
         if self.engine == "cpu":
-            a = np.empty(shape, dtype=dtype)
-            return a, (a.ctypes.data if a.size else None)
+            # never a NULL pointer, even for an empty output: the library validates the request
+            buf = np.empty((max(n, 1),), dtype=dtype)
+            return buf[:n].reshape(shape), buf.ctypes.data
         if like.kind == "torch":
             import torch
 
