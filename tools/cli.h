@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Exit codes: 0 success, 1 failure (bad input, I/O, a failed audit), 2 usage. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -73,6 +74,16 @@ int cli_out_commit(fls_npy_file *f);
 void cli_out_abort(fls_npy_file *f);
 /* Writes an array into an already begun output. */
 int cli_out_write_npy(fls_npy_file *f, fls_npy_dtype dtype, int ndim, const int64_t *shape, const void *data);
+
+/* JSON: a number (null for inf and NaN, which JSON lacks) and an escaped string of at most max bytes. */
+void cli_json_num(FILE *fp, double v);
+void cli_json_str(FILE *fp, const char *s, size_t max);
+
+/* Whether path is an existing file that is also one of the n input paths
+ * (same device and inode: through any path or link); if so says so (oopt
+ * names the output option) and returns 1. */
+int cli_output_names_input(const char *oopt, const char *path, const char *const *iopts,
+                           const char *const *ipaths, int n);
 
 double cli_now(void);            /* monotonic seconds */
 void cli_utc_date(char out[32]); /* "2026-11-29T14:25:00Z" */

@@ -3,8 +3,8 @@
  * [--shards N]`: the vocabulary streamed through the online API
  * (fls_stream_*, docs/GROUPED.md) instead of one call.
  *
- * Shard s of N covers the contiguous tokens [s V / N, (s + 1) V / N) with a
- * state of its own, fed in chunks of the global grid of C tokens (a chunk
+ * Shard s of N covers contiguous tokens (V / N of them, the first V % N
+ * shards one more) with a state of its own, fed in chunks of the global grid of C tokens (a chunk
  * is [c C, (c + 1) C) cut to the shard); with N > 1 every shard's state is
  * serialized to bytes, read back (fls_stream_deserialize) and merged in
  * shard order, as ranks of a tensor-parallel run would exchange them. The

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -333,6 +334,44 @@ int cli_out_write_npy(fls_npy_file *f, fls_npy_dtype dtype, int ndim, const int6
         cli_error("%s: %s", f->path, err);
         return -1;
     }
+    return 0;
+}
+
+void cli_json_num(FILE *fp, double v)
+{
+    if (isfinite(v))
+        fprintf(fp, "%.17g", v);
+    else
+        fputs("null", fp);
+}
+
+void cli_json_str(FILE *fp, const char *s, size_t max)
+{
+    fputc('"', fp);
+    for (size_t i = 0; i < max && s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(fp, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(fp, "\\u%04x", c);
+        else
+            fputc(c, fp);
+    }
+    fputc('"', fp);
+}
+
+int cli_output_names_input(const char *oopt, const char *path, const char *const *iopts,
+                           const char *const *ipaths, int n)
+{
+    struct stat so, si;
+    if (!path || stat(path, &so) != 0)
+        return 0; /* a new file cannot be an input */
+    for (int k = 0; k < n; k++)
+        if (ipaths[k] && stat(ipaths[k], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            cli_error("%s '%s' is the input file of %s ('%s'): refusing to overwrite an input", oopt, path,
+                      iopts[k], ipaths[k]);
+            return 1;
+        }
     return 0;
 }
 

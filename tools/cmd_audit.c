@@ -5,6 +5,7 @@
  * only if every test passes.
  */
 #include "cli.h"
+#include "cli_audit.h"
 #include "fls_audit.h"
 
 #include <math.h>
@@ -15,10 +16,32 @@
 static void audit_help(void)
 {
     printf("usage: flashsample audit [--quick | --full] [options]\n"
+           "       flashsample audit --logits L.npy --tokens tokens.npy [--temperature T | "
+           "--temperature-per-row "
+           "T.npy]\n"
+           "                         [rule flags] [--json FILE] [--report DIR]\n"
            "\n"
            "Draws samples through the public API for fixed cases (flat, Zipf, peaked, heavy-tailed,\n"
            "masked, per-row temperature, greedy) and tests each against the exact categorical\n"
            "distribution with Pearson chi-square (GSL). Seeds are fixed and printed.\n"
+           "\n"
+           "With --logits and --tokens, audits tokens drawn by any sampler (docs/AUDIT.md): the\n"
+           "global goodness of fit of every row at once, the deep-tail mass 10, 15, 20 and 25 nats\n"
+           "below each row's head, independence of draws (and of rows, with --pairs-rows) and ties,\n"
+           "at one family-wise false-failure budget; prints the table and what N draws can catch.\n"
+           "  --logits L.npy       the logits the sampler drew from, (B, V) float32 or float16\n"
+           "  --tokens tokens.npy  its tokens, int64 (B, N); (B, N, K) with --without-replacement K\n"
+           "  --temperature T      the temperature it used (default 1; 0 = greedy)\n"
+           "  --temperature-per-row T.npy  per-row temperatures, float32 (B,)\n"
+           "  --pairs-rows         also test rows 2i and 2i+1 for independence (only for rows drawn\n"
+           "                       independently, e.g. different requests)\n"
+           "  --report DIR         also write DIR/report.md with figures (observed vs expected per\n"
+           "                       bin with 0.999 intervals, the tail-mass curve, every p-value) by\n"
+           "                       tools/audit_report.py; needs a python3 with matplotlib\n"
+           "                       (FLASHSAMPLE_PYTHON chooses one)\n"
+           "  the rule flags below: the tokens are audited against the rule's distribution\n"
+           "%s"
+           "  (exit status here: 0 every test passed, 1 a test failed, 2 bad usage or input)\n"
            "\n"
            "  --quick              a short audit (seconds; the default)\n"
            "  --full               the whole suite (minutes)\n"
@@ -29,32 +52,8 @@ static void audit_help(void)
            "  --simd PATH          CPU SIMD path: auto (the default; the only one the audit can\n"
            "                       use until the audit runner takes a path)\n"
            "\n"
-           "exit status: 0 every test passed, 1 a test failed or the audit could not run, 2 usage error\n");
-}
-
-/* JSON number; chi2 and p can be inf or NaN only if something is badly
- * wrong, and JSON has no literal for them: write null. */
-static void json_num(FILE *fp, double v)
-{
-    if (isfinite(v))
-        fprintf(fp, "%.17g", v);
-    else
-        fputs("null", fp);
-}
-
-static void json_str(FILE *fp, const char *s, size_t max)
-{
-    fputc('"', fp);
-    for (size_t i = 0; i < max && s[i]; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(fp, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(fp, "\\u%04x", c);
-        else
-            fputc(c, fp);
-    }
-    fputc('"', fp);
+           "exit status: 0 every test passed, 1 a test failed or the audit could not run, 2 usage error\n",
+           cli_rule_help);
 }
 
 static void write_json(FILE *fp, const fls_audit_options *ao, const fls_audit_row *rows, size_t n,
@@ -68,20 +67,20 @@ static void write_json(FILE *fp, const fls_audit_options *ao, const fls_audit_ro
             ao->full ? "full" : "quick", ao->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu",
             (unsigned long long)ao->seed);
     fprintf(fp, "  \"threads\": %d,\n  \"seconds\": ", ao->threads);
-    json_num(fp, seconds);
+    cli_json_num(fp, seconds);
     fprintf(fp, ",\n  \"tests\": %zu,\n  \"all_pass\": %s,\n  \"rows\": [", n, all_pass ? "true" : "false");
     for (size_t i = 0; i < n; i++) {
         const fls_audit_row *r = &rows[i];
         fprintf(fp, "%s\n    {\"test\": ", i ? "," : "");
-        json_str(fp, r->test, sizeof r->test);
+        cli_json_str(fp, r->test, sizeof r->test);
         fputs(", \"engine\": ", fp);
-        json_str(fp, r->engine, sizeof r->engine);
+        cli_json_str(fp, r->engine, sizeof r->engine);
         fprintf(fp, ", \"V\": %lld, \"draws\": %lld, \"chi2\": ", (long long)r->V, (long long)r->draws);
-        json_num(fp, r->chi2);
+        cli_json_num(fp, r->chi2);
         fprintf(fp, ", \"dof\": %d, \"p\": ", r->dof);
-        json_num(fp, r->p);
+        cli_json_num(fp, r->p);
         fputs(", \"alpha\": ", fp);
-        json_num(fp, r->alpha);
+        cli_json_num(fp, r->alpha);
         fprintf(fp, ", \"pass\": %s}", r->pass ? "true" : "false");
     }
     fprintf(fp, "%s]\n}\n", n ? "\n  " : "");
@@ -91,15 +90,58 @@ int cli_audit(int argc, char **argv)
 {
     const char *json = NULL, *device = NULL, *seed = NULL, *threads = NULL, *simd_s = NULL;
     int quick = 0, full = 0, help;
-    const cli_option opts[] = {{"--quick", NULL, &quick}, {"--full", NULL, &full},
-                               {"--json", &json, NULL},   {"--device", &device, NULL},
-                               {"--seed", &seed, NULL},   {"--threads", &threads, NULL},
-                               {"--simd", &simd_s, NULL}, {NULL, NULL, NULL}};
+    audit_ext_opts eo;
+    memset(&eo, 0, sizeof eo);
+    const cli_option opts[] = {{"--quick", NULL, &quick},
+                               {"--full", NULL, &full},
+                               {"--json", &json, NULL},
+                               {"--device", &device, NULL},
+                               {"--seed", &seed, NULL},
+                               {"--threads", &threads, NULL},
+                               {"--simd", &simd_s, NULL},
+                               {"--logits", &eo.logits, NULL},
+                               {"--tokens", &eo.tokens, NULL},
+                               {"--temperature", &eo.temperature, NULL},
+                               {"--temperature-per-row", &eo.temperature_rows, NULL},
+                               {"--report", &eo.report, NULL},
+                               {"--pairs-rows", NULL, &eo.pairs_rows},
+                               CLI_RULE_OPTIONS(eo.rule),
+                               {NULL, NULL, NULL}};
     if (cli_parse(argc, argv, opts, &help) != CLI_OK)
         return CLI_USAGE;
     if (help) {
         audit_help();
         return CLI_OK;
+    }
+    if (eo.logits || eo.tokens) {
+        const char *own = quick     ? "--quick"
+                          : full    ? "--full"
+                          : device  ? "--device"
+                          : threads ? "--threads"
+                          : simd_s  ? "--simd"
+                                    : NULL;
+        if (own) {
+            cli_error(
+                "%s applies to the audit of our own engines, not to external tokens (--logits/--tokens)",
+                own);
+            return CLI_USAGE;
+        }
+        eo.json = json;
+        eo.seed = seed;
+        return cli_audit_external(&eo);
+    }
+    {
+        const char *ext = eo.temperature        ? "--temperature"
+                          : eo.temperature_rows ? "--temperature-per-row"
+                          : eo.report           ? "--report"
+                          : eo.pairs_rows       ? "--pairs-rows"
+                                                : cli_rule_first_flag(&eo.rule);
+        if (ext) {
+            cli_error(
+                "%s applies to the audit of external tokens: give --logits L.npy and --tokens tokens.npy",
+                ext);
+            return CLI_USAGE;
+        }
     }
     if (quick && full) {
         cli_error("--quick and --full exclude each other");
@@ -123,6 +165,8 @@ int cli_audit(int argc, char **argv)
     }
     ao.threads = (int)th;
     ao.progress = cli_progress_enabled();
+    if (cli_parse_only)
+        return CLI_OK;
     if (ao.engine == FLS_ENGINE_CUDA && !fls_cuda_available()) {
         cli_error("--device cuda: %s; use --device cpu",
                   fls_cuda_built() ? "this flashsample has the CUDA engine but no usable GPU was found"

@@ -222,24 +222,6 @@ static int same_file(const char *a, const char *b)
     return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-/* An output that is an existing input file (same device and inode, so
- * through any path, symbolic or hard link) is refused: the rename would
- * replace the input. */
-static int output_names_input(const char *oopt, const char *opath, const char *const *iopts,
-                              const char *const *ipaths, int n)
-{
-    struct stat so, si;
-    if (!opath || stat(opath, &so) != 0)
-        return 0; /* a new file cannot be an input */
-    for (int k = 0; k < n; k++)
-        if (ipaths[k] && stat(ipaths[k], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-            cli_error("%s '%s' is the input file of %s ('%s'): refusing to overwrite an input", oopt, opath,
-                      iopts[k], ipaths[k]);
-            return 1;
-        }
-    return 0;
-}
-
 /* ---- where did a NaN, +inf or all -inf row come from? ---- */
 
 static float elem_f32(const void *data, fls_dtype dt, size_t i)
@@ -503,8 +485,8 @@ int cli_sample(int argc, char **argv)
         const char *ipaths[8] = {
             o.logits,          o.weights,         o.hidden,          o.row_seeds,
             o.rule.top_k_rows, o.rule.top_p_rows, o.rule.min_p_rows, o.rule.filter_value_rows};
-        if (output_names_input("--out", o.out, iopts, ipaths, 8) ||
-            output_names_input("--counts", o.counts, iopts, ipaths, 8))
+        if (cli_output_names_input("--out", o.out, iopts, ipaths, 8) ||
+            cli_output_names_input("--counts", o.counts, iopts, ipaths, 8))
             return CLI_USAGE;
     }
     if (cli_parse_only)

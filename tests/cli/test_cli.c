@@ -1005,7 +1005,26 @@ Test(cli, help_lists_every_option)
     for (size_t k = 0; k < sizeof sample / sizeof *sample; k++)
         cr_expect(strstr(out_text, sample[k]), "sample --help lacks %s", sample[k]);
     cr_assert_eq(run_tool("audit", "--help", NULL), 0);
-    cr_expect(strstr(out_text, "--simd"), "%s", out_text);
+    const char *audit[] = {"--quick",
+                           "--full",
+                           "--json",
+                           "--device",
+                           "--seed",
+                           "--threads",
+                           "--simd",
+                           "--logits",
+                           "--tokens",
+                           "--temperature",
+                           "--temperature-per-row",
+                           "--report",
+                           "--pairs-rows",
+                           "--top-k",
+                           "--top-p",
+                           "--min-p",
+                           "--filter",
+                           "--without-replacement"};
+    for (size_t k = 0; k < sizeof audit / sizeof *audit; k++)
+        cr_expect(strstr(out_text, audit[k]), "audit --help lacks %s", audit[k]);
 
     /* --version: built without CUDA, or with it and whether a GPU is there */
     cr_assert_eq(run_tool("--version", NULL), 0);
@@ -1440,5 +1459,249 @@ Test(cli, streaming_refuses_what_it_cannot_do)
                           "--out", b, NULL),
                  0, "%s", err_text);
     cr_expect(strstr(out_text, "method unfused-multinomial"), "%s", out_text);
+    free(L);
+}
+
+/* ---- issue 12: the audit of external tokens ---- */
+
+static double u53(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-53;
+}
+
+/* N draws per row from softmax(l * scale) restricted to tokens within cut
+ * nats of the row's max (cut = INFINITY: none), by inverse CDF in double. */
+static int64_t *draw_softmax(const float *L, int64_t B, int64_t V, double scale, double cut, int64_t N,
+                             uint64_t seed)
+{
+    int64_t *t = malloc((size_t)(B * N) * sizeof *t);
+    double *p = malloc((size_t)V * sizeof *p);
+    rng_state = seed;
+    for (int64_t b = 0; b < B; b++) {
+        double m = -INFINITY, z = 0.0;
+        for (int64_t v = 0; v < V; v++)
+            m = fmax(m, (double)L[b * V + v] * scale);
+        for (int64_t v = 0; v < V; v++) {
+            const double x = (double)L[b * V + v] * scale;
+            p[v] = m - x <= cut ? exp(x - m) : 0.0;
+            z += p[v];
+        }
+        for (int64_t n = 0; n < N; n++) {
+            double u = u53() * z, acc = 0.0;
+            int64_t v = 0;
+            while (v < V - 1 && (acc += p[v]) <= u)
+                v++;
+            while (p[v] == 0.0 && v > 0) /* u at the very end: the last possible token */
+                v--;
+            t[b * N + n] = v;
+        }
+    }
+    free(p);
+    return t;
+}
+
+Test(cli, audit_of_external_tokens_passes_exact_and_fails_wrong_samplers)
+{
+    const int64_t B = 4, V = 64, N = 20000;
+    float *L = random_f32(B * V, 3.0f, 41);
+    const int64_t ls[2] = {B, V}, ts[2] = {B, N};
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *wp = tpath("wrong.npy"), *js = tpath("a.json");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+
+    /* exact tokens from the library: exit 0, the power statement printed */
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--temperature", "0.7", "--seed", "8", "--samples",
+                          "20000", "--out", tp, NULL),
+                 0, "%s", err_text);
+    cr_expect_eq(
+        run_tool("audit", "--logits", lp, "--tokens", tp, "--temperature", "0.7", "--json", js, NULL), 0,
+        "%s%s", out_text, err_text);
+    cr_expect(strstr(out_text, "tokens/gof") && strstr(out_text, "tokens/tail15") &&
+                  strstr(out_text, "tokens/pairs-draws") && strstr(out_text, "tokens/ties"),
+              "%s", out_text);
+    cr_expect(strstr(out_text, "with these 80000 draws, a total-variation error >= ") &&
+                  strstr(out_text, "would be caught with probability 0.999"),
+              "%s", out_text);
+    cr_expect(strstr(out_text, "all pass"), "%s", out_text);
+    static char text[1 << 18];
+    slurp(js, text, sizeof text);
+    cr_expect(strstr(text, "\"all_pass\": true") && strstr(text, "\"power\": [") &&
+                  strstr(text, "\"groups\": [") && strstr(text, "\"tail\": {\"t\": ["),
+              "%s", text);
+
+    /* the temperature applied twice (numpy's softmax(l / T / T)): exit 1 */
+    int64_t *w = draw_softmax(L, B, V, 1.0 / (0.7 * 0.7), INFINITY, N, 42);
+    save(wp, FLS_NPY_I64, 2, ts, w);
+    free(w);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, "--temperature", "0.7", NULL), 1, "%s%s",
+                 out_text, err_text);
+    cr_expect(strstr(out_text, "FAIL"), "%s", out_text);
+    /* an exact sampler at the stated temperature passes (the test's own inverse CDF) */
+    w = draw_softmax(L, B, V, 1.0 / 0.7, INFINITY, N, 43);
+    save(wp, FLS_NPY_I64, 2, ts, w);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, "--temperature", "0.7", NULL), 0, "%s%s",
+                 out_text, err_text);
+    /* noise reused across draws: every draw of a row is its first */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t n = 1; n < N; n++)
+            w[b * N + n] = w[b * N];
+    save(wp, FLS_NPY_I64, 2, ts, w);
+    free(w);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, "--temperature", "0.7", NULL), 1, "%s%s",
+                 out_text, err_text);
+
+    /* a tail cut 9 nats below the head (a truncated candidate list): the 10-nat tail test fails */
+    float *Lt = malloc((size_t)(B * V) * sizeof *Lt);
+    for (int64_t i = 0; i < B * V; i++)
+        Lt[i] = i % V == 0 ? 0.0f : -10.5f;
+    save(lp, FLS_NPY_F32, 2, ls, Lt);
+    w = draw_softmax(Lt, B, V, 1.0, 9.0, N, 44);
+    save(wp, FLS_NPY_I64, 2, ts, w);
+    free(w);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, NULL), 1, "%s%s", out_text, err_text);
+    const char *t10 = strstr(out_text, "tokens/tail10");
+    cr_expect(t10 && strstr(t10, "FAIL"), "%s", out_text);
+    w = draw_softmax(Lt, B, V, 1.0, INFINITY, N, 45);
+    save(wp, FLS_NPY_I64, 2, ts, w);
+    free(w);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, NULL), 0, "%s%s", out_text, err_text);
+    free(Lt);
+    free(L);
+}
+
+Test(cli, audit_of_external_tokens_under_rules)
+{
+    const int64_t B = 3, V = 50, N = 20000, K = 3;
+    float *L = random_f32(B * V, 3.0f, 46);
+    const int64_t ls[2] = {B, V}, ts3[3] = {B, N, K};
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *up = tpath("u.npy"), *wp = tpath("w.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "20000", "--top-k", "7", "--top-p", "0.9",
+                          "--out", tp, NULL),
+                 0, "%s", err_text);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "20000", "--seed", "2", "--out", up, NULL),
+                 0, "%s", err_text);
+    /* the rule's tokens pass against the rule; without it, or unfiltered tokens against it, fail */
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--top-k", "7", "--top-p", "0.9", NULL), 0,
+                 "%s%s", out_text, err_text);
+    cr_expect(strstr(out_text, "rule: top-k 7, top-p 0.9"), "%s", out_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, NULL), 1, "%s", out_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", up, "--top-k", "7", "--top-p", "0.9", NULL), 1,
+                 "%s", out_text);
+    cr_expect(strstr(out_text, "sample(s) on zero-probability tokens") || strstr(out_text, "FAIL"), "%s",
+              out_text);
+    /* top-k off by one (k + 1) fails against k */
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--top-k", "6", "--top-p", "0.9", NULL), 1,
+                 "%s", out_text);
+
+    /* without replacement: (B, N, K) tuples, every position given the earlier ones */
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "20000", "--min-p", "0.01",
+                          "--without-replacement", "3", "--out", tp, NULL),
+                 0, "%s", err_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--min-p", "0.01", "--without-replacement",
+                          "3", NULL),
+                 0, "%s%s", out_text, err_text);
+    cr_expect(strstr(out_text, "pos1/gof") && strstr(out_text, "pos2/gof") &&
+                  strstr(out_text, "tokens/structure"),
+              "%s", out_text);
+    /* positions 1..K-1 drawn with replacement (independent draws): caught */
+    int64_t *one = draw_softmax(L, B, V, 1.0, log(100.0), N * K, 47),
+            *w = malloc((size_t)(B * N * K) * sizeof *w);
+    for (int64_t i = 0; i < B * N * K; i++)
+        w[i] = one[i];
+    save(wp, FLS_NPY_I64, 3, ts3, w);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, "--min-p", "0.01", "--without-replacement",
+                          "3", NULL),
+                 1, "%s%s", out_text, err_text);
+    const char *s = strstr(out_text, "tokens/structure");
+    cr_expect(s && strstr(s, "FAIL"), "%s", out_text);
+    free(one);
+    free(w);
+    free(L);
+}
+
+Test(cli, audit_of_external_tokens_bad_input_exits_2)
+{
+    const int64_t B = 2, V = 10, N = 5, ls[2] = {B, V}, ts[2] = {B, N}, tbad[2] = {B + 1, N}, bs[1] = {3};
+    float *L = random_f32(B * V, 1.0f, 48);
+    int64_t tok[15] = {0};
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *bp = tpath("bad.npy"), *fp = tpath("f.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    save(tp, FLS_NPY_I64, 2, ts, tok);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tpath("none.npy"), NULL), 2);
+    cr_expect(strstr(err_text, "--tokens") && strstr(err_text, "cannot open"), "%s", err_text);
+    save(bp, FLS_NPY_I64, 2, tbad, tok);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", bp, NULL), 2);
+    cr_expect(strstr(err_text, "expected (B, N) = (2, N)"), "%s", err_text);
+    save(bp, FLS_NPY_F32, 2, ts, L);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", bp, NULL), 2);
+    cr_expect(strstr(err_text, "int64"), "%s", err_text);
+    const int64_t t3[3] = {B, N, 1};
+    save(bp, FLS_NPY_I64, 3, t3, tok);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", bp, NULL), 2);
+    cr_expect(strstr(err_text, "--without-replacement"), "%s", err_text);
+    L[3] = NAN;
+    save(bp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("audit", "--logits", bp, "--tokens", tp, NULL), 2);
+    cr_expect(strstr(err_text, "NaN at row 0, column 3"), "%s", err_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--temperature", "-1", NULL), 2);
+    const float tr[3] = {1.0f, 1.0f, 1.0f};
+    save(fp, FLS_NPY_F32, 1, bs, tr);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--temperature-per-row", fp, NULL), 2);
+    cr_expect(strstr(err_text, "expected shape (2,)"), "%s", err_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--temperature", "1",
+                          "--temperature-per-row", fp, NULL),
+                 2);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--top-k", "11", NULL), 2);
+    cr_expect(strstr(err_text, "top-k is 0 (off) to V = 10"), "%s", err_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--quick", NULL), 2);
+    cr_expect_eq(run_tool("audit", "--tokens", tp, NULL), 2);
+    cr_expect(strstr(err_text, "needs both --logits"), "%s", err_text);
+    cr_expect_eq(run_tool("audit", "--quick", "--top-k", "3", NULL), 2);
+    cr_expect(strstr(err_text, "applies to the audit of external tokens"), "%s", err_text);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--json", lp, NULL), 2);
+    cr_expect(strstr(err_text, "refusing to overwrite an input"), "%s", err_text);
+    /* --report without a python that has matplotlib: exit 2 before the audit, a clear message */
+    setenv("FLASHSAMPLE_PYTHON", "/bin/false", 1);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--report", tpath("rep"), NULL), 2);
+    cr_expect(strstr(err_text, "cannot import matplotlib"), "%s", err_text);
+    setenv("FLASHSAMPLE_PYTHON", tpath("no-such-python"), 1);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--report", tpath("rep"), NULL), 2);
+    cr_expect(strstr(err_text, "is not an executable file"), "%s", err_text);
+    unsetenv("FLASHSAMPLE_PYTHON");
+    cr_expect(!exists(tpath("rep")));
+    free(L);
+}
+
+Test(cli, audit_report_writes_markdown_and_figures)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1");
+    if (system(cmd) != 0)
+        cr_skip_test("no /usr/bin/python3 with matplotlib (bash tools/setup-deps.sh installs it)");
+    const int64_t B = 2, V = 40, ls[2] = {B, V};
+    float *L = random_f32(B * V, 2.0f, 49);
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *rp = tpath("report");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--samples", "5000", "--out", tp, NULL), 0, "%s",
+                 err_text);
+    cr_assert_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--report", rp, NULL), 0, "%s%s", out_text,
+                 err_text);
+    const char *files[5] = {"report.md", "audit.json", "fig_bins.png", "fig_tail.png", "fig_pvalues.png"};
+    for (int k = 0; k < 5; k++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", rp, files[k]);
+        cr_expect(exists(p), "%s missing", p);
+    }
+    static char md[1 << 16];
+    char p[600];
+    snprintf(p, sizeof p, "%s/report.md", rp);
+    slurp(p, md, sizeof md);
+    cr_expect(strstr(md, "would be caught with probability 0.999") && strstr(md, "![tail](fig_tail.png)") &&
+                  strstr(md, "| tokens/gof |"),
+              "%s", md);
     free(L);
 }

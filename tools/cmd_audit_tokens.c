@@ -1,0 +1,1013 @@
+/*
+ * flashsample audit --logits L.npy --tokens tokens.npy — the audit of tokens
+ * drawn by any sampler (stats/fls_tokens.h, docs/AUDIT.md) against the exact
+ * categorical of the logits at their temperatures, under the rule family's
+ * flags (docs/RULES.md).
+ *
+ * Rules: fls_audit_tokens knows the temperature rule only (softmax(l / T)).
+ * A filter's distribution is softmax(l / T) restricted to its support, so
+ * the support of every row is computed here from the definitions
+ * (cli_rule_support) and every other token is masked with -inf: the audit's
+ * exact reference is then the rule's, and one sample outside the support
+ * (a token the rule excludes, e.g. just past the k-th value or the nucleus
+ * boundary) fails the global test outright. Without replacement (tokens
+ * (B, N, K)): position 0 is a draw from the filtered softmax; position j
+ * given positions 0..j-1 is a draw from it with those tokens masked too,
+ * so each (row, draw) becomes a row of its own for positions j >= 1; a
+ * structure check (no repeated token, -1 exactly past the support's size)
+ * comes on top. All positions share one family-wise budget.
+ *
+ * Exit status: 0 every test passes, 1 a test fails, 2 bad usage or input
+ * (including a report that cannot be made).
+ */
+#include "cli.h"
+#include "cli_audit.h"
+#include "cli_rules.h"
+#include "fls_tokens.h"
+
+#include "registry.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TAIL_POINTS 61                 /* t = 0, 0.5, ..., 30 nats */
+#define Z999        3.2905267314918945 /* two-sided 0.999 normal quantile */
+
+/* ---- python with matplotlib, for --report ---- */
+
+/* Runs argv (argv[0] a path), stdout and stderr to the tool's stderr when
+ * show, else to /dev/null. Returns the exit status, or -1. */
+static int run_quiet(char *const *argv, int show)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (!show) {
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    } else {
+        posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    }
+    pid_t pid;
+    fflush(NULL);
+    int e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e != 0)
+        return -1;
+    int status;
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int executable(const char *p)
+{
+    return access(p, X_OK) == 0;
+}
+
+/* The python3 to run the report with: $FLASHSAMPLE_PYTHON, else the first of
+ * /usr/bin/python3 and the python3 on PATH that imports matplotlib. */
+static int find_python(char *out, size_t cap)
+{
+    const char *env = getenv("FLASHSAMPLE_PYTHON");
+    char cands[8][512];
+    int n = 0;
+    if (env && *env)
+        snprintf(cands[n++], sizeof cands[0], "%s", env);
+    else {
+        snprintf(cands[n++], sizeof cands[0], "/usr/bin/python3");
+        const char *path = getenv("PATH");
+        for (const char *p = path ? path : ""; *p && n < 8;) {
+            size_t len = strcspn(p, ":");
+            if (len > 0 && len < 480)
+                snprintf(cands[n++], sizeof cands[0], "%.*s/python3", (int)len, p);
+            p += len + (p[len] == ':');
+        }
+    }
+    int found_any = 0;
+    for (int k = 0; k < n; k++) {
+        if (!executable(cands[k]))
+            continue;
+        found_any = 1;
+        char *argv[] = {cands[k], "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot",
+                        NULL};
+        if (run_quiet(argv, 0) == 0) {
+            snprintf(out, cap, "%.500s", cands[k]);
+            return 0;
+        }
+    }
+    if (env && *env)
+        cli_error("--report: FLASHSAMPLE_PYTHON=%s %s", env,
+                  found_any ? "cannot import matplotlib (install it there, e.g. python3-matplotlib)"
+                            : "is not an executable file");
+    else
+        cli_error(
+            "--report needs a python3 with matplotlib for its figures and none was found (tried "
+            "/usr/bin/python3 and python3 on PATH): install python3-matplotlib (bash tools/setup-deps.sh), "
+            "or set FLASHSAMPLE_PYTHON; the audit without --report needs no python");
+    return -1;
+}
+
+/* tools/audit_report.py: $FLASHSAMPLE_AUDIT_REPORT, else next to the
+ * executable (the build copies it there), else the source tree's. */
+static int find_script(char *out, size_t cap)
+{
+    const char *env = getenv("FLASHSAMPLE_AUDIT_REPORT");
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        if (access(out, R_OK) == 0)
+            return 0;
+        cli_error("--report: FLASHSAMPLE_AUDIT_REPORT=%s cannot be read", env);
+        return -1;
+    }
+    char exe[1024];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(out, cap, "%s/audit_report.py", exe);
+            if (access(out, R_OK) == 0)
+                return 0;
+        }
+    }
+#ifdef FLS_TOOLS_SOURCE_DIR
+    snprintf(out, cap, "%s/audit_report.py", FLS_TOOLS_SOURCE_DIR);
+    if (access(out, R_OK) == 0)
+        return 0;
+#endif
+    cli_error(
+        "--report: tools/audit_report.py was not found next to the executable or in the source tree; set "
+        "FLASHSAMPLE_AUDIT_REPORT to its path");
+    return -1;
+}
+
+/* --report DIR: an existing folder, or one that can be made. */
+static int check_report_dir(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) {
+            cli_error("--report %s: exists and is not a folder", dir);
+            return -1;
+        }
+        if (access(dir, W_OK | X_OK) != 0) {
+            cli_error("--report %s: cannot write there: %s", dir, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    char parent[1100];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/')
+        parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    const char *pd = slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".";
+    if (stat(pd, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(pd, W_OK | X_OK) != 0) {
+        cli_error("--report %s: cannot create the folder (its parent %s is not a writable folder)", dir, pd);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the figures' data: bins of the transform, the tail curve ---- */
+
+typedef struct curves {
+    int K;
+    int64_t n;
+    double *bin_obs, *bin_exp;  /* K */
+    double tail_t[TAIL_POINTS]; /* nats below the head */
+    double tail_obs[TAIL_POINTS], tail_exp[TAIL_POINTS], tail_var[TAIL_POINTS];
+} curves;
+
+typedef struct pv {
+    double p;
+    int64_t i;
+} pv;
+
+static int by_p(const void *a, const void *b)
+{
+    const pv *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+/* For R rows of logits (row stride V) at their temperatures and N tokens per
+ * row: the fractional histogram of the probability integral transform
+ * (each sample spreads 1 over [F(v-), F(v)) in K equal bins: the expectation
+ * of the randomized transform's histogram given the tokens; each bin expects
+ * n / K) and the tail curve: samples more than t nats below their row's
+ * head against the exact expectation. */
+static fls_status make_curves(const float *L, int64_t R, int64_t V, const float *temps, float T,
+                              const int64_t *tok, int64_t N, int K, curves *c)
+{
+    memset(c, 0, sizeof *c);
+    c->K = K;
+    c->bin_obs = calloc((size_t)K, sizeof(double));
+    c->bin_exp = calloc((size_t)K, sizeof(double));
+    double *p = malloc((size_t)V * sizeof *p), *start = malloc((size_t)V * sizeof *start);
+    pv *order = malloc((size_t)V * sizeof *order);
+    fls_status st = FLS_ERR_OUT_OF_MEMORY;
+    if (!c->bin_obs || !c->bin_exp || !p || !start || !order)
+        goto done;
+    for (int t = 0; t < TAIL_POINTS; t++)
+        c->tail_t[t] = 0.5 * t;
+    for (int64_t r = 0; r < R; r++) {
+        const double Tr = temps ? (double)temps[r] : (double)T;
+        if ((st = fls_stats_probs_temperature_f32(L + r * V, V, Tr, p)) != FLS_OK)
+            goto done;
+        for (int64_t v = 0; v < V; v++) {
+            order[v].p = p[v];
+            order[v].i = v;
+        }
+        qsort(order, (size_t)V, sizeof *order, by_p);
+        double acc = 0.0;
+        for (int64_t k = 0; k < V; k++) {
+            start[order[k].i] = acc;
+            acc += order[k].p;
+        }
+        const double pmax = order[0].p;
+        /* tail masses at each t: tokens with p < pmax e^-t, walking up from the least likely */
+        double mass[TAIL_POINTS];
+        for (int t = 0; t < TAIL_POINTS; t++) {
+            const double thr = pmax * exp(-c->tail_t[t]);
+            double m = 0.0;
+            for (int64_t k = V - 1; k >= 0 && order[k].p < thr; k--)
+                m += order[k].p;
+            mass[t] = m;
+        }
+        int64_t nr = 0;
+        for (int64_t j = 0; j < N; j++) {
+            const int64_t v = tok[r * N + j];
+            if (v < 0 || v >= V || !(p[v] > 0.0))
+                continue; /* the audit fails it outright; not drawn here */
+            nr++;
+            const double a = start[v], b = start[v] + p[v];
+            int ja = (int)(a * K), jb = (int)(b * K);
+            ja = ja < K ? ja : K - 1;
+            jb = jb < K ? jb : K - 1;
+            for (int k = ja; k <= jb; k++) {
+                const double lo = a > (double)k / K ? a : (double)k / K,
+                             hi = b < (double)(k + 1) / K ? b : (double)(k + 1) / K;
+                if (hi > lo)
+                    c->bin_obs[k] += (hi - lo) / p[v];
+            }
+            for (int t = 0; t < TAIL_POINTS; t++)
+                if (p[v] < pmax * exp(-c->tail_t[t]))
+                    c->tail_obs[t] += 1.0;
+        }
+        c->n += nr;
+        for (int t = 0; t < TAIL_POINTS; t++) {
+            c->tail_exp[t] += (double)nr * mass[t];
+            c->tail_var[t] += (double)nr * mass[t] * (1.0 - mass[t]);
+        }
+    }
+    for (int k = 0; k < K; k++)
+        c->bin_exp[k] = (double)c->n / K;
+    st = FLS_OK;
+done:
+    free(p);
+    free(start);
+    free(order);
+    return st;
+}
+
+static void curves_free(curves *c)
+{
+    free(c->bin_obs);
+    free(c->bin_exp);
+    c->bin_obs = c->bin_exp = NULL;
+}
+
+/* ---- one audited group (all tokens, or one position without replacement) ---- */
+
+typedef struct group {
+    char name[32];
+    fls_tokens_options o;
+    int tests;
+    size_t row0, nrows;     /* its rows in the table */
+    int64_t rows_in, draws; /* rows of logits it audited, samples */
+    curves c;
+    int done;
+    char skipped[160]; /* why it did not run ("" if it ran) */
+} group;
+
+/* The central 0.999 interval of a count with mean mu and variance var:
+ * Poisson quantiles (exact, by summing the pmf) below a mean of 200, the
+ * normal approximation above. */
+static void interval(double mu, double var, double *lo, double *hi)
+{
+    if (!(mu > 0.0)) {
+        *lo = *hi = 0.0;
+        return;
+    }
+    if (mu >= 200.0) {
+        const double s = sqrt(var);
+        *lo = mu - Z999 * s;
+        *hi = mu + Z999 * s;
+        return;
+    }
+    const double tail = (1.0 - FLS_STATS_POWER) / 2.0;
+    double pk = exp(-mu), cdf = pk;
+    int64_t k = 0;
+    *lo = -1.0;
+    if (cdf > tail)
+        *lo = 0.0;
+    while (cdf < 1.0 - tail && k < 100000) {
+        k++;
+        pk *= mu / (double)k;
+        if (*lo < 0.0 && cdf + pk > tail)
+            *lo = (double)k;
+        cdf += pk;
+    }
+    if (*lo < 0.0)
+        *lo = (double)k;
+    *hi = (double)k;
+}
+
+static void json_array(FILE *fp, const double *v, int n)
+{
+    fputc('[', fp);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputs(", ", fp);
+        cli_json_num(fp, v[i]);
+    }
+    fputc(']', fp);
+}
+
+static void json_row(FILE *fp, const fls_audit_row *r)
+{
+    fputs("{\"test\": ", fp);
+    cli_json_str(fp, r->test, sizeof r->test);
+    fputs(", \"kind\": ", fp);
+    cli_json_str(fp, r->kind, sizeof r->kind);
+    fprintf(fp, ", \"V\": %lld, \"draws\": %lld, \"chi2\": ", (long long)r->V, (long long)r->draws);
+    cli_json_num(fp, r->chi2);
+    fprintf(fp, ", \"dof\": %d, \"p\": ", r->dof);
+    cli_json_num(fp, r->p);
+    fputs(", \"alpha\": ", fp);
+    cli_json_num(fp, r->alpha);
+    fprintf(fp, ", \"pass\": %s, \"bins\": %d, \"min_mass\": ", r->pass ? "true" : "false", r->bins);
+    cli_json_num(fp, r->min_mass);
+    fputs(", \"tv_caught\": ", fp);
+    cli_json_num(fp, r->tv_caught);
+    fputs(", \"tail_t\": ", fp);
+    cli_json_num(fp, r->tail_t);
+    fputs(", \"tail_mass\": ", fp);
+    cli_json_num(fp, r->tail_mass);
+    fputs(", \"expected\": ", fp);
+    cli_json_num(fp, r->expected);
+    fputs(", \"observed\": ", fp);
+    cli_json_num(fp, r->observed);
+    fputs(", \"deficit_caught\": ", fp);
+    cli_json_num(fp, r->deficit_caught);
+    fputs(", \"excess_caught\": ", fp);
+    cli_json_num(fp, r->excess_caught);
+    fputs(", \"note\": ", fp);
+    cli_json_str(fp, r->note, sizeof r->note);
+    fputc('}', fp);
+}
+
+typedef struct report_in {
+    const audit_ext_opts *o;
+    int64_t B, V, N, K;
+    char rule[256];
+    double alpha;
+    int tests, all_pass;
+    double seconds;
+    const fls_audit_row *rows;
+    size_t nrows;
+    const group *groups;
+    int ngroups;
+    char power[8][512];
+    int npower;
+} report_in;
+
+static void write_json(FILE *fp, const report_in *ri)
+{
+    char date[32];
+    cli_utc_date(date);
+    const audit_ext_opts *o = ri->o;
+    fprintf(
+        fp,
+        "{\n  \"tool\": \"flashsample audit\",\n  \"mode\": \"external\",\n  \"version\": \"%d.%d.%d\",\n",
+        FLS_VERSION_MAJOR, FLS_VERSION_MINOR, FLS_VERSION_PATCH);
+    fprintf(fp, "  \"date\": \"%s\",\n  \"inputs\": {\"logits\": ", date);
+    cli_json_str(fp, o->logits, 4096);
+    fputs(", \"tokens\": ", fp);
+    cli_json_str(fp, o->tokens, 4096);
+    fprintf(fp, ", \"B\": %lld, \"V\": %lld, \"N\": %lld, \"K\": %lld, \"temperature\": ", (long long)ri->B,
+            (long long)ri->V, (long long)ri->N, (long long)ri->K);
+    if (o->temperature_rows) {
+        fputs("\"per row: ", fp);
+        for (const char *c = o->temperature_rows; *c; c++)
+            if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20)
+                fputc(*c, fp);
+        fputc('"', fp);
+    } else {
+        cli_json_str(fp, o->temperature ? o->temperature : "1", 64);
+    }
+    fputs(", \"rule\": ", fp);
+    cli_json_str(fp, ri->rule, sizeof ri->rule);
+    fprintf(fp, "},\n  \"family\": {\"tests\": %d, \"budget\": ", ri->tests);
+    cli_json_num(fp, FLS_STATS_BUDGET);
+    fputs(", \"alpha\": ", fp);
+    cli_json_num(fp, ri->alpha);
+    fprintf(fp, "},\n  \"power_level\": ");
+    cli_json_num(fp, FLS_STATS_POWER);
+    fprintf(fp, ",\n  \"seconds\": ");
+    cli_json_num(fp, ri->seconds);
+    fprintf(fp, ",\n  \"all_pass\": %s,\n  \"power\": [", ri->all_pass ? "true" : "false");
+    for (int k = 0; k < ri->npower; k++) {
+        fputs(k ? ",\n    " : "\n    ", fp);
+        cli_json_str(fp, ri->power[k], sizeof ri->power[k]);
+    }
+    fprintf(fp, "%s],\n  \"rows\": [", ri->npower ? "\n  " : "");
+    for (size_t i = 0; i < ri->nrows; i++) {
+        fputs(i ? ",\n    " : "\n    ", fp);
+        json_row(fp, &ri->rows[i]);
+    }
+    fprintf(fp, "\n  ],\n  \"groups\": [");
+    int first = 1;
+    for (int g = 0; g < ri->ngroups; g++) {
+        const group *gr = &ri->groups[g];
+        if (!gr->done)
+            continue;
+        fputs(first ? "\n    " : ",\n    ", fp);
+        first = 0;
+        const curves *c = &gr->c;
+        double lo[TAIL_POINTS], hi[TAIL_POINTS];
+        fputs("{\"name\": ", fp);
+        cli_json_str(fp, gr->name, sizeof gr->name);
+        fprintf(fp, ", \"rows\": %lld, \"draws\": %lld, \"bins\": {\"observed\": ", (long long)gr->rows_in,
+                (long long)c->n);
+        json_array(fp, c->bin_obs, c->K);
+        fputs(", \"expected\": ", fp);
+        json_array(fp, c->bin_exp, c->K);
+        double blo[64], bhi[64];
+        const double q = 1.0 / c->K;
+        for (int k = 0; k < c->K && k < 64; k++)
+            interval(c->bin_exp[k], (double)c->n * q * (1.0 - q), &blo[k], &bhi[k]);
+        fputs(", \"lo\": ", fp);
+        json_array(fp, blo, c->K < 64 ? c->K : 64);
+        fputs(", \"hi\": ", fp);
+        json_array(fp, bhi, c->K < 64 ? c->K : 64);
+        for (int t = 0; t < TAIL_POINTS; t++)
+            interval(c->tail_exp[t], c->tail_var[t], &lo[t], &hi[t]);
+        fputs("}, \"tail\": {\"t\": ", fp);
+        json_array(fp, c->tail_t, TAIL_POINTS);
+        fputs(", \"observed\": ", fp);
+        json_array(fp, c->tail_obs, TAIL_POINTS);
+        fputs(", \"expected\": ", fp);
+        json_array(fp, c->tail_exp, TAIL_POINTS);
+        fputs(", \"lo\": ", fp);
+        json_array(fp, lo, TAIL_POINTS);
+        fputs(", \"hi\": ", fp);
+        json_array(fp, hi, TAIL_POINTS);
+        fputs("}}", fp);
+    }
+    fprintf(fp, "%s]\n}\n", first ? "" : "\n  ");
+}
+
+static int write_json_file(const char *path, const report_in *ri)
+{
+    fls_npy_file f;
+    memset(&f, 0, sizeof f);
+    if (cli_out_begin(&f, path) != 0)
+        return -1;
+    write_json(f.fp, ri);
+    return cli_out_commit(&f);
+}
+
+/* ---- inputs ---- */
+
+/* The first NaN or +inf logit, or a row of all -inf: a message, exit 2. */
+static int check_logits(const float *L, int64_t B, int64_t V, const char *path)
+{
+    for (int64_t b = 0; b < B; b++) {
+        int64_t finite = 0;
+        for (int64_t v = 0; v < V; v++) {
+            const float l = L[b * V + v];
+            if (isnan(l) || (isinf(l) && l > 0)) {
+                cli_error("--logits %s: %s at row %lld, column %lld%s", path, isnan(l) ? "NaN" : "+inf",
+                          (long long)b, (long long)v,
+                          isnan(l) ? "" : " (+inf is not a logit; mask a token with -inf)");
+                return -1;
+            }
+            finite += l > -INFINITY;
+        }
+        if (!finite) {
+            cli_error("--logits %s: row %lld has every logit at -inf (no token can be drawn)", path,
+                      (long long)b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The structure of tuples without replacement: per (row, draw), tokens in
+ * range, distinct, and -1 exactly at positions >= the support's size. */
+static void structure_row(const int64_t *tok, int64_t B, int64_t N, int64_t K, int64_t V,
+                          const int64_t *ssize, fls_audit_row *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->test, sizeof r->test, "tokens/structure");
+    snprintf(r->engine, sizeof r->engine, "ext");
+    snprintf(r->kind, sizeof r->kind, "structure");
+    r->V = V;
+    r->draws = B * N;
+    r->deficit_caught = r->excess_caught = r->tv_caught = INFINITY;
+    int64_t bad = 0, first_b = -1, first_n = -1;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t *t = tok + (b * N + n) * K;
+            int ok = 1;
+            for (int64_t j = 0; j < K && ok; j++) {
+                if (j >= ssize[b])
+                    ok = t[j] == -1;
+                else {
+                    ok = t[j] >= 0 && t[j] < V;
+                    for (int64_t i = 0; i < j && ok; i++)
+                        ok = t[i] != t[j];
+                }
+            }
+            if (!ok) {
+                if (!bad++) {
+                    first_b = b;
+                    first_n = n;
+                }
+            }
+        }
+    r->pass = bad == 0;
+    r->p = bad ? 0.0 : 1.0;
+    r->observed = (double)bad;
+    if (bad)
+        snprintf(r->note, sizeof r->note,
+                 "%lld bad tuple(s), first row %lld draw %lld: repeat, out of range or misplaced -1",
+                 (long long)bad, (long long)first_b, (long long)first_n);
+    else
+        snprintf(r->note, sizeof r->note, "every tuple: distinct tokens, -1 exactly past the support's size");
+}
+
+int cli_audit_external(const audit_ext_opts *o)
+{
+    /* ---- arguments ---- */
+    if (!o->logits || !o->tokens) {
+        cli_error("the audit of external tokens needs both --logits L.npy and --tokens tokens.npy");
+        return CLI_USAGE;
+    }
+    if (o->temperature && o->temperature_rows) {
+        cli_error("--temperature and --temperature-per-row exclude each other");
+        return CLI_USAGE;
+    }
+    float T = 1.0f;
+    uint64_t seed = 0;
+    cli_rule rule;
+    if ((o->temperature && cli_parse_float("--temperature", o->temperature, &T) != 0) ||
+        (o->seed && cli_parse_u64("--seed", o->seed, &seed) != 0) ||
+        cli_rule_parse(&o->rule, &rule) != CLI_OK)
+        return CLI_USAGE;
+    if (T < 0.0f) {
+        cli_error("--temperature must be >= 0 (0 is greedy), got %s", o->temperature);
+        return CLI_USAGE;
+    }
+    if (rule.filter_id >= 0 && rule.filter_id != FLS_FILTER_TOP_NSIGMA) {
+        cli_error(
+            "--filter %s: the audit computes the supports of min-p, top-k, top-p and top-nsigma only; this "
+            "registry rule has no reference here yet",
+            rule.filter);
+        return CLI_USAGE;
+    }
+    {
+        const char *iopts[7] = {
+            "--logits",        "--tokens",        "--temperature-per-row", "--top-k-per-row",
+            "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
+        const char *ipaths[7] = {
+            o->logits,          o->tokens,          o->temperature_rows,      o->rule.top_k_rows,
+            o->rule.top_p_rows, o->rule.min_p_rows, o->rule.filter_value_rows};
+        if (cli_output_names_input("--json", o->json, iopts, ipaths, 7))
+            return CLI_USAGE;
+    }
+    if (cli_parse_only)
+        return CLI_OK;
+    if (o->json && cli_out_check("--json", o->json) != 0)
+        return CLI_USAGE;
+    char python[512], script[1100];
+    if (o->report && (check_report_dir(o->report) != 0 || find_python(python, sizeof python) != 0 ||
+                      find_script(script, sizeof script) != 0))
+        return CLI_USAGE;
+
+    int rc = CLI_USAGE;
+    char err[FLS_NPY_ERR_LEN];
+    fls_npy_matrix Lm;
+    fls_npy_array ta, tra;
+    memset(&Lm, 0, sizeof Lm);
+    memset(&ta, 0, sizeof ta);
+    memset(&tra, 0, sizeof tra);
+    float *masked = NULL, *vL = NULL, *vT = NULL;
+    int64_t *tok0 = NULL, *ssize = NULL, *vtok = NULL;
+    uint8_t *keep = NULL;
+    fls_audit_row *rows = NULL;
+    group groups[64];
+    int ngroups = 0;
+    memset(groups, 0, sizeof groups);
+    fls_status st;
+
+    /* ---- inputs ---- */
+    const fls_dtype f32 = FLS_DTYPE_F32;
+    if ((st = fls_npy_read_matrix(o->logits, &f32, &Lm, err)) != FLS_OK) {
+        cli_error("--logits: %s%s", err,
+                  st == FLS_ERR_DTYPE && strstr(err, "float64") ? " (save x.astype(np.float32))" : "");
+        goto done;
+    }
+    const int64_t B = Lm.rows, V = Lm.cols;
+    const float *L = Lm.data;
+    if ((st = fls_npy_read(o->tokens, &ta, err)) != FLS_OK) {
+        cli_error("--tokens: %s%s", err, st == FLS_ERR_DTYPE ? "; expected int64 ('<i8') token indices" : "");
+        goto done;
+    }
+    if (ta.dtype != FLS_NPY_I64) {
+        cli_error(
+            "--tokens %s: dtype is %s ('%s'); expected int64 ('<i8') token indices (save x.astype(np.int64))",
+            o->tokens, fls_npy_dtype_name(ta.dtype), fls_npy_dtype_descr(ta.dtype));
+        goto done;
+    }
+    int64_t N, K = rule.wr_k > 0 ? rule.wr_k : 1;
+    if (ta.ndim == 1 && B == 1 && Lm.ndim == 1 && rule.wr_k == 0) {
+        N = ta.shape[0];
+    } else if (ta.ndim == 2 && rule.wr_k == 0 && ta.shape[0] == B) {
+        N = ta.shape[1];
+    } else if (ta.ndim == 3 && rule.wr_k > 0 && ta.shape[0] == B && ta.shape[2] == rule.wr_k) {
+        N = ta.shape[1];
+    } else {
+        char shape[128];
+        size_t k = 0;
+        shape[0] = '\0';
+        for (int d = 0; d < ta.ndim && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", d ? ", " : "",
+                                  (long long)ta.shape[d]);
+        if (ta.ndim == 3 && rule.wr_k == 0)
+            cli_error(
+                "--tokens %s: a 3-D array (%s): tokens without replacement need --without-replacement K "
+                "(K = %lld here)",
+                o->tokens, shape, (long long)ta.shape[2]);
+        else if (rule.wr_k > 0)
+            cli_error(
+                "--tokens %s: expected (B, N, K) = (%lld, N, %lld) with --without-replacement %lld, got (%s)",
+                o->tokens, (long long)B, (long long)rule.wr_k, (long long)rule.wr_k, shape);
+        else
+            cli_error(
+                "--tokens %s: expected (B, N) = (%lld, N): one row of draws per row of --logits %s, got (%s)",
+                o->tokens, (long long)B, o->logits, shape);
+        goto done;
+    }
+    if (N < 1) {
+        cli_error("--tokens %s: no draws (N = 0)", o->tokens);
+        goto done;
+    }
+    const int64_t *tok = ta.data;
+    const float *temps = NULL;
+    if (o->temperature_rows) {
+        if (cli_load_row_array("--temperature-per-row", o->temperature_rows, B, 1u << FLS_NPY_F32, &tra) != 0)
+            goto done;
+        temps = tra.data;
+        for (int64_t b = 0; b < B; b++)
+            if (!(isfinite(temps[b]) && temps[b] >= 0.0f)) {
+                cli_error(
+                    "--temperature-per-row %s: row %lld has %g; T must be finite and >= 0 (0 is greedy)",
+                    o->temperature_rows, (long long)b, (double)temps[b]);
+                goto done;
+            }
+    }
+    {
+        int lrc;
+        if (cli_rule_load(&rule, B, V, &lrc) != 0)
+            goto done;
+    }
+    if (check_logits(L, B, V, o->logits) != 0)
+        goto done;
+
+    /* ---- the rule's support: everything else masked ---- */
+    ssize = malloc((size_t)B * sizeof *ssize);
+    keep = malloc((size_t)V);
+    if (!ssize || !keep) {
+        cli_error("out of memory");
+        goto done;
+    }
+    const float *ref = L;
+    if (cli_rule_filters(&rule)) {
+        masked = malloc((size_t)(B * V) * sizeof *masked);
+        if (!masked) {
+            cli_error("out of memory for the masked logits");
+            goto done;
+        }
+        for (int64_t b = 0; b < B; b++) {
+            const float Tb = temps ? temps[b] : T;
+            /* T = 0: the filters apply to the logits as given (docs/RULES.md) */
+            ssize[b] = cli_rule_support(&rule, b, L + b * V, V, Tb > 0.0f ? Tb : 1.0f, keep);
+            if (ssize[b] < 0) {
+                cli_error("out of memory");
+                goto done;
+            }
+            for (int64_t v = 0; v < V; v++)
+                masked[b * V + v] = keep[v] ? L[b * V + v] : -INFINITY;
+        }
+        ref = masked;
+    } else {
+        for (int64_t b = 0; b < B; b++) {
+            ssize[b] = 0;
+            for (int64_t v = 0; v < V; v++)
+                ssize[b] += L[b * V + v] > -INFINITY;
+        }
+    }
+
+    /* ---- the groups and their family ---- */
+    for (int64_t j = 0; j < K && ngroups < 64; j++) {
+        group *g = &groups[ngroups++];
+        fls_tokens_options_default(&g->o);
+        g->o.seed = o->seed ? seed : g->o.seed;
+        if (j == 0) {
+            snprintf(g->name, sizeof g->name, "tokens");
+            g->o.pairs_rows = o->pairs_rows;
+        } else {
+            snprintf(g->name, sizeof g->name, "pos%lld", (long long)j);
+            g->o.pairs_draws = 0; /* one draw per (row, draw) row */
+            g->o.pairs_rows = 0;
+        }
+        g->o.name = g->name;
+        int64_t live = 0;
+        for (int64_t b = 0; b < B; b++)
+            live += ssize[b] > j ? N : 0;
+        char why[192];
+        if (j > 0 && live == 0)
+            snprintf(g->skipped, sizeof g->skipped, "no row's support has more than %lld token(s)",
+                     (long long)j);
+        else if (j > 0 && ((double)live * (double)V > 2e9 ||
+                           !fls_npy_memory_fits((size_t)live * (size_t)V * sizeof(float), why, sizeof why)))
+            snprintf(g->skipped, sizeof g->skipped,
+                     "not audited: position %lld needs one row of V logits per (row, draw): %lld x %lld is "
+                     "too much",
+                     (long long)j, (long long)live, (long long)V);
+        g->tests = g->skipped[0] ? 0 : fls_tokens_test_count(&g->o);
+    }
+    if (K > 64)
+        fprintf(stderr, "%s: note: positions >= 64 of the tuples are not audited (only their structure)\n",
+                cli_prog);
+    fls_stats_family fam;
+    fls_stats_family_init(&fam, FLS_STATS_BUDGET);
+    int later = 0;
+    for (int g = 1; g < ngroups; g++)
+        later += groups[g].tests;
+    fls_stats_family_add(&fam, K > 1 ? "external tokens, position 0" : "external tokens", groups[0].tests);
+    if (later)
+        fls_stats_family_add(&fam, "external tokens, positions 1..K-1 given the earlier ones", later);
+    const double alpha = fam.alpha;
+    size_t cap = (size_t)fam.size + 1;
+    rows = calloc(cap, sizeof *rows);
+    if (!rows) {
+        cli_error("out of memory");
+        goto done;
+    }
+
+    char rdesc[256];
+    cli_rule_describe(&rule, rdesc, sizeof rdesc);
+    printf("flashsample audit: external tokens %s (B=%lld rows, N=%lld draws per row) against the exact "
+           "distribution of %s (V=%lld)\n",
+           o->tokens, (long long)B, (long long)N, o->logits, (long long)V);
+    if (K > 1)
+        printf("tuples without replacement: K=%lld positions per draw; position j is tested given positions "
+               "0..j-1\n",
+               (long long)K);
+    if (temps)
+        printf("temperature per row from %s; rule: %s\n", o->temperature_rows, rdesc);
+    else
+        printf("temperature %g; rule: %s\n", (double)T, rdesc);
+    if (cli_rule_filters(&rule))
+        printf("rule supports computed from the definitions of docs/RULES.md; tokens outside them have "
+               "probability "
+               "0 (one sample there fails)\n");
+    fls_stats_family_print(stdout, "", &fam);
+    fflush(stdout);
+
+    /* ---- the audits ---- */
+    double t0 = cli_now();
+    size_t nrows = 0;
+    for (int g = 0; g < ngroups; g++) {
+        group *gr = &groups[g];
+        if (!gr->tests)
+            continue;
+        gr->o.alpha = alpha;
+        const float *gL;
+        const float *gT = temps;
+        const int64_t *gtok;
+        int64_t R, gN;
+        if (g == 0) {
+            if (K > 1) {
+                tok0 = malloc((size_t)(B * N) * sizeof *tok0);
+                if (!tok0) {
+                    cli_error("out of memory");
+                    goto done;
+                }
+                for (int64_t i = 0; i < B * N; i++)
+                    tok0[i] = tok[i * K];
+                gtok = tok0;
+            } else {
+                gtok = tok;
+            }
+            gL = ref;
+            R = B;
+            gN = N;
+        } else {
+            /* position g given positions 0..g-1: a row per (row, draw) with those masked */
+            int64_t live = 0;
+            for (int64_t b = 0; b < B; b++)
+                live += ssize[b] > g ? N : 0;
+            free(vL);
+            free(vT);
+            free(vtok);
+            vL = malloc((size_t)(live * V) * sizeof *vL);
+            vT = malloc((size_t)live * sizeof *vT);
+            vtok = malloc((size_t)live * sizeof *vtok);
+            if (!vL || !vT || !vtok) {
+                cli_error("out of memory for position %d's rows", g);
+                goto done;
+            }
+            int64_t r = 0;
+            for (int64_t b = 0; b < B; b++) {
+                if (ssize[b] <= g)
+                    continue;
+                for (int64_t n = 0; n < N; n++) {
+                    const int64_t *t = tok + (b * N + n) * K;
+                    int ok = 1;
+                    for (int64_t i = 0; i < g && ok; i++)
+                        ok = t[i] >= 0 && t[i] < V;
+                    if (!ok)
+                        continue; /* the structure check reports it */
+                    float *row = vL + r * V;
+                    memcpy(row, ref + b * V, (size_t)V * sizeof *row);
+                    for (int64_t i = 0; i < g; i++)
+                        row[t[i]] = -INFINITY;
+                    int any = 0;
+                    for (int64_t v = 0; v < V && !any; v++)
+                        any = row[v] > -INFINITY;
+                    if (!any)
+                        continue; /* earlier positions repeated tokens: the structure check reports it */
+                    vT[r] = temps ? temps[b] : T;
+                    vtok[r] = t[g];
+                    r++;
+                }
+            }
+            if (r == 0) {
+                snprintf(gr->skipped, sizeof gr->skipped, "no usable (row, draw) for position %d", g);
+                continue;
+            }
+            gL = vL;
+            gT = vT;
+            gtok = vtok;
+            R = r;
+            gN = 1;
+        }
+        size_t n = 0;
+        cli_progress("auditing %s", gr->name);
+        st = fls_audit_tokens(gL, R, V, V, gT, T, gtok, gN, &gr->o, rows + nrows, &n);
+        if (st != FLS_OK) {
+            cli_error("the audit of %s could not run: %s", gr->name, fls_status_string(st));
+            goto done;
+        }
+        gr->row0 = nrows;
+        gr->nrows = n;
+        gr->rows_in = R;
+        gr->draws = R * gN;
+        nrows += n;
+        /* the figures' data, at the global test's bins */
+        int Kb = rows[gr->row0].bins > 1 ? rows[gr->row0].bins : 2;
+        if ((st = make_curves(gL, R, V, gT, T, gtok, gN, Kb, &gr->c)) != FLS_OK) {
+            cli_error("the report's curves could not be computed: %s", fls_status_string(st));
+            goto done;
+        }
+        gr->done = 1;
+    }
+    if (K > 1)
+        structure_row(tok, B, N, K, V, ssize, &rows[nrows++]);
+    cli_progress_done();
+    const double seconds = cli_now() - t0;
+
+    /* ---- the table, the verdict, the power ---- */
+    size_t failed = 0;
+    printf("\n");
+    fls_audit_print_header(stdout);
+    for (size_t i = 0; i < nrows; i++) {
+        fls_audit_print_row(stdout, &rows[i]);
+        failed += !rows[i].pass;
+    }
+    for (int g = 0; g < ngroups; g++)
+        if (groups[g].skipped[0])
+            printf("%-28s %s\n", groups[g].name, groups[g].skipped);
+    report_in ri;
+    memset(&ri, 0, sizeof ri);
+    printf("\npower (probability %.3g at alpha %.3g per test):\n", FLS_STATS_POWER, alpha);
+    for (int g = 0; g < ngroups; g++) {
+        const group *gr = &groups[g];
+        if (!gr->done)
+            continue;
+        const fls_audit_row *gof = &rows[gr->row0];
+        char *s = ri.power[ri.npower < 8 ? ri.npower++ : 7];
+        snprintf(
+            s, sizeof ri.power[0],
+            "%.31s: with these %lld draws, a total-variation error >= %.3g in these %d bins (equal bins of "
+            "the "
+            "probability integral transform, each %.3g of the mass) would be caught with probability %.3g",
+            gr->name, (long long)gr->draws, gof->tv_caught, gof->bins, gof->min_mass, FLS_STATS_POWER);
+        printf("  %s\n", s);
+        for (size_t i = gr->row0; i < gr->row0 + gr->nrows; i++)
+            if (!strcmp(rows[i].kind, "tail") && rows[i].tail_t == 15.0) {
+                if (isfinite(rows[i].deficit_caught))
+                    printf("  %s: the mass more than 15 nats below the head (%.3g of the draws): a relative "
+                           "deficit "
+                           ">= %.3g or excess >= %.3g would be caught\n",
+                           gr->name, rows[i].tail_mass, rows[i].deficit_caught, rows[i].excess_caught);
+                else
+                    printf("  %s: the mass more than 15 nats below the head (%.3g of the draws) is too small "
+                           "for any "
+                           "deficit to show at this N%s\n",
+                           gr->name, rows[i].tail_mass,
+                           isfinite(rows[i].excess_caught) ? "; only an excess would" : "");
+            }
+        if (g == 0 && gof->tv_caught > FLS_STATS_TV) {
+            int64_t need = fls_tokens_draws_needed(gr->rows_in, alpha);
+            printf("  to catch a TV of %g in 32 bins, draw at least %lld per row (%lld in all)\n",
+                   FLS_STATS_TV, (long long)need, (long long)(need * gr->rows_in));
+        }
+    }
+    const int all_pass = nrows > 0 && failed == 0;
+    printf("\n%zu test%s, %zu failed, %.2f s: %s\n", nrows, nrows == 1 ? "" : "s", failed, seconds,
+           all_pass ? "all pass" : "FAILED");
+
+    ri.o = o;
+    ri.B = B;
+    ri.V = V;
+    ri.N = N;
+    ri.K = K;
+    snprintf(ri.rule, sizeof ri.rule, "%s", rdesc);
+    ri.alpha = alpha;
+    ri.tests = fam.size;
+    ri.all_pass = all_pass;
+    ri.seconds = seconds;
+    ri.rows = rows;
+    ri.nrows = nrows;
+    ri.groups = groups;
+    ri.ngroups = ngroups;
+    if (o->json && write_json_file(o->json, &ri) != 0)
+        goto done;
+    if (o->report) {
+        if (mkdir(o->report, 0777) != 0 && errno != EEXIST) {
+            cli_error("--report %s: cannot create the folder: %s", o->report, strerror(errno));
+            goto done;
+        }
+        char jp[1200];
+        snprintf(jp, sizeof jp, "%s/audit.json", o->report);
+        if (write_json_file(jp, &ri) != 0)
+            goto done;
+        char *argv[] = {python, script, jp, (char *)o->report, NULL};
+        int prc = run_quiet(argv, 1);
+        if (prc != 0) {
+            cli_error("--report: %s %s failed (exit %d); the JSON is in %s", python, script, prc, jp);
+            goto done;
+        }
+        printf("wrote %s/report.md and its figures (%s/*.png)\n", o->report, o->report);
+    }
+    if (o->json)
+        printf("wrote %s\n", o->json);
+    rc = all_pass ? CLI_OK : CLI_FAIL;
+
+done:
+    cli_progress_done();
+    for (int g = 0; g < ngroups; g++)
+        curves_free(&groups[g].c);
+    fls_npy_matrix_free(&Lm);
+    fls_npy_free(&ta);
+    fls_npy_free(&tra);
+    cli_rule_free(&rule);
+    free(masked);
+    free(vL);
+    free(vT);
+    free(vtok);
+    free(tok0);
+    free(ssize);
+    free(keep);
+    free(rows);
+    return rc;
+}
