@@ -306,3 +306,36 @@ def check_layout():
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("flashsample: the bindings assume a little-endian machine")
 check_layout()
+
+
+# ---- libflashsample_nccl (optional: built with the CUDA engine where NCCL is found) -------------
+
+NCCL_LIB_ENV = "FLASHSAMPLE_NCCL_LIBRARY"
+_nccl = None
+
+
+def nccl_lib():
+    """The loaded libflashsample_nccl, or None when this installation has none."""
+    global _nccl
+    if _nccl is None:
+        paths = []
+        if os.environ.get(NCCL_LIB_ENV):
+            paths.append(os.environ[NCCL_LIB_ENV])
+        libdir = os.path.join(_HERE, "_lib")
+        if os.path.isdir(libdir):
+            paths += [os.path.join(libdir, n) for n in sorted(os.listdir(libdir))
+                      if n.startswith("libflashsample_nccl.so")]
+        for p in paths:
+            try:
+                lib_ = ctypes.CDLL(p)
+            except OSError:
+                continue
+            f = lib_.fls_stream_allgather_nccl
+            f.restype = c_int
+            f.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p, POINTER(c_void_p),
+                          POINTER(c_size_t)]
+            _nccl = lib_
+            break
+        else:
+            _nccl = False
+    return _nccl or None

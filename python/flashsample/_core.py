@@ -118,6 +118,11 @@ def cuda_built() -> bool:
     return bool(_capi.fls_cuda_built())
 
 
+def nccl_available() -> bool:
+    """Whether this installation has libflashsample_nccl (Stream.allgather_nccl)."""
+    return _capi.nccl_lib() is not None
+
+
 def cuda_available() -> bool:
     """fls_cuda_available(): the CUDA engine is built and a usable GPU is present."""
     return bool(_capi.fls_cuda_available())
@@ -440,8 +445,12 @@ class Context:
     tile (0 = the engine's choice; never changes tokens). CUDA engine: device (ordinal) and stream:
     "auto" (the default: torch's current stream on that device when torch is installed, else the
     default stream), None (the default stream), a torch.cuda.Stream, an object with .ptr (cupy)
-    or an int cudaStream_t. The library synchronizes its stream before each call returns; each call
-    with torch tensors first makes that stream wait for the caller's current torch stream.
+    or an int cudaStream_t. Each call with torch tensors first makes the context's stream wait for
+    the caller's current torch stream (and a __cuda_array_interface__ producer's stream is
+    synchronized); the library synchronizes its stream before a call returns, so the outputs are
+    ready. asynchronous=True (fls_context_config.async, serving mode): calls enqueue and return;
+    errors surface at Context.sync(); the caller's torch stream waits for the context's after
+    each call, and DeviceArray outputs name the context's stream in __cuda_array_interface__.
     """
 
     def __init__(
@@ -657,7 +666,9 @@ class Context:
           top_k, top_p, min_p (scalar or per-row array; or row_top_k, row_top_p, row_min_p),
           without_replacement_k (K; tokens become (B, draws, K)), row_without_replacement_k,
           filter (a registry rule's name, e.g. 'top-nsigma'), filter_value (scalar or per-row
-          array = row_filter_value), row_filter_value.
+          array = row_filter_value), row_filter_value, params_on_device (CUDA engine:
+          temperature, row_seeds and row_offsets are device arrays — float32, uint64/int64 — read
+          by the kernels; default: True when one of them is device memory).
         Returns Sample(tokens, logsumexp, logprobs) (the last two None unless asked for).
         """
         fn = "sample_logits"
@@ -932,6 +943,43 @@ class Stream:
         check(_capi.fls_stream_progress(self._handle("progress"), *[ctypes.byref(x) for x in v]),
               "fls_stream_progress")
         return Progress(*[int(x.value) for x in v])
+
+    def allgather_nccl(self, comm: Any, cuda_stream: Any = None) -> tuple:
+        """fls_stream_allgather_nccl (lib/flashsample_nccl.h): every rank of the NCCL communicator
+        calls it with its state over its vocabulary shard; returns (merged Stream, bytes sent),
+        the merged state the same on every rank. comm: an ncclComm_t as an int, or an object
+        with .comm / .ptr (cupy's NcclCommunicator); cuda_stream: None (the default stream), an
+        int cudaStream_t, a torch.cuda.Stream or an object with .ptr. Needs libflashsample_nccl
+        (built with FLASHSAMPLE_CUDA=1 where NCCL is found): FLS_ERR_UNSUPPORTED without it."""
+        fn = "allgather_nccl"
+        lib = _capi.nccl_lib()
+        if lib is None:
+            raise FlashSampleError(
+                -11, fn, "this installation has no libflashsample_nccl (build with "
+                "FLASHSAMPLE_CUDA=1 on a machine with NCCL, or set FLASHSAMPLE_NCCL_LIBRARY)"
+            )
+        c = comm
+        for attr in ("comm", "ptr", "handle"):
+            if hasattr(c, attr):
+                c = getattr(c, attr)
+                break
+        c = _int(c, fn, "comm", 0, _U64_MAX)
+        s = _stream_handle(cuda_stream, self.ctx.device) if cuda_stream is not None else 0
+        merged = ctypes.c_void_p()
+        sent = ctypes.c_size_t(0)
+        check(
+            lib.fls_stream_allgather_nccl(
+                self._handle(fn), self.ctx._handle(fn), ctypes.c_void_p(c),
+                ctypes.c_void_p(s or None), ctypes.byref(merged), ctypes.byref(sent)
+            ),
+            "fls_stream_allgather_nccl",
+        )
+        out = Stream.__new__(Stream)
+        out._ptr = merged
+        out.ctx, out.rows, out.vocab, out.draws = self.ctx, self.rows, self.vocab, self.draws
+        out._params = self._params
+        self.ctx._streams.add(out)
+        return out, int(sent.value)
 
     def finalize(self, return_logsumexp: bool = False, return_logprobs: bool = False) -> Sample:
         """fls_stream_finalize (every token fed or skipped): the one-shot call's outputs."""

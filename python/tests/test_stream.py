@@ -196,3 +196,12 @@ def test_skip_with_norm_bounds(ctx, rng):
     st2.feed_fused(W[:256], H, 0)
     assert st2.skip(256, 256, 1e30) is False
     assert st2.progress().tokens_skipped == 0
+
+
+def test_nccl_is_optional(ctx):
+    st = ctx.stream(2, 10)
+    if fs.nccl_available():
+        pytest.skip("libflashsample_nccl is installed (needs ranks to test)")
+    with pytest.raises(fs.FlashSampleError) as e:
+        st.allgather_nccl(0)
+    assert e.value.status == -11

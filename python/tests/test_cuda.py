@@ -1,0 +1,159 @@
+"""The CUDA engine through the bindings: torch CUDA tensors and __cuda_array_interface__ objects,
+zero-copy, on the caller's stream. Skipped without a GPU and a library built with the CUDA engine
+(FLASHSAMPLE_CUDA=1 python3 -m pip install ./python; python/gpu-check.sh on a GPU machine)."""
+
+import numpy as np
+import pytest
+
+import flashsample as fs
+
+from conftest import logits
+
+pytestmark = pytest.mark.skipif(
+    not fs.cuda_available(),
+    reason="no CUDA engine in this library (built with -Dcuda=disabled) or no GPU"
+    if not fs.cuda_built() else "the library has the CUDA engine but no GPU is present",
+)
+
+torch = pytest.importorskip("torch") if fs.cuda_available() else None
+
+
+@pytest.fixture
+def gctx():
+    with fs.Context(engine="cuda") as c:
+        yield c
+
+
+@pytest.fixture
+def cctx():
+    with fs.Context(engine="cpu", threads=2) as c:
+        yield c
+
+
+def test_torch_logits_give_the_cpu_tokens(gctx, cctx, rng):
+    L = logits(rng, 8, 5000)
+    kw = dict(temperature=0.7, seed=3, draws=5, offset=2)
+    ref = cctx.sample_logits(L, return_logsumexp=True, return_logprobs=True, **kw)
+    t = torch.from_numpy(L).cuda()
+    for dt, conv in ((torch.float32, None), (torch.float16, np.float16),
+                     (torch.bfloat16, "bf16")):
+        g = gctx.sample_logits(t.to(dt), return_logsumexp=True, return_logprobs=True, **kw)
+        assert g.tokens.is_cuda and g.tokens.dtype == torch.int64 and g.tokens.shape == (8, 5)
+        if conv is None:
+            cpu = ref
+        elif conv == "bf16":
+            bits = t.to(dt).view(torch.int16).cpu().numpy().view(np.uint16)
+            cpu = cctx.sample_logits(bits, dtype="bf16", return_logsumexp=True,
+                                     return_logprobs=True, **kw)
+        else:
+            cpu = cctx.sample_logits(L.astype(conv), return_logsumexp=True,
+                                     return_logprobs=True, **kw)
+        assert (g.tokens.cpu().numpy() == cpu.tokens).all(), dt
+        np.testing.assert_allclose(g.logsumexp.cpu().numpy(), cpu.logsumexp, rtol=1e-5)
+        np.testing.assert_allclose(g.logprobs.cpu().numpy(), cpu.logprobs, rtol=1e-4,
+                                   atol=1e-4)
+
+
+def test_per_row_host_params_and_greedy(gctx, cctx, rng):
+    L = logits(rng, 4, 3000)
+    kw = dict(temperature=[0.0, 0.5, 1.0, 2.0], row_seeds=[1, 2, 3, 4], row_offsets=[0, 1, 2, 3],
+              draws=3, first_draw=7)
+    g = gctx.sample_logits(torch.from_numpy(L).cuda(), **kw).tokens.cpu().numpy()
+    assert (g == cctx.sample_logits(L, **kw).tokens).all()
+
+
+def test_params_on_device(gctx, cctx, rng):
+    L = logits(rng, 4, 3000)
+    T = np.array([0.3, 0.0, 1.0, 1.7], dtype=np.float32)
+    S = np.array([9, 8, 7, 2**63 + 1], dtype=np.uint64)
+    O = np.array([5, 6, 7, 8], dtype=np.uint64)
+    ref = cctx.sample_logits(L, temperature=T, row_seeds=S, row_offsets=O, draws=2).tokens
+    g = gctx.sample_logits(
+        torch.from_numpy(L).cuda(),
+        temperature=torch.from_numpy(T).cuda(),
+        row_seeds=torch.from_numpy(S.view(np.int64)).cuda(),
+        row_offsets=torch.from_numpy(O.view(np.int64)).cuda(),
+        draws=2,
+    ).tokens
+    assert (g.cpu().numpy() == ref).all()
+    bad = torch.tensor([1.0, -1.0, 1.0, 1.0], device="cuda")
+    with pytest.raises(fs.FlashSampleError) as e:
+        gctx.sample_logits(torch.from_numpy(L).cuda(), temperature=bad)
+    assert e.value.status == -6
+
+
+def test_fused_on_the_gpu(gctx, cctx, rng):
+    V, D, B = 4096, 64, 4
+    W = (rng.standard_normal((V, D)) / 8).astype(np.float32)
+    H = rng.standard_normal((B, D)).astype(np.float32)
+    ref = cctx.sample_fused(fs.to_bf16(W), H, weights_dtype="bf16", seed=5, draws=16).tokens
+    Wt = torch.from_numpy(W).cuda().to(torch.bfloat16)
+    g = gctx.sample_fused(Wt, torch.from_numpy(H).cuda(), seed=5, draws=16).tokens
+    # the engines accumulate D-term dot products in different orders: a near-tie may differ
+    assert (g.cpu().numpy() == ref).mean() >= 0.95
+
+
+def test_cupy_and_device_arrays(gctx, cctx, rng):
+    cupy = pytest.importorskip("cupy")
+    L = logits(rng, 3, 2000)
+    ref = cctx.sample_logits(L, seed=1, draws=4, return_logsumexp=True)
+    g = gctx.sample_logits(cupy.asarray(L), seed=1, draws=4, return_logsumexp=True)
+    assert isinstance(g.tokens, fs.DeviceArray)
+    assert (g.tokens.numpy() == ref.tokens).all()
+    assert (cupy.asarray(g.tokens).get() == ref.tokens).all()  # zero-copy view for cupy
+    np.testing.assert_allclose(np.asarray(g.logsumexp), ref.logsumexp, rtol=1e-5)
+
+
+def test_caller_stream_is_respected(cctx, rng):
+    L = logits(rng, 16, 20000)
+    ref = cctx.sample_logits(L, seed=2, draws=2).tokens
+    s = torch.cuda.Stream()
+    with fs.Context(engine="cuda") as c:  # created on the default stream
+        for _ in range(3):
+            with torch.cuda.stream(s):
+                t = torch.from_numpy(L).pin_memory().cuda(non_blocking=True) * 1.0
+                g = c.sample_logits(t, seed=2, draws=2).tokens
+            assert (g.cpu().numpy() == ref).all()
+    with torch.cuda.stream(s):
+        with fs.Context(engine="cuda", stream="torch") as c:  # the current stream, s
+            assert c.cuda_stream == s.cuda_stream
+            t = torch.from_numpy(L).cuda() * 1.0
+            g = c.sample_logits(t, seed=2, draws=2).tokens
+        assert (g.cpu().numpy() == ref).all()
+    with fs.Context(engine="cuda", stream=s) as c:
+        assert c.cuda_stream == s.cuda_stream
+
+
+def test_asynchronous_context(cctx, rng):
+    L = logits(rng, 4, 3000)
+    ref = cctx.sample_logits(L, seed=4, draws=3).tokens
+    with fs.Context(engine="cuda", asynchronous=True, stream=torch.cuda.Stream()) as c:
+        t = torch.from_numpy(L).cuda()
+        c.sample_logits(t, seed=4, draws=3)  # warm up
+        g = c.sample_logits(t, seed=4, draws=3).tokens
+        c.sync()
+        assert (g.cpu().numpy() == ref).all()
+
+
+def test_device_errors(gctx, cctx, rng):
+    L = logits(rng, 2, 100)
+    with pytest.raises(fs.FlashSampleError) as e:
+        gctx.sample_logits(L)  # host memory on the CUDA engine
+    assert e.value.status == -10
+    with pytest.raises(fs.FlashSampleError) as e:
+        gctx.sample_logits(torch.from_numpy(L))  # a CPU tensor
+    assert e.value.status == -10
+    with pytest.raises(fs.FlashSampleError) as e:
+        cctx.sample_logits(torch.from_numpy(L).cuda())  # device memory on the CPU engine
+    assert e.value.status == -10
+    with pytest.raises(fs.FlashSampleError) as e:
+        gctx.sample_logits(torch.from_numpy(L).cuda().double())
+    assert e.value.status == -5
+    with pytest.raises(fs.FlashSampleError) as e:
+        gctx.sample_logits(torch.from_numpy(L).cuda()[:, ::2])
+    assert e.value.status == -4
+    bad = torch.from_numpy(L).cuda()
+    bad[1, 5] = float("nan")
+    with pytest.raises(fs.FlashSampleError) as e:
+        gctx.sample_logits(bad)
+    assert e.value.status == -7
