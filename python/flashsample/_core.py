@@ -754,7 +754,10 @@ class Context:
 
 
 def _locate(status: int, L: View) -> str:
-    """Which row (and column) a NaN or an all-masked row is, for host logits."""
+    """Which row (and column) a NaN or an all-masked row is, for host logits; what a dtype the
+    CUDA engine refuses needs."""
+    if status == ERR_DTYPE and L.device == "cuda" and L.matrix.dtype != _capi.DTYPE_F32:
+        return "the CUDA engine samples fp32 logits only: pass logits.float()"
     if L.kind != "numpy" or status not in (ERR_NAN, ERR_ALL_MASKED):
         return ""
     a = np.asarray(L.owner)

@@ -35,13 +35,26 @@ def test_torch_logits_give_the_cpu_tokens(gctx, cctx, rng):
     kw = dict(temperature=0.7, seed=3, draws=5, offset=2)
     ref = cctx.sample_logits(L, return_logsumexp=True, return_logprobs=True, **kw)
     t = torch.from_numpy(L).cuda()
-    for dt, conv in ((torch.float32, None), (torch.float16, np.float16),
-                     (torch.bfloat16, "bf16")):
-        g = gctx.sample_logits(t.to(dt), return_logsumexp=True, return_logprobs=True, **kw)
-        assert g.tokens.is_cuda and g.tokens.dtype == torch.int64 and g.tokens.shape == (8, 5)
-        if conv is None:
-            cpu = ref
-        elif conv == "bf16":
+    g = gctx.sample_logits(t, return_logsumexp=True, return_logprobs=True, **kw)
+    assert g.tokens.is_cuda and g.tokens.dtype == torch.int64 and g.tokens.shape == (8, 5)
+    assert (g.tokens.cpu().numpy() == ref.tokens).all()
+    np.testing.assert_allclose(g.logsumexp.cpu().numpy(), ref.logsumexp, rtol=1e-5)
+    np.testing.assert_allclose(g.logprobs.cpu().numpy(), ref.logprobs, rtol=1e-4, atol=1e-4)
+
+
+def test_16_bit_logits(gctx, cctx, rng):
+    """The CUDA engine samples fp32 logits only (kernels/engine.cu); 16-bit ones are refused
+    with FLS_ERR_DTYPE and a hint. If it learns them, they must give the CPU's tokens."""
+    L = logits(rng, 8, 5000)
+    kw = dict(temperature=0.7, seed=3, draws=5, offset=2)
+    t = torch.from_numpy(L).cuda()
+    for dt, conv in ((torch.float16, np.float16), (torch.bfloat16, "bf16")):
+        try:
+            g = gctx.sample_logits(t.to(dt), return_logsumexp=True, return_logprobs=True, **kw)
+        except fs.FlashSampleError as e:
+            assert e.status == -5 and "fp32" in str(e)
+            continue
+        if conv == "bf16":
             bits = t.to(dt).view(torch.int16).cpu().numpy().view(np.uint16)
             cpu = cctx.sample_logits(bits, dtype="bf16", return_logsumexp=True,
                                      return_logprobs=True, **kw)
@@ -157,3 +170,21 @@ def test_device_errors(gctx, cctx, rng):
     with pytest.raises(fs.FlashSampleError) as e:
         gctx.sample_logits(bad)
     assert e.value.status == -7
+
+
+def test_nccl_world_of_one(cctx, rng):
+    """Stream.allgather_nccl with one rank: the merged state finalizes to the one-shot tokens."""
+    if not fs.nccl_available():
+        pytest.skip("no libflashsample_nccl in this installation")
+    nccl = pytest.importorskip("cupy.cuda.nccl")
+    comm = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
+    L = logits(rng, 3, 2000)
+    for method in ("fused", "grouped"):
+        kw = dict(seed=7, draws=2, method=method, group_size=64)
+        one = cctx.sample_logits(L, **kw).tokens
+        st = cctx.stream(3, 2000, **kw)
+        st.feed_logits(L[:, 1000:], 1000)
+        st.feed_logits(L[:, :1000], 0)
+        merged, sent = st.allgather_nccl(comm)
+        assert sent > 0
+        assert (merged.finalize().tokens == one).all()
