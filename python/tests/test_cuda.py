@@ -9,13 +9,14 @@ import flashsample as fs
 
 from conftest import logits
 
-pytestmark = pytest.mark.skipif(
-    not fs.cuda_available(),
-    reason="no CUDA engine in this library (built with -Dcuda=disabled) or no GPU"
-    if not fs.cuda_built() else "the library has the CUDA engine but no GPU is present",
-)
+if not fs.cuda_available():
+    pytest.skip(
+        "the CUDA engine tests: the library was built without the CUDA engine (-Dcuda=disabled)"
+        if not fs.cuda_built() else "the CUDA engine tests: no GPU is present",
+        allow_module_level=True,
+    )
 
-torch = pytest.importorskip("torch") if fs.cuda_available() else None
+torch = pytest.importorskip("torch")
 
 
 @pytest.fixture
