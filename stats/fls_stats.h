@@ -117,6 +117,87 @@ fls_status fls_stats_perturb(const double *p, int64_t V, const uint8_t *from, co
 /* Total variation distance 1/2 sum |p - q|. */
 double fls_stats_tv(const double *p, const double *q, int64_t V);
 
+/* ---- 1b. The rule family (docs/RULES.md), exact in double ---- */
+
+/* A rule of the family: the truncation filters in their registry order
+ * (min-p, top-k, top-p, then top-n-sigma, the registry's "top-nsigma").
+ * Written from the definitions on the sorted row, independently of the
+ * engines' variants/ code. */
+typedef struct fls_stats_rule {
+    double min_p;  /* in [0, 1]; 0 = off */
+    int64_t top_k; /* in [0, V]; 0 = off */
+    double top_p;  /* in (0, 1]; 1 = off */
+    double nsigma; /* top-n-sigma n in [0, inf); 0 = off */
+} fls_stats_rule;
+
+/* Every filter off. */
+void fls_stats_rule_off(fls_stats_rule *r);
+/* Whether any filter is on. */
+int fls_stats_rule_active(const fls_stats_rule *r);
+/* FLS_OK or FLS_ERR_PARAM (a value outside its interval, NaN, top_k > V). */
+fls_status fls_stats_rule_check(const fls_stats_rule *r, int64_t V);
+
+/* What the support of a row is, and how close its decisions came to their
+ * thresholds. The support is always an upper set of the rank order (larger x
+ * first): { v : x_v >= cut }, ties at the cutoff kept. */
+typedef struct fls_stats_support {
+    int64_t finite;    /* tokens with a finite logit */
+    int64_t size;      /* tokens kept */
+    double cut;        /* the smallest kept tempered logit */
+    int64_t n_at_cut;  /* tokens at it (the boundary class, all kept) */
+    double outside;    /* the largest finite tempered logit not kept (-inf: none) */
+    int64_t n_outside; /* tokens at it (the class just outside) */
+    int by; /* the filter that set the final cutoff: 0 none, 1 min-p, 2 top-k, 3 top-p, 4 top-n-sigma */
+    /* The smallest distance of a decision from its threshold, relative (min-p,
+     * top-n-sigma: |x - threshold| / max(1, |x|); top-p: |A - p Z| / Z, the
+     * cumulative mass against the target; top-k: the gap between the k-th value
+     * and the next distinct one, relative). The engines decide on float
+     * tempered logits, this reference on double ones: supports agree whenever
+     * margin >> 1e-7 (INFINITY: no decision). */
+    double margin;
+} fls_stats_support;
+
+/* The final support of a row of V logits at temperature T (T = 0: the logits
+ * as given) under rule r: keep[v] = 1 for the tokens that survive every filter
+ * (keep may be NULL). Errors as fls_stats_probs_temperature, and FLS_ERR_PARAM
+ * (fls_stats_rule_check), FLS_ERR_OUT_OF_MEMORY. */
+fls_status fls_stats_rule_support(const double *logits, int64_t V, double T, const fls_stats_rule *r,
+                                  uint8_t *keep, fls_stats_support *info);
+/* The rule's pmf: softmax of l / T over the final support (0 elsewhere); T = 0:
+ * a point mass on the lowest-index maximum (no filter drops it). */
+fls_status fls_stats_probs_rule(const double *logits, int64_t V, double T, const fls_stats_rule *r, double *p,
+                                fls_stats_support *info);
+fls_status fls_stats_probs_rule_f32(const float *logits, int64_t V, double T, const fls_stats_rule *r,
+                                    double *p, fls_stats_support *info);
+
+/* Sampling without replacement (Plackett-Luce, Gumbel-top-k): the exact
+ * probability of every ordered K-tuple drawn from p without replacement,
+ * positions beyond the support's size being -1. Cells: (V + 1)^K, the tuple
+ * (t_0, ..., t_{K-1}) at sum_j d_j (V + 1)^(K-1-j) with d_j = t_j, or V for
+ * -1. P = prod_j p_{t_j} / (1 - sum_{i<j} p_{t_i}) (the remaining mass summed
+ * directly, not as a difference). FLS_ERR_SIZE unless 1 <= K and (V + 1)^K <=
+ * 2^20. */
+fls_status fls_stats_pl_tuples(const double *p, int64_t V, int K, double *out);
+int64_t fls_stats_pl_cells(int64_t V, int K); /* (V + 1)^K, or -1 beyond 2^20 */
+int64_t fls_stats_pl_cell(const int64_t *tuple, int64_t V,
+                          int K); /* a tuple's cell; -1 if a token is out of range */
+
+/* The conditional (Rosenblatt) transform of one ordered tuple: position 0's
+ * randomized probability integral transform u_0 = F(t_0 -) + U_0 p_{t_0} in the
+ * CDF of p (tokens by decreasing probability, start[] from
+ * fls_stats_cdf_start), position j's in the distribution of the tokens not yet
+ * drawn, renormalized. Under Plackett-Luce sampling the u_j of the positions
+ * with support left are independent Uniform(0, 1): u[j] is set for them,
+ * u[j] = -1 for positions past the support (which must be -1). Returns the
+ * number of transforms set, or -1 if the tuple is impossible (a token out of
+ * range or of probability 0, a repeat, -1 while the support is not
+ * exhausted, a token after it is, or past k_row positions). U: K uniforms. */
+int fls_stats_pl_transform(const double *p, const double *start, int64_t V, int64_t support,
+                           const int64_t *tuple, int K, int k_row, const double *U, double *u);
+/* start[v] = the mass of the tokens before v in decreasing-probability order
+ * (ties by index), for V tokens. */
+fls_status fls_stats_cdf_start(const double *p, int64_t V, double *start);
+
 /* ---- 2. Equal-mass binning ---- */
 
 /* Tokens sorted by decreasing probability (ties by index) fill bins greedily

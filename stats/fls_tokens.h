@@ -32,6 +32,30 @@
  *                       lower half (by index) of each tie class of size s
  *                       against Bin(n_c, floor(s/2) / s), summed over classes,
  *                       exact (a tie broken toward the lower index shows).
+ * With a rule (o->rule) the reference of every test is the rule's pmf
+ * (fls_stats_probs_rule: softmax over the final support; a sample outside
+ * the support fails outright), and:
+ *   <name>/boundary     (a truncating rule) the samples on the boundary class
+ *                       (the tokens at the support's cutoff value: the k-th
+ *                       value, the last class of the nucleus, ...) against its
+ *                       exact mass, summed over rows, exact; samples on the
+ *                       class just outside it fail outright. An exclusive
+ *                       boundary or a tie dropped at the cutoff is a deficit
+ *                       of the boundary class, seen here long before the
+ *                       global test can see its small TV;
+ *   <name>/pl-cond      (without replacement, K >= 2) positions 2..K: each
+ *                       position's randomized transform in the distribution of
+ *                       the tokens not yet drawn (the Rosenblatt transform of
+ *                       Plackett-Luce: independent uniforms under the null),
+ *                       pooled into equal cells; a repeated token, a -1 while
+ *                       the support is not exhausted, or a token after it is,
+ *                       fails outright;
+ *   <name>/pl-tuples    (without replacement, K >= 2, (V + 1)^K <= 2^16) the
+ *                       whole ordered tuple's transform in its row's exact
+ *                       tuple distribution (fls_stats_pl_tuples), pooled into
+ *                       equal cells.
+ * The global, tail, pairs and tie tests then look at position 1 (the first
+ * token of each draw), whose distribution is the rule's pmf.
  * Each row states what its test can see at the size it ran: TV caught with
  * probability 0.999 on its bins (gof, pairs), the deficit and excess of the
  * tail mass caught so (tails), the smallest bin mass.
@@ -62,11 +86,29 @@ typedef struct fls_tokens_options {
     int ties;         /* run the tie test (default 1) */
     uint64_t seed;    /* randomization of the transforms (default 20260301; logged in the rows' notes) */
     const char *name; /* prefix of the test names (default "tokens"), at most 40 characters used */
+    /* ---- the rule family (docs/RULES.md) ---- */
+    /* The rule the tokens were drawn under, in the library's own struct (fill
+     * it with fls_params_default, then set the rule's fields; the command line
+     * passes the fls_params its rule flags filled). Read: min_p, top_k,
+     * top_p, filter ("top-nsigma" is the one registry rule the audit knows)
+     * with filter_value, the per-row arrays row_min_p, row_top_k, row_top_p,
+     * row_filter_value (B entries), and without_replacement_k with
+     * row_without_replacement_k. Nothing else (temperatures are the call's
+     * arguments). NULL (default): no rule, the reference is softmax(l / T).
+     * With without_replacement_k = K >= 1 the tokens are (B, N, K), positions
+     * beyond the support (or beyond a row's K_b) -1, as the library writes
+     * them. */
+    const fls_params *rule;
+    /* Run the boundary test when the rule truncates (default 1). */
+    int boundary;
 } fls_tokens_options;
 
 void fls_tokens_options_default(fls_tokens_options *o);
 
-/* Chance-failing tests (rows) one call runs with these options. */
+/* Chance-failing tests (rows) one call runs with these options: 7 by default
+ * (gof, 4 tails, pairs-draws, ties), + pairs-rows, + boundary when the rule
+ * truncates (any filter or per-row filter array given), + pl-cond and
+ * pl-tuples without replacement with K >= 2. */
 int fls_tokens_test_count(const fls_tokens_options *o);
 
 /* The audit. logits: B rows of V floats, row stride ld >= V (host memory);

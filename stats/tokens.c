@@ -37,12 +37,65 @@ void fls_tokens_options_default(fls_tokens_options *o)
     o->ties = 1;
     o->seed = 20260301;
     o->name = "tokens";
+    o->rule = NULL;
+    o->boundary = 1;
+}
+
+/* Whether the rule truncates (a filter, or a per-row filter array, given). */
+static int rule_truncates(const fls_params *r)
+{
+    return r && (r->min_p != 0.0f || r->top_k != 0 || r->top_p != 1.0f || r->filter || r->row_min_p ||
+                 r->row_top_k || r->row_top_p || r->row_filter_value);
+}
+
+static int64_t rule_K(const fls_params *r)
+{
+    return r && r->without_replacement_k > 0 ? r->without_replacement_k : 0;
 }
 
 int fls_tokens_test_count(const fls_tokens_options *o)
 {
     return 1 + (o->tails ? FLS_STATS_N_TAILS : 0) + (o->pairs_draws != 0) + (o->pairs_rows != 0) +
-           (o->ties != 0);
+           (o->ties != 0) + (o->boundary && rule_truncates(o->rule)) + (rule_K(o->rule) >= 2 ? 2 : 0);
+}
+
+/* Row b's rule as the reference sees it; FLS_ERR_PARAM for a value the
+ * library refuses (or a registry rule the audit does not know). */
+static fls_status row_rule(const fls_params *r, int64_t b, int64_t V, fls_stats_rule *out, int64_t *K_b)
+{
+    fls_stats_rule_off(out);
+    *K_b = 1;
+    if (!r)
+        return FLS_OK;
+    out->min_p = (double)(r->row_min_p ? r->row_min_p[b] : r->min_p);
+    out->top_k = r->row_top_k ? r->row_top_k[b] : r->top_k;
+    out->top_p = (double)(r->row_top_p ? r->row_top_p[b] : r->top_p);
+    if (r->filter) {
+        if (strcmp(r->filter, "top-nsigma") != 0)
+            return FLS_ERR_PARAM;
+        out->nsigma = r->row_filter_value ? r->row_filter_value[b] : r->filter_value;
+    } else if (r->row_filter_value) {
+        return FLS_ERR_PARAM;
+    }
+    const int64_t K = rule_K(r);
+    if (r->without_replacement_k < 0 || K > V || (r->row_without_replacement_k && K == 0))
+        return FLS_ERR_PARAM;
+    if (K > 0) {
+        *K_b = r->row_without_replacement_k ? r->row_without_replacement_k[b] : K;
+        if (*K_b < 1 || *K_b > K)
+            return FLS_ERR_PARAM;
+    }
+    return fls_stats_rule_check(out, V);
+}
+
+/* One row's tuple distribution sorted by decreasing probability: for a cell c,
+ * tstart[c] = the mass before it. */
+static fls_status tuple_cdf(const double *p, int64_t V, int K, double *tp, double *tstart)
+{
+    fls_status st = fls_stats_pl_tuples(p, V, K, tp);
+    if (st != FLS_OK)
+        return st;
+    return fls_stats_cdf_start(tp, fls_stats_pl_cells(V, K), tstart);
 }
 
 int64_t fls_tokens_draws_needed(int64_t B, double alpha)
@@ -192,6 +245,13 @@ static fls_status equal_cells_test(const int64_t *counts, int K, int64_t impossi
     return FLS_OK;
 }
 
+/* Samples on the boundary class per row, for the boundary test. */
+typedef struct bnd_list {
+    int64_t *n, *k;
+    double *m;
+    int64_t len;
+} bnd_list;
+
 fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t ld, const float *temperature,
                             float temperature_value, const int64_t *tokens, int64_t N,
                             const fls_tokens_options *o, fls_audit_row *rows, size_t *n_rows)
@@ -203,7 +263,9 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
         fls_tokens_options_default(&def);
         o = &def;
     }
-    if (B < 1 || V < 1 || N < 1 || ld < V || B > INT64_MAX / N)
+    const int64_t KW = rule_K(o->rule);     /* without replacement: positions per draw (0: off) */
+    const int64_t stride = KW > 0 ? KW : 1; /* int64 per draw in tokens */
+    if (B < 1 || V < 1 || N < 1 || ld < V || B > INT64_MAX / N || B * N > INT64_MAX / stride)
         return FLS_ERR_SIZE;
     const int n_tests = fls_tokens_test_count(o);
     const double alpha = o->alpha > 0.0
@@ -214,7 +276,16 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
         float T = temperature ? temperature[b] : temperature_value;
         if (!(isfinite(T) && T >= 0.0f))
             return FLS_ERR_TEMPERATURE;
+        fls_stats_rule rr;
+        int64_t kb;
+        fls_status rst = row_rule(o->rule, b, V, &rr, &kb);
+        if (rst != FLS_OK)
+            return rst;
     }
+    const int do_boundary = o->boundary && rule_truncates(o->rule);
+    const int do_pl = KW >= 2;
+    const int64_t tcells = do_pl ? fls_stats_pl_cells(V, (int)KW) : -1;
+    const int do_tuples = do_pl && tcells > 0 && tcells <= ((int64_t)1 << 16);
 
     /* sizes of the pooled tests */
     const int64_t n_all = B * N;
@@ -225,6 +296,8 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
         Kr = (int)floor(sqrt((double)pairs_r / FLS_STATS_MIN_EXPECTED));
     Kd = Kd > PAIR_MAX_SIDE ? PAIR_MAX_SIDE : Kd < 2 ? 2 : Kd;
     Kr = Kr > PAIR_MAX_SIDE ? PAIR_MAX_SIDE : Kr < 2 ? 2 : Kr;
+    /* the conditional positions: at most (K - 1) per draw; cells sized on the count of transforms seen */
+    int Kc = 0;
 
     fls_status st = FLS_ERR_OUT_OF_MEMORY;
     double *p = malloc((size_t)V * sizeof(double)), *start = malloc((size_t)V * sizeof(double));
@@ -239,19 +312,64 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
     int64_t *tn = malloc((size_t)B * sizeof(int64_t)),
             *tk = malloc((size_t)(B * FLS_STATS_N_TAILS) * sizeof(int64_t));
     double *tm = malloc((size_t)(B * FLS_STATS_N_TAILS) * sizeof(double));
+    int64_t *t0 = KW > 0 ? malloc((size_t)N * sizeof(int64_t)) : NULL;
+    double *tp = do_tuples ? malloc((size_t)tcells * sizeof(double)) : NULL;
+    double *tstart = do_tuples ? malloc((size_t)tcells * sizeof(double)) : NULL;
+    int64_t *tcount = do_tuples ? calloc((size_t)K, sizeof(int64_t)) : NULL;
+    bnd_list bnd = {0};
+    if (do_boundary) {
+        bnd.n = malloc((size_t)B * sizeof(int64_t));
+        bnd.k = malloc((size_t)B * sizeof(int64_t));
+        bnd.m = malloc((size_t)B * sizeof(double));
+    }
+    int64_t *ccount = NULL;
     tie_list ties = {0};
     int64_t impossible = 0, imp_d = 0, imp_r = 0, n_pd = 0, n_pr = 0, tie_classes = 0;
+    int64_t imp_pl = 0, n_cond = 0, n_tup = 0, b_out = 0, b_rows = 0;
+    double b_exp = 0.0, b_obs = 0.0;
     if (!p || !start || !order || (o->ties && !lorder) || !in || !hist || !u || !u_prev || !gof || !cd ||
-        !crw || !tn || !tk || !tm)
+        !crw || !tn || !tk || !tm || (KW > 0 && !t0) || (do_tuples && (!tp || !tstart || !tcount)) ||
+        (do_boundary && (!bnd.n || !bnd.k || !bnd.m)))
         goto done;
+    if (do_pl) {
+        /* the conditional transforms an exact sampler gives: N (min(K_b, support) - 1) per row */
+        int64_t n_cond_max = 0;
+        for (int64_t b = 0; b < B; b++) {
+            const double T = temperature ? (double)temperature[b] : (double)temperature_value;
+            fls_stats_rule rr;
+            int64_t K_b = 1;
+            fls_stats_support sup;
+            if ((st = row_rule(o->rule, b, V, &rr, &K_b)) != FLS_OK ||
+                (st = fls_stats_probs_rule_f32(logits + b * ld, V, T, &rr, p, &sup)) != FLS_OK)
+                goto done;
+            const int64_t support = T > 0.0 ? sup.size : 1, kk = K_b < support ? K_b : support;
+            n_cond_max += N * (kk - 1);
+        }
+        Kc = (int)(n_cond_max / (int64_t)FLS_STATS_MIN_EXPECTED);
+        Kc = Kc > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : Kc < 2 ? 2 : Kc;
+        st = FLS_ERR_OUT_OF_MEMORY;
+        if (!(ccount = calloc((size_t)Kc, sizeof(int64_t))))
+            goto done;
+    }
 
     for (int64_t b = 0; b < B; b++) {
         const float *l = logits + b * ld;
         const double T = temperature ? (double)temperature[b] : (double)temperature_value;
-        if ((st = fls_stats_probs_temperature_f32(l, V, T, p)) != FLS_OK)
+        fls_stats_rule rr;
+        int64_t K_b = 1;
+        fls_stats_support sup;
+        if ((st = row_rule(o->rule, b, V, &rr, &K_b)) != FLS_OK)
+            goto done;
+        if ((st = fls_stats_probs_rule_f32(l, V, T, &rr, p, &sup)) != FLS_OK)
             goto done;
         row_cdf(p, V, order, start);
-        const int64_t *tok = tokens + b * N;
+        const int64_t support = T > 0.0 ? sup.size : 1;
+        const int64_t *tok = tokens + b * N * stride;
+        if (KW > 0) {
+            for (int64_t n = 0; n < N; n++)
+                t0[n] = tok[n * stride];
+            tok = t0;
+        }
         tn[b] = 0;
         for (int64_t n = 0; n < N; n++) {
             const int64_t v = tok[n];
@@ -267,6 +385,67 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             gof[j < K ? j : K - 1]++;
             hist[v]++;
             tn[b]++;
+        }
+        /* without replacement: the conditional transforms of positions 2..K, the tuples */
+        if (do_pl) {
+            if (do_tuples && (st = tuple_cdf(p, V, (int)KW, tp, tstart)) != FLS_OK)
+                goto done;
+            for (int64_t n = 0; n < N; n++) {
+                const int64_t *tup = tokens + (b * N + n) * stride;
+                double U[64], uu[64];
+                const int KK = (int)(KW < 64 ? KW : 64);
+                for (int j = 0; j < KK; j++)
+                    U[j] = pit_uniform(o->seed ^ (0x51ED27ull * (uint64_t)(j + 1)), b, n);
+                int set =
+                    KW <= 64 ? fls_stats_pl_transform(p, start, V, support, tup, KK, (int)K_b, U, uu) : -1;
+                if (set < 0) {
+                    imp_pl++;
+                    continue;
+                }
+                for (int j = 1; j < KK; j++)
+                    if (uu[j] >= 0.0) {
+                        int c = (int)(uu[j] * Kc);
+                        ccount[c < Kc ? c : Kc - 1]++;
+                        n_cond++;
+                    }
+                if (do_tuples) {
+                    int64_t c = fls_stats_pl_cell(tup, V, (int)KW);
+                    if (c < 0 || !(tp[c] > 0.0)) {
+                        imp_pl++;
+                        continue;
+                    }
+                    double x = tstart[c] + pit_uniform(o->seed ^ 0x7A11E5ull, b, n) * tp[c];
+                    int j = (int)(x * K);
+                    tcount[j < K ? j : K - 1]++;
+                    n_tup++;
+                }
+            }
+        }
+        /* the boundary class: tokens at the cutoff value, when something was cut */
+        if (do_boundary && T > 0.0 && sup.n_outside > 0) {
+            double mb = 0.0;
+            int64_t kb = 0;
+            for (int64_t v = 0; v < V; v++) {
+                if (l[v] == -INFINITY)
+                    continue;
+                const double x = (double)l[v] / T;
+                if (x == sup.cut)
+                    mb += p[v];
+            }
+            for (int64_t n = 0; n < N; n++) {
+                const int64_t v = tok[n];
+                if (v < 0 || v >= V || l[v] == -INFINITY)
+                    continue;
+                const double x = (double)l[v] / T;
+                kb += x == sup.cut;
+                b_out += x == sup.outside;
+            }
+            bnd.n[b_rows] = tn[b];
+            bnd.m[b_rows] = mb;
+            bnd.k[b_rows] = kb;
+            b_rows++;
+            b_exp += (double)tn[b] * mb;
+            b_obs += (double)kb;
         }
         /* tails: per row, the count in and the mass of its tail */
         if (o->tails)
@@ -464,9 +643,79 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
                      (long long)ties.len);
         }
     }
+    if (do_boundary) {
+        fls_audit_row *row = &rows[r++];
+        row_init(row, name, "boundary", V, n_all, alpha);
+        snprintf(row->kind, sizeof row->kind, "boundary");
+        row->expected = b_exp;
+        row->observed = b_obs;
+        row->dof = 1;
+        if (b_rows == 0) {
+            row->p = 1.0;
+            row->pass = 1;
+            row->chi2 = 0.0;
+            snprintf(row->note, sizeof row->note, "no row's rule cut a token (or T = 0): nothing tested");
+        } else {
+            int bonf = 0;
+            double pv = fls_stats_binsum_test((int)b_rows, bnd.n, bnd.m, bnd.k, &bonf);
+            if (isnan(pv)) {
+                st = FLS_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            double var = 0.0;
+            for (int64_t i = 0; i < b_rows; i++)
+                var += (double)bnd.n[i] * bnd.m[i] * (1.0 - bnd.m[i]);
+            fls_stats_tail_resolution(bnd.n, bnd.m, b_rows, alpha, FLS_STATS_POWER, &row->deficit_caught,
+                                      &row->excess_caught);
+            row->chi2 = var > 0.0 ? (b_obs - b_exp) * (b_obs - b_exp) / var : 0.0;
+            row->p = b_out ? 0.0 : pv;
+            row->pass = !b_out && pv >= alpha;
+            snprintf(row->note, sizeof row->note,
+                     "samples on the class at the cutoff vs its mass, exact; %lld just outside it",
+                     (long long)b_out);
+        }
+    }
+    if (do_pl) {
+        fls_audit_row *row = &rows[r++];
+        row_init(row, name, "pl-cond", V, n_all, alpha);
+        snprintf(row->kind, sizeof row->kind, "pl");
+        if (n_cond == 0 && imp_pl == 0) {
+            row->p = 1.0;
+            row->pass = 1;
+            snprintf(row->note, sizeof row->note, "no support beyond the first position: nothing tested");
+        } else {
+            if ((st = equal_cells_test(ccount, Kc, imp_pl, alpha, row)) != FLS_OK)
+                goto done;
+            snprintf(row->note, sizeof row->note,
+                     "%lld transforms (positions 2..%d); %lld impossible tuple(s)", (long long)n_cond,
+                     (int)KW, (long long)imp_pl);
+        }
+        row = &rows[r++];
+        row_init(row, name, "pl-tuples", V, n_all, alpha);
+        snprintf(row->kind, sizeof row->kind, "pl");
+        if (!do_tuples) {
+            row->p = 1.0;
+            row->pass = 1;
+            snprintf(row->note, sizeof row->note,
+                     "(V + 1)^K > 65536 tuples: not enumerated (pl-cond tests them)");
+        } else {
+            if ((st = equal_cells_test(tcount, K, imp_pl, alpha, row)) != FLS_OK)
+                goto done;
+            snprintf(row->note, sizeof row->note, "%lld ordered tuples in %lld cells of each row's tuple pmf",
+                     (long long)n_tup, (long long)tcells);
+        }
+    }
     *n_rows = r;
     st = FLS_OK;
 done:
+    free(t0);
+    free(tp);
+    free(tstart);
+    free(tcount);
+    free(ccount);
+    free(bnd.n);
+    free(bnd.k);
+    free(bnd.m);
     free(p);
     free(start);
     free(order);
