@@ -10,7 +10,6 @@ Environment variables (read at build time):
   FLASHSAMPLE_LIBRARY     a libflashsample.so built elsewhere: packaged as is, Meson not run.
 """
 
-import glob
 import json
 import os
 import shlex

@@ -148,14 +148,16 @@ def _matrix_from(
         squeezed = True
     if len(shape) != 2:
         raise FlashSampleValueError(
-            ERR_SHAPE, fn, "%s must be 2-D (rows, cols) or 1-D (one row), got shape %s"
-            % (name, tuple(shape))
+            ERR_SHAPE,
+            fn,
+            "%s must be 2-D (rows, cols) or 1-D (one row), got shape %s" % (name, tuple(shape)),
         )
     rows, cols = int(shape[0]), int(shape[1])
     if rows == 0 or cols == 0:
         raise FlashSampleValueError(
-            ERR_SIZE, fn, "%s is empty: shape %s" % (name, (rows, cols) if not squeezed
-                                                      else (cols,))
+            ERR_SIZE,
+            fn,
+            "%s is empty: shape %s" % (name, (rows, cols) if not squeezed else (cols,)),
         )
     if strides_bytes is None:
         ld = cols
@@ -183,8 +185,9 @@ def _matrix_from(
             ld = rs // itemsize
     if ptr % itemsize != 0:
         raise FlashSampleValueError(
-            ERR_ALIGN, fn, "%s's data is not aligned to its element size (%d bytes)"
-            % (name, itemsize)
+            ERR_ALIGN,
+            fn,
+            "%s's data is not aligned to its element size (%d bytes)" % (name, itemsize),
         )
     m = _capi.fls_matrix(ctypes.c_void_p(ptr), code, rows, cols, max(int(ld), 1))
     return m, squeezed
@@ -216,26 +219,31 @@ def _torch_view(t: Any, name: str, fn: str, want: Optional[int]) -> View:
         code = tmap[t.dtype]
         if want is not None and want != code:
             raise FlashSampleTypeError(
-                ERR_DTYPE, fn, "%s is %s but dtype=%r was asked for" % (name, t.dtype,
-                                                                       DTYPE_LABEL[want])
+                ERR_DTYPE,
+                fn,
+                "%s is %s but dtype=%r was asked for" % (name, t.dtype, DTYPE_LABEL[want]),
             )
     elif t.dtype in (torch.int16, getattr(torch, "uint16", torch.int16)) and want == 2:
         code = _capi.DTYPE_BF16
     elif t.dtype == torch.float64:
         raise FlashSampleTypeError(
-            ERR_DTYPE, fn, "%s is torch.float64, which the library does not read: pass "
-            "%s.float() (or .half() or .bfloat16())" % (name, name)
+            ERR_DTYPE,
+            fn,
+            "%s is torch.float64, which the library does not read: pass "
+            "%s.float() (or .half() or .bfloat16())" % (name, name),
         )
     else:
         raise FlashSampleTypeError(
-            ERR_DTYPE, fn, "%s has dtype %s; expected torch.float32, float16 or bfloat16"
-            % (name, t.dtype)
+            ERR_DTYPE,
+            fn,
+            "%s has dtype %s; expected torch.float32, float16 or bfloat16" % (name, t.dtype),
         )
     if not t.is_cuda:
         if t.device.type != "cpu":
             raise FlashSampleValueError(
-                ERR_POINTER, fn, "%s is on %s; expected a CUDA tensor or host memory"
-                % (name, t.device)
+                ERR_POINTER,
+                fn,
+                "%s is on %s; expected a CUDA tensor or host memory" % (name, t.device),
             )
         # Host tensor: the numpy view of the same memory (bf16 as its raw bits).
         arr = t.view(torch.int16).numpy().view(np.uint16) if code == 2 else t.numpy()
@@ -257,8 +265,9 @@ def _cai_view(x: Any, cai: dict, name: str, fn: str, want: Optional[int]) -> Vie
         code = _TYPESTR[typestr]
         if want is not None and want != code:
             raise FlashSampleTypeError(
-                ERR_DTYPE, fn, "%s has typestr %s but dtype=%r was asked for"
-                % (name, typestr, DTYPE_LABEL[want])
+                ERR_DTYPE,
+                fn,
+                "%s has typestr %s but dtype=%r was asked for" % (name, typestr, DTYPE_LABEL[want]),
             )
     elif typestr in ("<u2", "<i2", "<V2") and want == _capi.DTYPE_BF16:
         code = _capi.DTYPE_BF16
@@ -293,8 +302,9 @@ def row_array(value: Any, rows: int, np_dtype: Any, fn: str, name: str) -> np.nd
     arr = np.asarray(value)
     if arr.ndim != 1 or arr.shape[0] != rows:
         raise FlashSampleValueError(
-            ERR_SHAPE, fn, "%s must have one entry per row: shape (%d,), got %s"
-            % (name, rows, arr.shape)
+            ERR_SHAPE,
+            fn,
+            "%s must have one entry per row: shape (%d,), got %s" % (name, rows, arr.shape),
         )
     target = np.dtype(np_dtype)
     if target.kind in "iu":
@@ -304,8 +314,10 @@ def row_array(value: Any, rows: int, np_dtype: Any, fn: str, name: str) -> np.nd
             )
         if target.kind == "u" and arr.dtype.kind == "i" and arr.size and arr.min() < 0:
             raise FlashSampleValueError(
-                -9, fn, "%s must be >= 0 (uint64), row %d is %d"
-                % (name, int(np.argmin(arr)), int(arr.min()))
+                -9,
+                fn,
+                "%s must be >= 0 (uint64), row %d is %d"
+                % (name, int(np.argmin(arr)), int(arr.min())),
             )
     elif arr.dtype.kind not in "fiub":
         raise FlashSampleTypeError(
@@ -349,26 +361,31 @@ def device_row(value: Any, rows: int, want: str, fn: str, name: str) -> tuple:
         tok = {"f32": (torch.float32,), "u64": (torch.int64, getattr(torch, "uint64", torch.int64))}
         if not t.is_cuda:
             raise FlashSampleValueError(
-                ERR_POINTER, fn, "%s: params_on_device needs a CUDA tensor, got one on %s"
-                % (name, t.device)
+                ERR_POINTER,
+                fn,
+                "%s: params_on_device needs a CUDA tensor, got one on %s" % (name, t.device),
             )
         if t.dtype not in tok[want]:
             raise FlashSampleTypeError(
-                ERR_DTYPE, fn, "%s has dtype %s; expected %s" % (name, t.dtype,
-                                                                 "float32" if want == "f32"
-                                                                 else "int64 or uint64")
+                ERR_DTYPE,
+                fn,
+                "%s has dtype %s; expected %s"
+                % (name, t.dtype, "float32" if want == "f32" else "int64 or uint64"),
             )
         if tuple(t.shape) != (rows,) or (rows > 1 and t.stride(0) != 1):
             raise FlashSampleValueError(
-                ERR_SHAPE, fn, "%s must be a contiguous (%d,) tensor, got shape %s"
-                % (name, rows, tuple(t.shape))
+                ERR_SHAPE,
+                fn,
+                "%s must be a contiguous (%d,) tensor, got shape %s" % (name, rows, tuple(t.shape)),
             )
         return t.data_ptr(), t, "torch", t.device.index or 0
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is None or isinstance(value, np.ndarray):
         raise FlashSampleValueError(
-            ERR_POINTER, fn, "%s: params_on_device needs device memory (a torch CUDA tensor or "
-            "__cuda_array_interface__), got %s" % (name, type(value).__name__)
+            ERR_POINTER,
+            fn,
+            "%s: params_on_device needs device memory (a torch CUDA tensor or "
+            "__cuda_array_interface__), got %s" % (name, type(value).__name__),
         )
     if cai.get("typestr") not in ok:
         raise FlashSampleTypeError(
@@ -376,10 +393,12 @@ def device_row(value: Any, rows: int, want: str, fn: str, name: str) -> tuple:
         )
     itemsize = 4 if want == "f32" else 8
     strides = cai.get("strides")
-    if tuple(cai["shape"]) != (rows,) or (strides is not None and rows > 1
-                                          and strides[0] != itemsize):
+    if tuple(cai["shape"]) != (rows,) or (
+        strides is not None and rows > 1 and strides[0] != itemsize
+    ):
         raise FlashSampleValueError(
-            ERR_SHAPE, fn, "%s must be a contiguous (%d,) array, got shape %s"
-            % (name, rows, tuple(cai["shape"]))
+            ERR_SHAPE,
+            fn,
+            "%s must be a contiguous (%d,) array, got shape %s" % (name, rows, tuple(cai["shape"])),
         )
     return int(cai["data"][0] or 0), value, "cai", -1

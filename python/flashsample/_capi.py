@@ -223,9 +223,7 @@ fls_stream_feed_logits = _fn("fls_stream_feed_logits", c_int, c_void_p, _P(fls_m
 fls_stream_feed_fused = _fn(
     "fls_stream_feed_fused", c_int, c_void_p, _P(fls_matrix), _P(fls_matrix), c_int64
 )
-fls_stream_skip = _fn(
-    "fls_stream_skip", c_int, c_void_p, c_int64, c_int64, _P(c_float), _P(c_int)
-)
+fls_stream_skip = _fn("fls_stream_skip", c_int, c_void_p, c_int64, c_int64, _P(c_float), _P(c_int))
 fls_stream_merge = _fn("fls_stream_merge", c_int, c_void_p, c_void_p)
 fls_stream_finalize = _fn("fls_stream_finalize", c_int, c_void_p, _P(fls_outputs))
 fls_stream_progress = _fn(
@@ -298,8 +296,8 @@ def check_layout():
         if size < ctypes.sizeof(cls):
             raise ImportError(
                 "flashsample: %s loaded from %s is older than these bindings: sizeof(%s) is %d "
-                "there, %d here" % (os.path.basename(LIB_PATH), LIB_PATH, cls.__name__, size,
-                                    ctypes.sizeof(cls))
+                "there, %d here"
+                % (os.path.basename(LIB_PATH), LIB_PATH, cls.__name__, size, ctypes.sizeof(cls))
             )
 
 
@@ -323,8 +321,11 @@ def nccl_lib():
             paths.append(os.environ[NCCL_LIB_ENV])
         libdir = os.path.join(_HERE, "_lib")
         if os.path.isdir(libdir):
-            paths += [os.path.join(libdir, n) for n in sorted(os.listdir(libdir))
-                      if n.startswith("libflashsample_nccl.so")]
+            paths += [
+                os.path.join(libdir, n)
+                for n in sorted(os.listdir(libdir))
+                if n.startswith("libflashsample_nccl.so")
+            ]
         for p in paths:
             try:
                 lib_ = ctypes.CDLL(p)
@@ -332,8 +333,14 @@ def nccl_lib():
                 continue
             f = lib_.fls_stream_allgather_nccl
             f.restype = c_int
-            f.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p, POINTER(c_void_p),
-                          POINTER(c_size_t)]
+            f.argtypes = [
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                POINTER(c_void_p),
+                POINTER(c_size_t),
+            ]
             _nccl = lib_
             break
         else:

@@ -176,7 +176,7 @@ def to_bf16(x: Any) -> np.ndarray:
     conversion of fls_f32_to_bf16 and of `flashsample sample --weights-dtype bf16`."""
     a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     u = a.view(np.uint32)
-    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     out = rounded.astype(np.uint16)
     nan = np.isnan(a)
     if nan.any():
@@ -258,8 +258,10 @@ class _Params:
             pod = bool(on_dev)
         elif not pod and on_dev:
             raise FlashSampleValueError(
-                ERR_POINTER, fn, "%s is device memory but params_on_device=False: per-row "
-                "parameters are host arrays unless params_on_device=True" % on_dev[0]
+                ERR_POINTER,
+                fn,
+                "%s is device memory but params_on_device=False: per-row "
+                "parameters are host arrays unless params_on_device=True" % on_dev[0],
             )
         self.on_device = bool(pod)
         if self.on_device:
@@ -268,8 +270,9 @@ class _Params:
             if alias in kw and kw[alias] is not None:
                 if target in kw and is_array_like(kw[target]):
                     raise FlashSampleValueError(
-                        ERR_PARAM, fn, "give per-row values once: %s or an array %s" % (alias,
-                                                                                       target)
+                        ERR_PARAM,
+                        fn,
+                        "give per-row values once: %s or an array %s" % (alias, target),
                     )
                 if not is_array_like(kw[alias]):
                     raise FlashSampleTypeError(
@@ -324,8 +327,9 @@ class _Params:
         if flt is not None:
             if not isinstance(flt, str):
                 raise FlashSampleTypeError(
-                    ERR_PARAM, fn, "filter must be a rule's name (e.g. 'top-nsigma'), got %r"
-                    % (flt,)
+                    ERR_PARAM,
+                    fn,
+                    "filter must be a rule's name (e.g. 'top-nsigma'), got %r" % (flt,),
                 )
             b = flt.encode()
             keep.append(b)
@@ -405,8 +409,9 @@ def _cu_stream_synchronize(stream: int) -> None:
         _libcuda.cuStreamSynchronize.restype = ctypes.c_int
     r = _libcuda.cuStreamSynchronize(ctypes.c_void_p(stream))
     if r != 0:
-        raise FlashSampleError(-14, "cuStreamSynchronize", "waiting for the producer's stream: "
-                               "CUresult %d" % r)
+        raise FlashSampleError(
+            -14, "cuStreamSynchronize", "waiting for the producer's stream: " "CUresult %d" % r
+        )
 
 
 # ---- contexts -----------------------------------------------------------------------------------
@@ -418,8 +423,10 @@ def _stream_handle(stream: Any, device: int) -> int:
     if isinstance(stream, str):
         if stream not in ("auto", "torch"):
             raise FlashSampleValueError(
-                ERR_PARAM, "Context", "stream=%r: expected None, 'auto', 'torch', an int "
-                "cudaStream_t, a torch.cuda.Stream or an object with .ptr" % stream
+                ERR_PARAM,
+                "Context",
+                "stream=%r: expected None, 'auto', 'torch', an int "
+                "cudaStream_t, a torch.cuda.Stream or an object with .ptr" % stream,
             )
         try:
             import torch
@@ -466,7 +473,8 @@ class Context:
     ):
         fn = "Context"
         self._ptr = ctypes.c_void_p()
-        self._lock = threading.Lock()
+        # one call at a time on a context (the C API does not promise concurrent calls on one)
+        self._lock = threading.RLock()
         self._streams = weakref.WeakSet()
         cfg = _capi.new_config()
         if isinstance(engine, str) and engine.lower() in _ENGINES:
@@ -493,11 +501,17 @@ class Context:
         if cfg.engine == _capi.ENGINE_CUDA:
             self._stream = _stream_handle(stream, cfg.device)
             cfg.stream = ctypes.c_void_p(self._stream or None)
-        check(_capi.fls_context_create(ctypes.byref(self._ptr), ctypes.byref(cfg)),
-              "fls_context_create",
-              "engine %s" % ("cuda" if cfg.engine else "cpu"))
+        check(
+            _capi.fls_context_create(ctypes.byref(self._ptr), ctypes.byref(cfg)),
+            "fls_context_create",
+            "engine %s" % ("cuda" if cfg.engine else "cpu"),
+        )
         self.device = int(cfg.device)
         self.tile_v = int(cfg.tile_v)
+
+    def _call(self, f, *args):
+        with self._lock:
+            return f(*args)
 
     # -- lifetime
     def close(self) -> None:
@@ -553,8 +567,10 @@ class Context:
         """fls_context_counters: successful calls, rows sampled, rows that took the exact second
         pass of the rule family."""
         c = _capi.new_counters()
-        check(_capi.fls_context_counters(self._handle("counters"), ctypes.byref(c)),
-              "fls_context_counters")
+        check(
+            _capi.fls_context_counters(self._handle("counters"), ctypes.byref(c)),
+            "fls_context_counters",
+        )
         return Counters(int(c.calls), int(c.rows), int(c.second_pass_rows))
 
     def __repr__(self) -> str:
@@ -568,19 +584,25 @@ class Context:
         for v in views:
             if eng == "cpu" and v.device != "cpu":
                 raise FlashSampleValueError(
-                    ERR_POINTER, fn, "%s is device memory but the context's engine is cpu: "
-                    "create Context(engine='cuda') or pass a numpy array" % v.name
+                    ERR_POINTER,
+                    fn,
+                    "%s is device memory but the context's engine is cpu: "
+                    "create Context(engine='cuda') or pass a numpy array" % v.name,
                 )
             if eng == "cuda":
                 if v.device != "cuda":
                     raise FlashSampleValueError(
-                        ERR_POINTER, fn, "%s is host memory but the context's engine is cuda: pass "
-                        "a torch CUDA tensor or an object with __cuda_array_interface__" % v.name
+                        ERR_POINTER,
+                        fn,
+                        "%s is host memory but the context's engine is cuda: pass "
+                        "a torch CUDA tensor or an object with __cuda_array_interface__" % v.name,
                     )
                 if v.kind == "torch" and v.device_index != self.device:
                     raise FlashSampleValueError(
-                        ERR_POINTER, fn, "%s is on cuda:%d but the context is on device %d"
-                        % (v.name, v.device_index, self.device)
+                        ERR_POINTER,
+                        fn,
+                        "%s is on cuda:%d but the context is on device %d"
+                        % (v.name, v.device_index, self.device),
                     )
 
     def _torch_streams(self):
@@ -678,8 +700,12 @@ class Context:
         out, res = self._outputs(fn, L, prm, L.rows, return_logsumexp, return_logprobs)
         views = [L] + self._param_views(fn, prm)
         self._order_after_callers(views)
-        st = _capi.fls_sample_logits(
-            self._handle(fn), ctypes.byref(L.matrix), ctypes.byref(prm.p), ctypes.byref(out)
+        st = self._call(
+            _capi.fls_sample_logits,
+            self._handle(fn),
+            ctypes.byref(L.matrix),
+            ctypes.byref(prm.p),
+            ctypes.byref(out),
         )
         self._order_callers_after(views)
         if st != 0:
@@ -709,14 +735,17 @@ class Context:
         self._check_views(fn, [W, H])
         if W.cols != H.cols:
             raise FlashSampleValueError(
-                ERR_SHAPE, fn, "weights is (V=%d, D=%d) but hidden is (B=%d, D=%d): D must match"
-                % (W.rows, W.cols, H.rows, H.cols)
+                ERR_SHAPE,
+                fn,
+                "weights is (V=%d, D=%d) but hidden is (B=%d, D=%d): D must match"
+                % (W.rows, W.cols, H.rows, H.cols),
             )
         prm = _Params(fn, H.rows, params)
         out, res = self._outputs(fn, H, prm, H.rows, return_logsumexp, return_logprobs)
         views = [W, H] + self._param_views(fn, prm)
         self._order_after_callers(views)
-        st = _capi.fls_sample_fused(
+        st = self._call(
+            _capi.fls_sample_fused,
             self._handle(fn),
             ctypes.byref(W.matrix),
             ctypes.byref(H.matrix),
@@ -733,19 +762,32 @@ class Context:
             return []
         if self.engine != "cuda":
             raise FlashSampleValueError(
-                ERR_POINTER, fn, "params_on_device is for the CUDA engine; on the cpu engine "
-                "per-row parameters are host arrays"
+                ERR_POINTER,
+                fn,
+                "params_on_device is for the CUDA engine; on the cpu engine "
+                "per-row parameters are host arrays",
             )
         views = []
         for kind, dev, owner in prm.device_views:
             if kind == "torch" and dev != self.device:
                 raise FlashSampleValueError(
-                    ERR_POINTER, fn, "a per-row parameter is on cuda:%d but the context is on "
-                    "device %d" % (dev, self.device)
+                    ERR_POINTER,
+                    fn,
+                    "a per-row parameter is on cuda:%d but the context is on "
+                    "device %d" % (dev, self.device),
                 )
             cai = getattr(owner, "__cuda_array_interface__", None) if kind == "cai" else None
-            views.append(View("params", _capi.fls_matrix(), "cuda", dev, kind, owner,
-                              cai_stream=cai.get("stream") if cai else None))
+            views.append(
+                View(
+                    "params",
+                    _capi.fls_matrix(),
+                    "cuda",
+                    dev,
+                    kind,
+                    owner,
+                    cai_stream=cai.get("stream") if cai else None,
+                )
+            )
         return views
 
     def stream(self, rows: int, vocab: int, **params: Any) -> "Stream":
@@ -800,8 +842,7 @@ class Stream:
         self._params = params
         check(
             _capi.fls_stream_create(
-                ctypes.byref(self._ptr), ctx._handle(fn), self.rows, self.vocab,
-                ctypes.byref(prm.p)
+                ctypes.byref(self._ptr), ctx._handle(fn), self.rows, self.vocab, ctypes.byref(prm.p)
             ),
             "fls_stream_create",
         )
@@ -858,8 +899,12 @@ class Stream:
         L = as_view(logits, "logits", fn, dtype)
         self.ctx._check_views(fn, [L])
         self._rows_match(fn, L)
-        st = _capi.fls_stream_feed_logits(self._handle(fn), ctypes.byref(L.matrix),
-                                          _int(v0, fn, "v0"))
+        st = self.ctx._call(
+            _capi.fls_stream_feed_logits,
+            self._handle(fn),
+            ctypes.byref(L.matrix),
+            _int(v0, fn, "v0"),
+        )
         if st != 0:
             raise FlashSampleError(st, "fls_stream_feed_logits", _locate(st, L))
 
@@ -882,9 +927,12 @@ class Stream:
                 ERR_SHAPE, fn, "weights_chunk has D=%d but hidden has D=%d" % (W.cols, H.cols)
             )
         check(
-            _capi.fls_stream_feed_fused(
-                self._handle(fn), ctypes.byref(W.matrix), ctypes.byref(H.matrix),
-                _int(v0, fn, "v0")
+            self.ctx._call(
+                _capi.fls_stream_feed_fused,
+                self._handle(fn),
+                ctypes.byref(W.matrix),
+                ctypes.byref(H.matrix),
+                _int(v0, fn, "v0"),
             ),
             "fls_stream_feed_fused",
         )
@@ -900,9 +948,13 @@ class Stream:
             up = np.full((self.rows,), _float(upper, fn, "upper"), dtype=np.float32)
         skipped = ctypes.c_int(0)
         check(
-            _capi.fls_stream_skip(
-                self._handle(fn), _int(v0, fn, "v0"), _int(n, fn, "n"),
-                ptr_of(up, ctypes.c_float), ctypes.byref(skipped)
+            self.ctx._call(
+                _capi.fls_stream_skip,
+                self._handle(fn),
+                _int(v0, fn, "v0"),
+                _int(n, fn, "n"),
+                ptr_of(up, ctypes.c_float),
+                ctypes.byref(skipped),
             ),
             "fls_stream_skip",
         )
@@ -912,8 +964,10 @@ class Stream:
         """fls_stream_merge: self += other (same request, disjoint tokens)."""
         if not isinstance(other, Stream):
             raise TypeError("merge: expected a Stream, got %s" % type(other).__name__)
-        check(_capi.fls_stream_merge(self._handle("merge"), other._handle("merge")),
-              "fls_stream_merge")
+        check(
+            _capi.fls_stream_merge(self._handle("merge"), other._handle("merge")),
+            "fls_stream_merge",
+        )
 
     def merge_bytes(self, data: bytes) -> None:
         """Merges a serialized state (another shard's or rank's) into this one."""
@@ -933,18 +987,24 @@ class Stream:
         """fls_stream_serialize: the state as checked bytes (same build and architecture)."""
         fn = "serialize"
         n = ctypes.c_size_t(0)
-        check(_capi.fls_stream_serialize(self._handle(fn), None, ctypes.byref(n)),
-              "fls_stream_serialize")
+        check(
+            _capi.fls_stream_serialize(self._handle(fn), None, ctypes.byref(n)),
+            "fls_stream_serialize",
+        )
         buf = ctypes.create_string_buffer(max(n.value, 1))
-        check(_capi.fls_stream_serialize(self._handle(fn), buf, ctypes.byref(n)),
-              "fls_stream_serialize")
+        check(
+            _capi.fls_stream_serialize(self._handle(fn), buf, ctypes.byref(n)),
+            "fls_stream_serialize",
+        )
         return buf.raw[: n.value]
 
     def progress(self) -> Progress:
         """fls_stream_progress: tokens fed, tokens skipped, chunks fed, chunks skipped."""
         v = [ctypes.c_int64(0) for _ in range(4)]
-        check(_capi.fls_stream_progress(self._handle("progress"), *[ctypes.byref(x) for x in v]),
-              "fls_stream_progress")
+        check(
+            _capi.fls_stream_progress(self._handle("progress"), *[ctypes.byref(x) for x in v]),
+            "fls_stream_progress",
+        )
         return Progress(*[int(x.value) for x in v])
 
     def allgather_nccl(self, comm: Any, cuda_stream: Any = None) -> tuple:
@@ -958,8 +1018,10 @@ class Stream:
         lib = _capi.nccl_lib()
         if lib is None:
             raise FlashSampleError(
-                -11, fn, "this installation has no libflashsample_nccl (build with "
-                "FLASHSAMPLE_CUDA=1 on a machine with NCCL, or set FLASHSAMPLE_NCCL_LIBRARY)"
+                -11,
+                fn,
+                "this installation has no libflashsample_nccl (build with "
+                "FLASHSAMPLE_CUDA=1 on a machine with NCCL, or set FLASHSAMPLE_NCCL_LIBRARY)",
             )
         c = comm
         for attr in ("comm", "ptr", "handle"):
@@ -972,8 +1034,12 @@ class Stream:
         sent = ctypes.c_size_t(0)
         check(
             lib.fls_stream_allgather_nccl(
-                self._handle(fn), self.ctx._handle(fn), ctypes.c_void_p(c),
-                ctypes.c_void_p(s or None), ctypes.byref(merged), ctypes.byref(sent)
+                self._handle(fn),
+                self.ctx._handle(fn),
+                ctypes.c_void_p(c),
+                ctypes.c_void_p(s or None),
+                ctypes.byref(merged),
+                ctypes.byref(sent),
             ),
             "fls_stream_allgather_nccl",
         )
@@ -996,8 +1062,10 @@ class Stream:
             lse.ctypes.data if lse is not None and lse.size else None,
             lp.ctypes.data if lp is not None and lp.size else None,
         )
-        check(_capi.fls_stream_finalize(self._handle(fn), ctypes.byref(out)),
-              "fls_stream_finalize")
+        check(
+            self.ctx._call(_capi.fls_stream_finalize, self._handle(fn), ctypes.byref(out)),
+            "fls_stream_finalize",
+        )
         return Sample(tokens, lse, lp)
 
 
@@ -1021,7 +1089,8 @@ def sample_logits(logits: Any, *, context: Optional[Context] = None, **kw: Any) 
     return (context or default_context()).sample_logits(logits, **kw)
 
 
-def sample_fused(weights: Any, hidden: Any, *, context: Optional[Context] = None,
-                 **kw: Any) -> Sample:
+def sample_fused(
+    weights: Any, hidden: Any, *, context: Optional[Context] = None, **kw: Any
+) -> Sample:
     """Context.sample_fused on `context` (default: default_context())."""
     return (context or default_context()).sample_fused(weights, hidden, **kw)

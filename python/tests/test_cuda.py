@@ -11,8 +11,11 @@ from conftest import logits
 
 if not fs.cuda_available():
     pytest.skip(
-        "the CUDA engine tests: the library was built without the CUDA engine (-Dcuda=disabled)"
-        if not fs.cuda_built() else "the CUDA engine tests: no GPU is present",
+        (
+            "the CUDA engine tests: the library was built without the CUDA engine (-Dcuda=disabled)"
+            if not fs.cuda_built()
+            else "the CUDA engine tests: no GPU is present"
+        ),
         allow_module_level=True,
     )
 
@@ -57,21 +60,27 @@ def test_16_bit_logits(gctx, cctx, rng):
             continue
         if conv == "bf16":
             bits = t.to(dt).view(torch.int16).cpu().numpy().view(np.uint16)
-            cpu = cctx.sample_logits(bits, dtype="bf16", return_logsumexp=True,
-                                     return_logprobs=True, **kw)
+            cpu = cctx.sample_logits(
+                bits, dtype="bf16", return_logsumexp=True, return_logprobs=True, **kw
+            )
         else:
-            cpu = cctx.sample_logits(L.astype(conv), return_logsumexp=True,
-                                     return_logprobs=True, **kw)
+            cpu = cctx.sample_logits(
+                L.astype(conv), return_logsumexp=True, return_logprobs=True, **kw
+            )
         assert (g.tokens.cpu().numpy() == cpu.tokens).all(), dt
         np.testing.assert_allclose(g.logsumexp.cpu().numpy(), cpu.logsumexp, rtol=1e-5)
-        np.testing.assert_allclose(g.logprobs.cpu().numpy(), cpu.logprobs, rtol=1e-4,
-                                   atol=1e-4)
+        np.testing.assert_allclose(g.logprobs.cpu().numpy(), cpu.logprobs, rtol=1e-4, atol=1e-4)
 
 
 def test_per_row_host_params_and_greedy(gctx, cctx, rng):
     L = logits(rng, 4, 3000)
-    kw = dict(temperature=[0.0, 0.5, 1.0, 2.0], row_seeds=[1, 2, 3, 4], row_offsets=[0, 1, 2, 3],
-              draws=3, first_draw=7)
+    kw = dict(
+        temperature=[0.0, 0.5, 1.0, 2.0],
+        row_seeds=[1, 2, 3, 4],
+        row_offsets=[0, 1, 2, 3],
+        draws=3,
+        first_draw=7,
+    )
     g = gctx.sample_logits(torch.from_numpy(L).cuda(), **kw).tokens.cpu().numpy()
     assert (g == cctx.sample_logits(L, **kw).tokens).all()
 

@@ -21,8 +21,12 @@ def raises(status, fn, *a, **kw):
 
 @pytest.mark.parametrize(
     "dtype,msg",
-    [(np.float64, "astype(np.float32)"), (np.int32, "int32"), (np.uint16, "dtype='bf16'"),
-     (np.int64, "int64")],
+    [
+        (np.float64, "astype(np.float32)"),
+        (np.int32, "int32"),
+        (np.uint16, "dtype='bf16'"),
+        (np.int64, "int64"),
+    ],
 )
 def test_bad_dtypes_are_refused_in_python(ctx, rng, dtype, msg):
     L = logits(rng, 2, 50).astype(dtype)
@@ -116,8 +120,12 @@ def test_engine_and_device_mismatch(ctx, rng):
         """An object with __cuda_array_interface__ (device memory) but no GPU behind it."""
 
         __cuda_array_interface__ = {
-            "shape": (2, 8), "typestr": "<f4", "data": (256, False), "strides": None,
-            "version": 3, "stream": None,
+            "shape": (2, 8),
+            "typestr": "<f4",
+            "data": (256, False),
+            "strides": None,
+            "version": 3,
+            "stream": None,
         }
 
     e = raises(-10, ctx.sample_logits, FakeDevice())

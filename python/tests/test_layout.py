@@ -21,8 +21,13 @@ GROWING = [
     (_capi.fls_params, _capi.fls_params_default),
     (_capi.fls_counters, _capi.fls_counters_default),
 ]
-ALL = [_capi.fls_context_config, _capi.fls_params, _capi.fls_counters, _capi.fls_matrix,
-       _capi.fls_outputs]
+ALL = [
+    _capi.fls_context_config,
+    _capi.fls_params,
+    _capi.fls_counters,
+    _capi.fls_matrix,
+    _capi.fls_outputs,
+]
 
 
 @pytest.mark.parametrize("cls,default", GROWING, ids=lambda x: getattr(x, "__name__", ""))
@@ -57,19 +62,24 @@ def test_offsets_match_a_compiled_c_program(tmp_path):
     header = REPO / "lib" / "flashsample.h"
     if cc is None or not header.is_file():
         pytest.skip("no C compiler or no lib/flashsample.h: offsets not checked")
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "flashsample.h"',
-             "int main(void) {"]
+    lines = [
+        "#include <stdio.h>",
+        "#include <stddef.h>",
+        '#include "flashsample.h"',
+        "int main(void) {",
+    ]
     for cls in ALL:
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (cls.__name__, cls.__name__))
         for name, _ in cls._fields_:
-            lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));'
-                         % (cls.__name__, name, cls.__name__, C_NAME.get(name, name)))
+            lines.append(
+                'printf("%s %s %%zu\\n", offsetof(%s, %s));'
+                % (cls.__name__, name, cls.__name__, C_NAME.get(name, name))
+            )
     lines += ["return 0;", "}"]
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "layout"
-    subprocess.run([cc, "-std=c11", "-I", str(header.parent), str(src), "-o", str(exe)],
-                   check=True)
+    subprocess.run([cc, "-std=c11", "-I", str(header.parent), str(src), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     seen = {}
     for line in out.splitlines():

@@ -46,8 +46,9 @@ def test_threads_simd_and_tiles_do_not_change_tokens(rng):
 def test_logsumexp_and_logprobs(ctx, rng):
     L = logits(rng, 3, 500)
     T = 0.8
-    s = ctx.sample_logits(L, temperature=T, seed=1, draws=4, return_logsumexp=True,
-                          return_logprobs=True)
+    s = ctx.sample_logits(
+        L, temperature=T, seed=1, draws=4, return_logsumexp=True, return_logprobs=True
+    )
     x = L.astype(np.float64) / np.float32(T)
     np.testing.assert_allclose(s.logsumexp, lse_ref(x), rtol=1e-5)
     expect = np.take_along_axis(L / np.float32(T), s.tokens, axis=1) - s.logsumexp[:, None]
@@ -56,8 +57,9 @@ def test_logsumexp_and_logprobs(ctx, rng):
 
 def test_greedy(ctx, rng):
     L = logits(rng, 5, 400)
-    s = ctx.sample_logits(L, temperature=0.0, seed=9, draws=2, return_logsumexp=True,
-                          return_logprobs=True)
+    s = ctx.sample_logits(
+        L, temperature=0.0, seed=9, draws=2, return_logsumexp=True, return_logprobs=True
+    )
     assert (s.tokens == L.argmax(axis=1)[:, None]).all()
     np.testing.assert_array_equal(s.logsumexp, L.max(axis=1))
     assert (s.logprobs == 0).all()
@@ -116,21 +118,30 @@ def test_methods(ctx, rng):
     fused = ctx.sample_logits(L, seed=1, draws=4, method="fused").tokens
     ug = ctx.sample_logits(L, seed=1, draws=4, method="unfused-gumbel").tokens
     assert (fused == ug).all()
-    assert (ctx.sample_logits(L, seed=1, draws=4, method=fs.METHODS["unfused-gumbel"]).tokens
-            == ug).all()
+    assert (
+        ctx.sample_logits(L, seed=1, draws=4, method=fs.METHODS["unfused-gumbel"]).tokens == ug
+    ).all()
     mn = ctx.sample_logits(L, seed=1, draws=4, method="unfused_multinomial").tokens
     assert mn.shape == (3, 4) and ((mn >= 0) & (mn < 256)).all()
 
 
 def test_grouped(ctx, rng):
     L = logits(rng, 3, 1024)
-    g = ctx.sample_logits(L, seed=1, draws=5, method="grouped", group_size=64,
-                          return_logsumexp=True, return_logprobs=True)
+    g = ctx.sample_logits(
+        L,
+        seed=1,
+        draws=5,
+        method="grouped",
+        group_size=64,
+        return_logsumexp=True,
+        return_logprobs=True,
+    )
     assert g.tokens.shape == (3, 5)
     np.testing.assert_allclose(g.logsumexp, lse_ref(L.astype(np.float64)), rtol=1e-5)
     default = ctx.sample_logits(L, seed=1, method="grouped").tokens
-    explicit = ctx.sample_logits(L, seed=1, method="grouped",
-                                 group_size=fs.GROUP_SIZE_DEFAULT).tokens
+    explicit = ctx.sample_logits(
+        L, seed=1, method="grouped", group_size=fs.GROUP_SIZE_DEFAULT
+    ).tokens
     assert (default == explicit).all()
     # greedy rows are the argmax under the grouped method too
     t0 = ctx.sample_logits(L, temperature=0, method="grouped", group_size=32).tokens
@@ -161,12 +172,13 @@ def test_top_k_min_p_top_p(ctx, rng):
     p = 0.5
     t = ctx.sample_logits(L, seed=3, draws=50, top_p=p, return_logsumexp=True)
     for b in range(4):
-        q = np.exp(L[b, order[b]] - lse_ref(L[b:b + 1].astype(np.float64))[0])
+        q = np.exp(L[b, order[b]] - lse_ref(L[b : b + 1].astype(np.float64))[0])
         head = int(np.searchsorted(np.cumsum(q), p) + 1)
         assert set(t.tokens[b]) <= set(order[b, :head])
         # logsumexp is over the support (the head)
-        np.testing.assert_allclose(t.logsumexp[b], lse_ref(L[b:b + 1, order[b, :head]]
-                                                           .astype(np.float64))[0], rtol=1e-5)
+        np.testing.assert_allclose(
+            t.logsumexp[b], lse_ref(L[b : b + 1, order[b, :head]].astype(np.float64))[0], rtol=1e-5
+        )
 
 
 def test_per_row_rules(ctx, rng):
@@ -217,8 +229,9 @@ def test_without_replacement(ctx, rng):
     one = ctx.sample_logits(L, seed=6, draws=4).tokens
     assert (s.tokens[:, :, 0] == one).all()
     # past the support: -1 with logprob 0
-    s2 = ctx.sample_logits(L, seed=6, draws=2, top_k=2, without_replacement_k=4,
-                           return_logprobs=True)
+    s2 = ctx.sample_logits(
+        L, seed=6, draws=2, top_k=2, without_replacement_k=4, return_logprobs=True
+    )
     assert (s2.tokens[:, :, 2:] == -1).all() and (s2.logprobs[:, :, 2:] == 0).all()
     assert (s2.tokens[:, :, :2] >= 0).all()
     # per-row K_b: the output has the largest K, rows past their K_b are -1
@@ -229,8 +242,9 @@ def test_without_replacement(ctx, rng):
     assert (s3.tokens[1] >= 0).all()
     s4 = ctx.sample_logits(L, seed=6, draws=2, without_replacement_k=kb)  # an array K
     assert (s4.tokens == s3.tokens).all()
-    s5 = ctx.sample_logits(L, seed=6, draws=2, without_replacement_k=4,
-                           row_without_replacement_k=kb)
+    s5 = ctx.sample_logits(
+        L, seed=6, draws=2, without_replacement_k=4, row_without_replacement_k=kb
+    )
     assert s5.tokens.shape == (3, 2, 4) and (s5.tokens[:, :, 3] == -1).all()
 
 
@@ -253,18 +267,37 @@ def test_dtypes_f16_and_bf16(ctx, rng):
     c = ctx.sample_logits(bits, dtype="bf16", seed=1, draws=4).tokens
     d = ctx.sample_logits(fs.from_bf16(bits), seed=1, draws=4).tokens
     assert (c == d).all()
-    assert (ctx.sample_logits(bits.view(np.int16), dtype="bfloat16", seed=1, draws=4).tokens
-            == c).all()
+    assert (
+        ctx.sample_logits(bits.view(np.int16), dtype="bfloat16", seed=1, draws=4).tokens == c
+    ).all()
 
 
 def test_bf16_conversion_matches_the_library():
     from flashsample import _capi
 
-    vals = np.array([0.0, -0.0, 1.0, 1.00390625, 1.01171875, 3.4e38, -3.4e38, np.inf, -np.inf,
-                     np.nan, 1e-40, -1e-45, 65504.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8],
-                    dtype=np.float32)
-    vals = np.concatenate([vals, np.random.default_rng(1).standard_normal(200)
-                           .astype(np.float32) * 1e3])
+    vals = np.array(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            1.00390625,
+            1.01171875,
+            3.4e38,
+            -3.4e38,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1e-40,
+            -1e-45,
+            65504.0,
+            1.0 + 2**-8,
+            1.0 + 3 * 2**-8,
+        ],
+        dtype=np.float32,
+    )
+    vals = np.concatenate(
+        [vals, np.random.default_rng(1).standard_normal(200).astype(np.float32) * 1e3]
+    )
     bits = fs.to_bf16(vals)
     for v, b in zip(vals, bits):
         assert int(b) == _capi.fls_f32_to_bf16(float(v)), v
@@ -313,8 +346,7 @@ def test_fused_dtypes_and_rules(ctx, rng):
     assert (a == b).all()
     c = ctx.sample_fused(W.astype(np.float16), H.astype(np.float16), seed=1, draws=3).tokens
     assert c.shape == (3, 3)
-    s = ctx.sample_fused(W, H, seed=1, draws=2, top_k=3, without_replacement_k=3,
-                         method="fused")
+    s = ctx.sample_fused(W, H, seed=1, draws=2, top_k=3, without_replacement_k=3, method="fused")
     assert s.tokens.shape == (3, 2, 3)
     g = ctx.sample_fused(W, H, seed=1, draws=2, method="grouped", group_size=32).tokens
     assert g.shape == (3, 2)
@@ -357,7 +389,7 @@ def test_logit_bound_and_chunk_norms(rng):
     assert norms.shape == (4,) and norms.dtype == np.float32
     true = np.linalg.norm(W.astype(np.float64), axis=1)
     for c in range(4):
-        assert norms[c] >= true[c * 256:(c + 1) * 256].max() * (1 - 1e-6)
+        assert norms[c] >= true[c * 256 : (c + 1) * 256].max() * (1 - 1e-6)
     h = rng.standard_normal(8).astype(np.float32)
     bound = fs.logit_bound(float(norms.max()), float(np.linalg.norm(h)), 8)
     assert bound >= np.abs(W @ h).max()

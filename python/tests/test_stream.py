@@ -36,8 +36,13 @@ def test_chunked_feed_equals_one_shot(ctx, rng, method, extra):
 
 def test_per_row_params_and_first_draw(ctx, rng):
     L = logits(rng, B, V)
-    kw = dict(temperature=[0.5, 0.0, 1.5], row_seeds=[1, 2, 3], row_offsets=[0, 9, 4], draws=2,
-              first_draw=5)
+    kw = dict(
+        temperature=[0.5, 0.0, 1.5],
+        row_seeds=[1, 2, 3],
+        row_offsets=[0, 9, 4],
+        draws=2,
+        first_draw=5,
+    )
     one = ctx.sample_logits(L, **kw).tokens
     st = fs.Stream(ctx, B, V, **kw)
     st.feed_logits(L[:, 500:], 500)
@@ -178,12 +183,13 @@ def test_skip_with_norm_bounds(ctx, rng):
     for c, v0 in enumerate(range(0, V, chunk)):
         n = min(chunk, V - v0)
         if c > 0:
-            upper = np.array([fs.logit_bound(float(norms[c]), float(h), D) for h in hn],
-                             dtype=np.float32)
+            upper = np.array(
+                [fs.logit_bound(float(norms[c]), float(h), D) for h in hn], dtype=np.float32
+            )
             if st.skip(v0, n, upper):
                 skipped += 1
                 continue
-        st.feed_fused(W[v0:v0 + n], H, v0)
+        st.feed_fused(W[v0 : v0 + n], H, v0)
     assert skipped >= 1
     p = st.progress()
     assert p.chunks_skipped == skipped and p.tokens_fed + p.tokens_skipped == V
