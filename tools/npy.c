@@ -811,12 +811,16 @@ fls_status fls_npy_write_stream(FILE *fp, fls_npy_dtype dtype, int ndim, const i
     char dict[64 + FLS_NPY_MAX_DIMS * 24];
     int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
                      fls_npy_dtype_descr(dtype));
+    int empty = 0; /* a zero dimension makes any shape empty, as the reader has it */
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return fail(err, FLS_ERR_SHAPE, "fls_npy_write: negative dimension");
-        if (shape[i] != 0 && count > (uint64_t)INT64_MAX / (uint64_t)shape[i])
+        empty |= shape[i] == 0;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (!empty && count > (uint64_t)INT64_MAX / (uint64_t)shape[i])
             return fail(err, FLS_ERR_SIZE, "fls_npy_write: shape overflows");
-        count *= (uint64_t)shape[i];
+        count = empty ? 0 : count * (uint64_t)shape[i];
         k += snprintf(dict + k, sizeof dict - (size_t)k, "%s%lld", i ? ", " : "", (long long)shape[i]);
     }
     k += snprintf(dict + k, sizeof dict - (size_t)k, "%s), }", ndim == 1 ? "," : "");

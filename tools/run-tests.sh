@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quick start 2: set everything up and run every test suite. About 15 minutes
+# Quick start 2: set everything up and run every test suite. About 18 minutes
 # on 2 cores (the statistical suite is about 6 of them); each stage prints a
 # heading and its elapsed time, the statistical suite one line per test.
 #  1. formatting check (clang-format 14, the version .clang-format is written
@@ -10,9 +10,13 @@
 #  4. suite stats (goodness of fit, minutes);
 #  5. AddressSanitizer + UndefinedBehaviorSanitizer build: the unit suite;
 #  6. valgrind memcheck over the unit suite (CPU-only build: the CUDA runtime
-#     is not valgrind-clean on its own).
-# Build folders: build-ci, build-asan, build-vg (FLS_BUILD_PREFIX=x uses x-ci,
-# x-asan, x-vg instead). A skipped test prints its reason.
+#     is not valgrind-clean on its own);
+#  7. libFuzzer under ASan/UBSan (clang 14): the .npy reader and the command
+#     line's argument parsing, FLS_FUZZ_SECONDS (default 60) per target, from
+#     the committed corpora (tests/fuzz/run.sh; their replay on every build is
+#     in the unit suite).
+# Build folders: build-ci, build-asan, build-vg, build-fuzz (FLS_BUILD_PREFIX=x
+# uses x-ci, x-asan, x-vg, x-fuzz instead). A skipped test prints its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=${FLS_BUILD_PREFIX:-build}
@@ -25,7 +29,7 @@ stage_end() {
     if [ -n "$stage_name" ]; then
         local now
         now=$(date +%s)
-        echo "---- [$stage_no/6] $stage_name: done in $((now - stage_start)) s (total $((now - start)) s)"
+        echo "---- [$stage_no/7] $stage_name: done in $((now - stage_start)) s (total $((now - start)) s)"
     fi
 }
 stage() {
@@ -34,9 +38,9 @@ stage() {
     stage_name=$1
     stage_start=$(date +%s)
     echo
-    echo "==== [$stage_no/6] $stage_name"
+    echo "==== [$stage_no/7] $stage_name"
 }
-trap 'rc=$?; [ $rc -eq 0 ] || echo "==== FAILED in stage [$stage_no/6] $stage_name after $(( $(date +%s) - start )) s (exit $rc)"' EXIT
+trap 'rc=$?; [ $rc -eq 0 ] || echo "==== FAILED in stage [$stage_no/7] $stage_name after $(( $(date +%s) - start )) s (exit $rc)"' EXIT
 
 # The reason each skipped test gave (meson shows only SKIP).
 skip_reasons() {
@@ -56,7 +60,7 @@ for line in open(sys.argv[1]):
 EOF
 }
 
-echo "==== [0/6] dependencies (tools/setup-deps.sh)"
+echo "==== [0/7] dependencies (tools/setup-deps.sh)"
 bash tools/setup-deps.sh
 
 stage "formatting (clang-format)"
@@ -102,6 +106,9 @@ ninja -C "$prefix-vg"
 meson test -C "$prefix-vg" --print-errorlogs --num-processes 2 --suite unit --timeout-multiplier 5 \
     --wrapper 'valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --trace-children=yes'
 skip_reasons "$prefix-vg"
+
+stage "libFuzzer + ASan/UBSan: fuzz_npy, fuzz_args (${FLS_FUZZ_SECONDS:-60} s each, $prefix-fuzz)"
+FLS_BUILD_PREFIX="$prefix" bash tests/fuzz/run.sh "${FLS_FUZZ_SECONDS:-60}"
 stage_end
 
 echo

@@ -1705,3 +1705,48 @@ Test(cli, audit_report_writes_markdown_and_figures)
               "%s", md);
     free(L);
 }
+
+/* ---- issue 12: inputs and outputs larger than memory ---- */
+
+Test(cli, inputs_and_outputs_larger_than_memory_are_refused_clearly)
+{
+    /* a sparse 8 GiB float32 file under a 2 GiB address-space limit: refused
+     * before anything is allocated, with both sizes and the limit named */
+    const char *big = tpath("big.npy");
+    const int64_t n = (int64_t)1 << 31, s1[1] = {n};
+    char dict[128];
+    int k = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld,), }",
+                     (long long)n);
+    size_t hl = (10 + (size_t)k + 1 + 63) / 64 * 64 - 10;
+    FILE *fp = fopen(big, "wb");
+    cr_assert_not_null(fp);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, fp);
+    fputc((int)(hl & 0xff), fp);
+    fputc((int)(hl >> 8), fp);
+    for (size_t i = 0; i < hl; i++)
+        fputc(i < (size_t)k ? dict[i] : i + 1 == hl ? '\n' : ' ', fp);
+    fclose(fp);
+    cr_assert_eq(truncate(big, (off_t)(10 + hl) + (off_t)n * 4), 0);
+    (void)s1;
+    cr_expect_eq(run_tool_limited(2048 * 1024, "sample", "--logits", big, NULL), 1);
+    cr_expect(strstr(err_text, "too large to load") && strstr(err_text, "8.00 GiB is more than the") &&
+                  strstr(err_text, "ulimit -v"),
+              "%s", err_text);
+    cr_expect_eq(run_tool_limited(2048 * 1024, "audit", "--logits", big, "--tokens", big, NULL), 2);
+    cr_expect(strstr(err_text, "too large to load"), "%s", err_text);
+    unlink(big);
+
+    /* B x N tokens beyond memory: said before sampling, --counts suggested */
+    const int64_t ls[2] = {3, 10};
+    float *L = random_f32(30, 1.0f, 50);
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--samples", "4294967295", "--without-replacement", "10",
+                          "--out", tp, NULL),
+                 1);
+    cr_expect(strstr(err_text, "do not fit") && strstr(err_text, "without --out, --counts needs far less"),
+              "%s", err_text);
+    cr_expect(!exists(tp));
+    cr_expect_eq(tmp_files(), 0);
+    free(L);
+}

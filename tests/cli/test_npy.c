@@ -596,3 +596,22 @@ Test(npy, random_corruptions_never_crash)
         }
     }
 }
+
+/* Found by tests/fuzz (fuzz_npy, regress_npy/writer-refused-empty-shape-with-huge-dims.npy):
+ * an empty shape whose other dimensions multiply past int64 is accepted by
+ * the reader; the writer must write it back, not call it an overflow. */
+Test(npy, writer_takes_every_shape_the_reader_accepts)
+{
+    const int64_t shape[3] = {99999999999, 99999999999, 0};
+    const char *p = tpath("empty_huge.npy");
+    char err[FLS_NPY_ERR_LEN];
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_F32, 3, shape, NULL, err), FLS_OK, "%s", err);
+    fls_npy_array a;
+    cr_assert_eq(fls_npy_read(p, &a, err), FLS_OK, "%s", err);
+    cr_expect_eq(a.ndim, 3);
+    cr_expect_eq(a.count, 0);
+    cr_expect(a.shape[0] == shape[0] && a.shape[1] == shape[1] && a.shape[2] == 0);
+    fls_npy_free(&a);
+    const int64_t over[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
+    cr_expect_eq(fls_npy_write(p, FLS_NPY_F32, 2, over, NULL, err), FLS_ERR_SIZE);
+}
