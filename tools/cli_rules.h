@@ -6,11 +6,6 @@
  * Every value is checked here before the library sees it, so a bad value
  * is a message that names the flag (and the row of a per-row array) and the
  * allowed range; the library's own FLS_ERR_PARAM is explained the same way.
- *
- * cli_rule_support computes a row's final support from the definitions
- * (sort-based, in double, independent of the engines): the audit of
- * external tokens masks everything else, so the exact reference of
- * fls_audit_tokens (softmax(l / T)) becomes the rule's distribution.
  */
 #ifndef FLS_CLI_RULES_H
 #define FLS_CLI_RULES_H
@@ -75,13 +70,6 @@ void cli_rule_describe(const cli_rule *r, char *out, size_t cap);
  * value the library refused and the allowed range; a generic sentence if
  * none is found. */
 void cli_rule_explain(const cli_rule *r, int64_t B, int64_t V);
-
-/* The final support of row b (logits l of V floats, temperature T > 0) by
- * the definitions of docs/RULES.md: keep[v] = 1 for the tokens that survive
- * min-p, top-k, top-p and the registry filter, in that order. Returns the
- * support's size, or -1 if memory ran out. (T = 0 rows need no mask: no
- * filter drops the argmax.) */
-int64_t cli_rule_support(const cli_rule *r, int64_t b, const float *l, int64_t V, float T, uint8_t *keep);
 
 /* Loads a per-row array path (shape (B,)) of one of the allowed dtypes
  * (FLS_NPY_* bits: 1u << dtype). On success *arr holds it. 0 or -1 after a

@@ -1,21 +1,18 @@
 /*
  * flashsample audit --logits L.npy --tokens tokens.npy — the audit of tokens
  * drawn by any sampler (stats/fls_tokens.h, docs/AUDIT.md) against the exact
- * categorical of the logits at their temperatures, under the rule family's
- * flags (docs/RULES.md).
+ * distribution of the logits at their temperatures, under the rule family's
+ * flags (docs/RULES.md): fls_audit_tokens with the rule in
+ * fls_tokens_options.rule (the fls_params the flags fill), so the reference
+ * is the rule's exact pmf (stats/rules.c, written from the definitions), a
+ * truncating rule adds the boundary test and tuples without replacement
+ * (B, N, K) the conditional (Plackett-Luce) and whole-tuple tests.
  *
- * Rules: fls_audit_tokens knows the temperature rule only (softmax(l / T)).
- * A filter's distribution is softmax(l / T) restricted to its support, so
- * the support of every row is computed here from the definitions
- * (cli_rule_support) and every other token is masked with -inf: the audit's
- * exact reference is then the rule's, and one sample outside the support
- * (a token the rule excludes, e.g. just past the k-th value or the nucleus
- * boundary) fails the global test outright. Without replacement (tokens
- * (B, N, K)): position 0 is a draw from the filtered softmax; position j
- * given positions 0..j-1 is a draw from it with those tokens masked too,
- * so each (row, draw) becomes a row of its own for positions j >= 1; a
- * structure check (no repeated token, -1 exactly past the support's size)
- * comes on top. All positions share one family-wise budget.
+ * Around the call: the inputs are read and checked (a bad one is exit 2 with
+ * the file, row and column), the table and the power statement printed, and
+ * the figures' data computed here (the fractional histogram of the global
+ * test's transform and the tail-mass curve, from the same exact pmf) for
+ * --json and --report.
  *
  * Exit status: 0 every test passes, 1 a test fails, 2 bad usage or input
  * (including a report that cannot be made).
@@ -209,9 +206,11 @@ static int by_p(const void *a, const void *b)
  * (each sample spreads 1 over [F(v-), F(v)) in K equal bins: the expectation
  * of the randomized transform's histogram given the tokens; each bin expects
  * n / K) and the tail curve: samples more than t nats below their row's
- * head against the exact expectation. */
+ * head against the exact expectation. The reference is the rule's pmf; the
+ * token of (row r, draw j) is tok[(r N + j) stride] (position 0 of a tuple). */
 static fls_status make_curves(const float *L, int64_t R, int64_t V, const float *temps, float T,
-                              const int64_t *tok, int64_t N, int K, curves *c)
+                              const cli_rule *rule, const int64_t *tok, int64_t N, int64_t stride, int K,
+                              curves *c)
 {
     memset(c, 0, sizeof *c);
     c->K = K;
@@ -226,7 +225,14 @@ static fls_status make_curves(const float *L, int64_t R, int64_t V, const float 
         c->tail_t[t] = 0.5 * t;
     for (int64_t r = 0; r < R; r++) {
         const double Tr = temps ? (double)temps[r] : (double)T;
-        if ((st = fls_stats_probs_temperature_f32(L + r * V, V, Tr, p)) != FLS_OK)
+        fls_stats_rule rr;
+        fls_stats_rule_off(&rr);
+        rr.min_p = rule->row_min_p ? (double)rule->row_min_p[r] : (double)rule->min_p;
+        rr.top_k = rule->row_top_k ? rule->row_top_k[r] : rule->top_k;
+        rr.top_p = rule->row_top_p ? (double)rule->row_top_p[r] : (double)rule->top_p;
+        if (rule->filter_id == FLS_FILTER_TOP_NSIGMA)
+            rr.nsigma = rule->row_filter_value ? rule->row_filter_value[r] : rule->filter_value;
+        if ((st = fls_stats_probs_rule_f32(L + r * V, V, Tr, &rr, p, NULL)) != FLS_OK)
             goto done;
         for (int64_t v = 0; v < V; v++) {
             order[v].p = p[v];
@@ -250,7 +256,7 @@ static fls_status make_curves(const float *L, int64_t R, int64_t V, const float 
         }
         int64_t nr = 0;
         for (int64_t j = 0; j < N; j++) {
-            const int64_t v = tok[r * N + j];
+            const int64_t v = tok[(r * N + j) * stride];
             if (v < 0 || v >= V || !(p[v] > 0.0))
                 continue; /* the audit fails it outright; not drawn here */
             nr++;
@@ -301,7 +307,6 @@ typedef struct group {
     int64_t rows_in, draws; /* rows of logits it audited, samples */
     curves c;
     int done;
-    char skipped[160]; /* why it did not run ("" if it ran) */
 } group;
 
 /* The central 0.999 interval of a count with mean mu and variance var:
@@ -518,50 +523,6 @@ static int check_logits(const float *L, int64_t B, int64_t V, const char *path)
     return 0;
 }
 
-/* The structure of tuples without replacement: per (row, draw), tokens in
- * range, distinct, and -1 exactly at positions >= the support's size. */
-static void structure_row(const int64_t *tok, int64_t B, int64_t N, int64_t K, int64_t V,
-                          const int64_t *ssize, fls_audit_row *r)
-{
-    memset(r, 0, sizeof *r);
-    snprintf(r->test, sizeof r->test, "tokens/structure");
-    snprintf(r->engine, sizeof r->engine, "ext");
-    snprintf(r->kind, sizeof r->kind, "structure");
-    r->V = V;
-    r->draws = B * N;
-    r->deficit_caught = r->excess_caught = r->tv_caught = INFINITY;
-    int64_t bad = 0, first_b = -1, first_n = -1;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t n = 0; n < N; n++) {
-            const int64_t *t = tok + (b * N + n) * K;
-            int ok = 1;
-            for (int64_t j = 0; j < K && ok; j++) {
-                if (j >= ssize[b])
-                    ok = t[j] == -1;
-                else {
-                    ok = t[j] >= 0 && t[j] < V;
-                    for (int64_t i = 0; i < j && ok; i++)
-                        ok = t[i] != t[j];
-                }
-            }
-            if (!ok) {
-                if (!bad++) {
-                    first_b = b;
-                    first_n = n;
-                }
-            }
-        }
-    r->pass = bad == 0;
-    r->p = bad ? 0.0 : 1.0;
-    r->observed = (double)bad;
-    if (bad)
-        snprintf(r->note, sizeof r->note,
-                 "%lld bad tuple(s), first row %lld draw %lld: repeat, out of range or misplaced -1",
-                 (long long)bad, (long long)first_b, (long long)first_n);
-    else
-        snprintf(r->note, sizeof r->note, "every tuple: distinct tokens, -1 exactly past the support's size");
-}
-
 int cli_audit_external(const audit_ext_opts *o)
 {
     /* ---- arguments ---- */
@@ -585,10 +546,10 @@ int cli_audit_external(const audit_ext_opts *o)
         return CLI_USAGE;
     }
     if (rule.filter_id >= 0 && rule.filter_id != FLS_FILTER_TOP_NSIGMA) {
-        cli_error(
-            "--filter %s: the audit computes the supports of min-p, top-k, top-p and top-nsigma only; this "
-            "registry rule has no reference here yet",
-            rule.filter);
+        cli_error("--filter %s: the audit's exact reference (stats/rules.c) knows min-p, top-k, top-p and "
+                  "top-nsigma "
+                  "only; this registry rule has no pmf there yet",
+                  rule.filter);
         return CLI_USAGE;
     }
     {
@@ -617,11 +578,8 @@ int cli_audit_external(const audit_ext_opts *o)
     memset(&Lm, 0, sizeof Lm);
     memset(&ta, 0, sizeof ta);
     memset(&tra, 0, sizeof tra);
-    float *masked = NULL, *vL = NULL, *vT = NULL;
-    int64_t *tok0 = NULL, *ssize = NULL, *vtok = NULL;
-    uint8_t *keep = NULL;
     fls_audit_row *rows = NULL;
-    group groups[64];
+    group groups[1];
     int ngroups = 0;
     memset(groups, 0, sizeof groups);
     fls_status st;
@@ -700,83 +658,25 @@ int cli_audit_external(const audit_ext_opts *o)
     if (check_logits(L, B, V, o->logits) != 0)
         goto done;
 
-    /* ---- the rule's support: everything else masked ---- */
-    ssize = malloc((size_t)B * sizeof *ssize);
-    keep = malloc((size_t)V);
-    if (!ssize || !keep) {
-        cli_error("out of memory");
-        goto done;
-    }
-    const float *ref = L;
-    if (cli_rule_filters(&rule)) {
-        masked = malloc((size_t)(B * V) * sizeof *masked);
-        if (!masked) {
-            cli_error("out of memory for the masked logits");
-            goto done;
-        }
-        for (int64_t b = 0; b < B; b++) {
-            const float Tb = temps ? temps[b] : T;
-            /* T = 0: the filters apply to the logits as given (docs/RULES.md) */
-            ssize[b] = cli_rule_support(&rule, b, L + b * V, V, Tb > 0.0f ? Tb : 1.0f, keep);
-            if (ssize[b] < 0) {
-                cli_error("out of memory");
-                goto done;
-            }
-            for (int64_t v = 0; v < V; v++)
-                masked[b * V + v] = keep[v] ? L[b * V + v] : -INFINITY;
-        }
-        ref = masked;
-    } else {
-        for (int64_t b = 0; b < B; b++) {
-            ssize[b] = 0;
-            for (int64_t v = 0; v < V; v++)
-                ssize[b] += L[b * V + v] > -INFINITY;
-        }
-    }
-
-    /* ---- the groups and their family ---- */
-    for (int64_t j = 0; j < K && ngroups < 64; j++) {
-        group *g = &groups[ngroups++];
-        fls_tokens_options_default(&g->o);
-        g->o.seed = o->seed ? seed : g->o.seed;
-        if (j == 0) {
-            snprintf(g->name, sizeof g->name, "tokens");
-            g->o.pairs_rows = o->pairs_rows;
-        } else {
-            snprintf(g->name, sizeof g->name, "pos%lld", (long long)j);
-            g->o.pairs_draws = 0; /* one draw per (row, draw) row */
-            g->o.pairs_rows = 0;
-        }
-        g->o.name = g->name;
-        int64_t live = 0;
-        for (int64_t b = 0; b < B; b++)
-            live += ssize[b] > j ? N : 0;
-        char why[192];
-        if (j > 0 && live == 0)
-            snprintf(g->skipped, sizeof g->skipped, "no row's support has more than %lld token(s)",
-                     (long long)j);
-        else if (j > 0 && ((double)live * (double)V > 2e9 ||
-                           !fls_npy_memory_fits((size_t)live * (size_t)V * sizeof(float), why, sizeof why)))
-            snprintf(g->skipped, sizeof g->skipped,
-                     "not audited: position %lld needs one row of V logits per (row, draw): %lld x %lld is "
-                     "too much",
-                     (long long)j, (long long)live, (long long)V);
-        g->tests = g->skipped[0] ? 0 : fls_tokens_test_count(&g->o);
-    }
-    if (K > 64)
-        fprintf(stderr, "%s: note: positions >= 64 of the tuples are not audited (only their structure)\n",
-                cli_prog);
+    /* ---- the audit: one call, the rule in the options ---- */
+    fls_params rp;
+    fls_params_default(&rp);
+    cli_rule_apply(&rule, &rp);
+    group *gr = &groups[ngroups++];
+    snprintf(gr->name, sizeof gr->name, "tokens");
+    fls_tokens_options_default(&gr->o);
+    if (o->seed)
+        gr->o.seed = seed;
+    gr->o.pairs_rows = o->pairs_rows;
+    gr->o.name = gr->name;
+    gr->o.rule = cli_rule_given(&o->rule) ? &rp : NULL;
+    gr->tests = fls_tokens_test_count(&gr->o);
     fls_stats_family fam;
     fls_stats_family_init(&fam, FLS_STATS_BUDGET);
-    int later = 0;
-    for (int g = 1; g < ngroups; g++)
-        later += groups[g].tests;
-    fls_stats_family_add(&fam, K > 1 ? "external tokens, position 0" : "external tokens", groups[0].tests);
-    if (later)
-        fls_stats_family_add(&fam, "external tokens, positions 1..K-1 given the earlier ones", later);
+    fls_stats_family_add(&fam, "external tokens", gr->tests);
     const double alpha = fam.alpha;
-    size_t cap = (size_t)fam.size + 1;
-    rows = calloc(cap, sizeof *rows);
+    gr->o.alpha = alpha;
+    rows = calloc((size_t)gr->tests, sizeof *rows);
     if (!rows) {
         cli_error("out of memory");
         goto done;
@@ -788,120 +688,40 @@ int cli_audit_external(const audit_ext_opts *o)
            "distribution of %s (V=%lld)\n",
            o->tokens, (long long)B, (long long)N, o->logits, (long long)V);
     if (K > 1)
-        printf("tuples without replacement: K=%lld positions per draw; position j is tested given positions "
-               "0..j-1\n",
+        printf("tuples without replacement: K=%lld positions per draw (the global, tail, pairs and tie tests "
+               "look "
+               "at position 1; pl-cond at positions 2..K given the earlier ones)\n",
                (long long)K);
     if (temps)
         printf("temperature per row from %s; rule: %s\n", o->temperature_rows, rdesc);
     else
         printf("temperature %g; rule: %s\n", (double)T, rdesc);
-    if (cli_rule_filters(&rule))
-        printf("rule supports computed from the definitions of docs/RULES.md; tokens outside them have "
-               "probability "
-               "0 (one sample there fails)\n");
     fls_stats_family_print(stdout, "", &fam);
     fflush(stdout);
 
-    /* ---- the audits ---- */
     double t0 = cli_now();
     size_t nrows = 0;
-    for (int g = 0; g < ngroups; g++) {
-        group *gr = &groups[g];
-        if (!gr->tests)
-            continue;
-        gr->o.alpha = alpha;
-        const float *gL;
-        const float *gT = temps;
-        const int64_t *gtok;
-        int64_t R, gN;
-        if (g == 0) {
-            if (K > 1) {
-                tok0 = malloc((size_t)(B * N) * sizeof *tok0);
-                if (!tok0) {
-                    cli_error("out of memory");
-                    goto done;
-                }
-                for (int64_t i = 0; i < B * N; i++)
-                    tok0[i] = tok[i * K];
-                gtok = tok0;
-            } else {
-                gtok = tok;
-            }
-            gL = ref;
-            R = B;
-            gN = N;
-        } else {
-            /* position g given positions 0..g-1: a row per (row, draw) with those masked */
-            int64_t live = 0;
-            for (int64_t b = 0; b < B; b++)
-                live += ssize[b] > g ? N : 0;
-            free(vL);
-            free(vT);
-            free(vtok);
-            vL = malloc((size_t)(live * V) * sizeof *vL);
-            vT = malloc((size_t)live * sizeof *vT);
-            vtok = malloc((size_t)live * sizeof *vtok);
-            if (!vL || !vT || !vtok) {
-                cli_error("out of memory for position %d's rows", g);
-                goto done;
-            }
-            int64_t r = 0;
-            for (int64_t b = 0; b < B; b++) {
-                if (ssize[b] <= g)
-                    continue;
-                for (int64_t n = 0; n < N; n++) {
-                    const int64_t *t = tok + (b * N + n) * K;
-                    int ok = 1;
-                    for (int64_t i = 0; i < g && ok; i++)
-                        ok = t[i] >= 0 && t[i] < V;
-                    if (!ok)
-                        continue; /* the structure check reports it */
-                    float *row = vL + r * V;
-                    memcpy(row, ref + b * V, (size_t)V * sizeof *row);
-                    for (int64_t i = 0; i < g; i++)
-                        row[t[i]] = -INFINITY;
-                    int any = 0;
-                    for (int64_t v = 0; v < V && !any; v++)
-                        any = row[v] > -INFINITY;
-                    if (!any)
-                        continue; /* earlier positions repeated tokens: the structure check reports it */
-                    vT[r] = temps ? temps[b] : T;
-                    vtok[r] = t[g];
-                    r++;
-                }
-            }
-            if (r == 0) {
-                snprintf(gr->skipped, sizeof gr->skipped, "no usable (row, draw) for position %d", g);
-                continue;
-            }
-            gL = vL;
-            gT = vT;
-            gtok = vtok;
-            R = r;
-            gN = 1;
-        }
-        size_t n = 0;
-        cli_progress("auditing %s", gr->name);
-        st = fls_audit_tokens(gL, R, V, V, gT, T, gtok, gN, &gr->o, rows + nrows, &n);
-        if (st != FLS_OK) {
-            cli_error("the audit of %s could not run: %s", gr->name, fls_status_string(st));
-            goto done;
-        }
-        gr->row0 = nrows;
-        gr->nrows = n;
-        gr->rows_in = R;
-        gr->draws = R * gN;
-        nrows += n;
-        /* the figures' data, at the global test's bins */
-        int Kb = rows[gr->row0].bins > 1 ? rows[gr->row0].bins : 2;
-        if ((st = make_curves(gL, R, V, gT, T, gtok, gN, Kb, &gr->c)) != FLS_OK) {
-            cli_error("the report's curves could not be computed: %s", fls_status_string(st));
-            goto done;
-        }
-        gr->done = 1;
+    cli_progress("auditing %lld x %lld tokens", (long long)B, (long long)(N * K));
+    st = fls_audit_tokens(L, B, V, V, temps, T, tok, N, &gr->o, rows, &nrows);
+    if (st != FLS_OK) {
+        if (st == FLS_ERR_PARAM)
+            cli_rule_explain(&rule, B, V);
+        else
+            cli_error("the audit could not run: %s", fls_status_string(st));
+        goto done;
     }
-    if (K > 1)
-        structure_row(tok, B, N, K, V, ssize, &rows[nrows++]);
+    gr->row0 = 0;
+    gr->nrows = nrows;
+    gr->rows_in = B;
+    gr->draws = B * N;
+    /* the figures' data, at the global test's bins (position 1 of a tuple) */
+    cli_progress("the report's curves");
+    const int Kb = rows[0].bins > 1 ? rows[0].bins : 2;
+    if ((st = make_curves(L, B, V, temps, T, &rule, tok, N, K, Kb, &gr->c)) != FLS_OK) {
+        cli_error("the report's curves could not be computed: %s", fls_status_string(st));
+        goto done;
+    }
+    gr->done = 1;
     cli_progress_done();
     const double seconds = cli_now() - t0;
 
@@ -913,43 +733,50 @@ int cli_audit_external(const audit_ext_opts *o)
         fls_audit_print_row(stdout, &rows[i]);
         failed += !rows[i].pass;
     }
-    for (int g = 0; g < ngroups; g++)
-        if (groups[g].skipped[0])
-            printf("%-28s %s\n", groups[g].name, groups[g].skipped);
     report_in ri;
     memset(&ri, 0, sizeof ri);
     printf("\npower (probability %.3g at alpha %.3g per test):\n", FLS_STATS_POWER, alpha);
-    for (int g = 0; g < ngroups; g++) {
-        const group *gr = &groups[g];
-        if (!gr->done)
-            continue;
-        const fls_audit_row *gof = &rows[gr->row0];
-        char *s = ri.power[ri.npower < 8 ? ri.npower++ : 7];
+    {
+        const fls_audit_row *gof = &rows[0];
+        char *s = ri.power[ri.npower++];
         snprintf(
             s, sizeof ri.power[0],
-            "%.31s: with these %lld draws, a total-variation error >= %.3g in these %d bins (equal bins of "
-            "the "
+            "with these %lld draws, a total-variation error >= %.3g in these %d bins (equal bins of the "
             "probability integral transform, each %.3g of the mass) would be caught with probability %.3g",
-            gr->name, (long long)gr->draws, gof->tv_caught, gof->bins, gof->min_mass, FLS_STATS_POWER);
+            (long long)gr->draws, gof->tv_caught, gof->bins, gof->min_mass, FLS_STATS_POWER);
         printf("  %s\n", s);
-        for (size_t i = gr->row0; i < gr->row0 + gr->nrows; i++)
-            if (!strcmp(rows[i].kind, "tail") && rows[i].tail_t == 15.0) {
-                if (isfinite(rows[i].deficit_caught))
-                    printf("  %s: the mass more than 15 nats below the head (%.3g of the draws): a relative "
-                           "deficit "
-                           ">= %.3g or excess >= %.3g would be caught\n",
-                           gr->name, rows[i].tail_mass, rows[i].deficit_caught, rows[i].excess_caught);
+        for (size_t i = 0; i < nrows && ri.npower < 8; i++) {
+            const fls_audit_row *r = &rows[i];
+            s = ri.power[ri.npower];
+            if (!strcmp(r->kind, "tail") && r->tail_t == 15.0) {
+                if (isfinite(r->deficit_caught))
+                    snprintf(
+                        s, sizeof ri.power[0],
+                        "the mass more than 15 nats below the head (%.3g of the draws): a relative deficit "
+                        ">= %.3g or excess >= %.3g of it would be caught with probability %.3g",
+                        r->tail_mass, r->deficit_caught, r->excess_caught, FLS_STATS_POWER);
                 else
-                    printf("  %s: the mass more than 15 nats below the head (%.3g of the draws) is too small "
-                           "for any "
-                           "deficit to show at this N%s\n",
-                           gr->name, rows[i].tail_mass,
-                           isfinite(rows[i].excess_caught) ? "; only an excess would" : "");
+                    snprintf(
+                        s, sizeof ri.power[0],
+                        "the mass more than 15 nats below the head (%.3g of the draws) is too small for any "
+                        "deficit to show at this N%s",
+                        r->tail_mass, isfinite(r->excess_caught) ? "; only an excess would" : "");
+            } else if (strstr(r->test, "/pl-cond") && r->kind[0] != 'e') {
+                snprintf(
+                    s, sizeof ri.power[0],
+                    "positions 2..K given the earlier ones (pl-cond): a total-variation error >= %.3g in its "
+                    "%d bins would be caught with probability %.3g",
+                    r->tv_caught, r->bins, FLS_STATS_POWER);
+            } else {
+                continue;
             }
-        if (g == 0 && gof->tv_caught > FLS_STATS_TV) {
-            int64_t need = fls_tokens_draws_needed(gr->rows_in, alpha);
+            printf("  %s\n", s);
+            ri.npower++;
+        }
+        if (gof->tv_caught > FLS_STATS_TV) {
+            int64_t need = fls_tokens_draws_needed(B, alpha);
             printf("  to catch a TV of %g in 32 bins, draw at least %lld per row (%lld in all)\n",
-                   FLS_STATS_TV, (long long)need, (long long)(need * gr->rows_in));
+                   FLS_STATS_TV, (long long)need, (long long)(need * B));
         }
     }
     const int all_pass = nrows > 0 && failed == 0;
@@ -1001,13 +828,6 @@ done:
     fls_npy_free(&ta);
     fls_npy_free(&tra);
     cli_rule_free(&rule);
-    free(masked);
-    free(vL);
-    free(vT);
-    free(vtok);
-    free(tok0);
-    free(ssize);
-    free(keep);
     free(rows);
     return rc;
 }
