@@ -24,25 +24,26 @@
 
 #include <flashinfer/sampling.cuh>
 
-#define CK(...)                                                                                \
-    do {                                                                                       \
-        cudaError_t e_ = (__VA_ARGS__);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            std::fprintf(stderr, "fi_bench: %s failed: %s (line %d)\n", #__VA_ARGS__,         \
-                         cudaGetErrorString(e_), __LINE__);                                    \
-            std::exit(1);                                                                      \
-        }                                                                                      \
+#define CK(...)                                                                                              \
+    do {                                                                                                     \
+        cudaError_t e_ = (__VA_ARGS__);                                                                      \
+        if (e_ != cudaSuccess) {                                                                             \
+            std::fprintf(stderr, "fi_bench: %s failed: %s (line %d)\n", #__VA_ARGS__,                        \
+                         cudaGetErrorString(e_), __LINE__);                                                  \
+            std::exit(1);                                                                                    \
+        }                                                                                                    \
     } while (0)
-#define CB(x)                                                                                  \
-    do {                                                                                       \
-        cublasStatus_t s_ = (x);                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            std::fprintf(stderr, "fi_bench: %s failed: %d (line %d)\n", #x, (int)s_, __LINE__); \
-            std::exit(1);                                                                      \
-        }                                                                                      \
+#define CB(x)                                                                                                \
+    do {                                                                                                     \
+        cublasStatus_t s_ = (x);                                                                             \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                   \
+            std::fprintf(stderr, "fi_bench: %s failed: %d (line %d)\n", #x, (int)s_, __LINE__);              \
+            std::exit(1);                                                                                    \
+        }                                                                                                    \
     } while (0)
 
-static __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
+static __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed, float scale)
+{
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)i * 2654435761u ^ seed;
@@ -53,7 +54,8 @@ static __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed, floa
     }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc < 4) {
         std::fprintf(stderr, "usage: fi_bench CSV D:V[,D:V...] B[,B...] [REPS]\n");
         return 2;
@@ -124,20 +126,20 @@ int main(int argc, char **argv) {
             auto gemm = [&]() {
                 const float alpha = 1.0f / T, beta = 0.0f;
                 // logits (B x V, row-major) = H (B x D) . W^T: column-major V x B = W^T . H^T
-                CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, V, B, D, &alpha, W[rot], CUDA_R_16BF,
-                                D, H, CUDA_R_16BF, D, &beta, logits, CUDA_R_32F, V,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, V, B, D, &alpha, W[rot], CUDA_R_16BF, D, H,
+                                CUDA_R_16BF, D, &beta, logits, CUDA_R_32F, V, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
                 rot = (rot + 1) % copies;
             };
             auto softmax = [&]() {
-                CK(flashinfer::sampling::OnlineSoftmax<float>(logits, probs, B, V, nullptr, 1.0f,
-                                                              ws, ws_bytes, false, st));
+                CK(flashinfer::sampling::OnlineSoftmax<float>(logits, probs, B, V, nullptr, 1.0f, ws,
+                                                              ws_bytes, false, st));
             };
             struct Method {
                 const char *name;
                 int k;
                 float p;
-                int kind;  // 0 matmul, 1 gumbel, 2 top-k/top-p, 3 min-p
+                int kind; // 0 matmul, 1 gumbel, 2 top-k/top-p, 3 min-p
             } methods[] = {{"matmul", 0, 0, 0},
                            {"fi2_gumbel", 0, 0, 1},
                            {"fi1_topk_topp", V, 1.0f, 2},
@@ -153,16 +155,17 @@ int main(int argc, char **argv) {
                     } else if (m.kind == 2) {
                         softmax();
                         CK(flashinfer::sampling::TopKTopPSamplingFromProb<float, int>(
-                            probs, nullptr, nullptr, tok, valid, nullptr, B, m.k, m.p, V, true,
-                            nullptr, 1234, nullptr, off, st));
+                            probs, nullptr, nullptr, tok, valid, nullptr, B, m.k, m.p, V, true, nullptr, 1234,
+                            nullptr, off, st));
                     } else if (m.kind == 3) {
                         softmax();
                         CK(flashinfer::sampling::MinPSamplingFromProb<float, int>(
-                            probs, nullptr, tok, valid, nullptr, B, m.p, V, true, nullptr, 1234,
-                            nullptr, off, st));
+                            probs, nullptr, tok, valid, nullptr, B, m.p, V, true, nullptr, 1234, nullptr, off,
+                            st));
                     }
                 };
-                for (int i = 0; i < 25; i++) call();
+                for (int i = 0; i < 25; i++)
+                    call();
                 CK(cudaStreamSynchronize(st));
                 std::vector<float> ms(reps);
                 cudaEvent_t e0, e1;
@@ -184,7 +187,8 @@ int main(int argc, char **argv) {
                 std::fflush(stdout);
             }
         }
-        for (auto w : W) CK(cudaFree(w));
+        for (auto w : W)
+            CK(cudaFree(w));
         CK(cudaFree(H));
         CK(cudaFree(logits));
         CK(cudaFree(probs));
