@@ -592,6 +592,24 @@ __device__ __forceinline__ void fls_warp_segment_grouped(const float *S, int n, 
     }
 }
 
+/* Row b's log-sum-exp from its (max, scaled sum) entries in the workspace, on
+ * a whole warp (every lane gets it); greedy rows as fls_lse_value says. */
+__device__ __forceinline__ double fls_warp_row_lse(const fls_ws &ws, int b, int lane, bool greedy)
+{
+    const int64_t lb = (int64_t)b * ws.nent;
+    float M = -INFINITY;
+    for (int e = lane; e < ws.nent; e += 32)
+        M = fmaxf(M, __ldcg(ws.m + lb + e));
+    M = fls_warp_maxf(M);
+    double S = 0.0;
+    for (int e = lane; e < ws.nent; e += 32)
+        S += fls_lse_term((double)__ldcg(ws.s + lb + e), (double)__ldcg(ws.m + lb + e), (double)M);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        S += __shfl_xor_sync(FLS_FULL_MASK, S, o);
+    return fls_lse_value((double)M, S, greedy);
+}
+
 /* The grouped finalize of item w = b * nd + j: the best (gkey, group) over
  * the entries; the token and its x; the log-sum-exp from the partials. */
 __device__ __forceinline__ void fls_finalize_item_grouped(const fls_row_params *rows, int64_t draws_total,
@@ -617,21 +635,7 @@ __device__ __forceinline__ void fls_finalize_item_grouped(const fls_row_params *
         k = -INFINITY; /* an empty lane loses every comparison below */
     fls_warp_gbest(k, bw, x);
     const float T = rows[b].temperature;
-    double lse = 0.0;
-    if (ws.want_lse) {
-        const int64_t lb = (int64_t)b * ws.nent;
-        float M = -INFINITY;
-        for (int e = lane; e < ws.nent; e += 32)
-            M = fmaxf(M, __ldcg(ws.m + lb + e));
-        M = fls_warp_maxf(M);
-        double Ssum = 0.0;
-        for (int e = lane; e < ws.nent; e += 32)
-            Ssum += fls_lse_term((double)__ldcg(ws.s + lb + e), (double)__ldcg(ws.m + lb + e), (double)M);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            Ssum += __shfl_xor_sync(FLS_FULL_MASK, Ssum, o);
-        lse = fls_lse_value((double)M, Ssum, !fls_temperature_noisy(T));
-    }
+    const double lse = ws.want_lse ? fls_warp_row_lse(ws, b, lane, !fls_temperature_noisy(T)) : 0.0;
     if (lane == 0) {
         const int64_t d = (int64_t)ws.draw_base + j;
         tokens[(int64_t)b * draws_total + d] = (int64_t)(uint32_t)bw;
@@ -710,21 +714,7 @@ __device__ __forceinline__ void fls_finalize_item(const fls_row_params *rows, in
     unsigned ball = __ballot_sync(FLS_FULL_MASK, best == wbest);
     float wx = __shfl_sync(FLS_FULL_MASK, bx, __ffs(ball) - 1);
     const float T = rows[b].temperature;
-    double lse = 0.0;
-    if (ws.want_lse) {
-        const int64_t lb = (int64_t)b * ws.nent;
-        float M = -INFINITY;
-        for (int e = lane; e < ws.nent; e += 32)
-            M = fmaxf(M, __ldcg(ws.m + lb + e));
-        M = fls_warp_maxf(M);
-        double S = 0.0;
-        for (int e = lane; e < ws.nent; e += 32)
-            S += fls_lse_term((double)__ldcg(ws.s + lb + e), (double)__ldcg(ws.m + lb + e), (double)M);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            S += __shfl_xor_sync(FLS_FULL_MASK, S, o);
-        lse = fls_lse_value((double)M, S, !Rule::noisy(T));
-    }
+    const double lse = ws.want_lse ? fls_warp_row_lse(ws, b, lane, !Rule::noisy(T)) : 0.0;
     if (lane == 0) {
         const int64_t d = (int64_t)ws.draw_base + j;
         const typename Rule::cand c = fls_cand_unpack(wbest, wx);

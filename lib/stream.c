@@ -421,6 +421,19 @@ static fls_status feed_f32(fls_stream_t *s, float *x, int64_t v0, int64_t n)
     return FLS_OK;
 }
 
+/* A chunk of n tokens from v0 may be fed: checked against the coverage, and
+ * its B x n float buffer allocated (the caller frees it). */
+static fls_status chunk_begin(fls_stream_t *s, int64_t v0, int64_t n, float **x)
+{
+    fls_status st = check_chunk(s, v0, n);
+    if (st != FLS_OK)
+        return st;
+    if ((uint64_t)s->B * (uint64_t)n > SIZE_MAX / sizeof(float))
+        return FLS_ERR_SIZE;
+    *x = malloc((size_t)(s->B * n) * sizeof(float));
+    return *x ? FLS_OK : FLS_ERR_OUT_OF_MEMORY;
+}
+
 fls_status fls_stream_feed_logits(fls_stream_t *s, const fls_matrix *L, int64_t v0)
 {
     if (!s || !L || !L->data)
@@ -432,15 +445,11 @@ fls_status fls_stream_feed_logits(fls_stream_t *s, const fls_matrix *L, int64_t 
         return FLS_ERR_ALIGN;
     if (L->rows != s->B || L->cols <= 0 || L->ld < L->cols)
         return L->rows != s->B ? FLS_ERR_SHAPE : FLS_ERR_SIZE;
-    fls_status st = check_chunk(s, v0, L->cols);
+    const int64_t n = L->cols;
+    float *x;
+    fls_status st = chunk_begin(s, v0, n, &x);
     if (st != FLS_OK)
         return st;
-    const int64_t n = L->cols;
-    if ((uint64_t)s->B * (uint64_t)n > SIZE_MAX / sizeof(float))
-        return FLS_ERR_SIZE;
-    float *x = malloc((size_t)(s->B * n) * sizeof(float));
-    if (!x)
-        return FLS_ERR_OUT_OF_MEMORY;
     for (int64_t b = 0; b < s->B; b++)
         s->kern.convert((const char *)L->data + (size_t)(b * L->ld) * es, L->dtype, n, x + b * n, n);
     st = feed_f32(s, x, v0, n);
@@ -461,15 +470,11 @@ fls_status fls_stream_feed_fused(fls_stream_t *s, const fls_matrix *Wc, const fl
         return FLS_ERR_SIZE;
     if (H->rows != s->B || Wc->cols != H->cols)
         return FLS_ERR_SHAPE;
-    fls_status st = check_chunk(s, v0, Wc->rows);
+    const int64_t n = Wc->rows;
+    float *x;
+    fls_status st = chunk_begin(s, v0, n, &x);
     if (st != FLS_OK)
         return st;
-    const int64_t n = Wc->rows;
-    if ((uint64_t)s->B * (uint64_t)n > SIZE_MAX / sizeof(float))
-        return FLS_ERR_SIZE;
-    float *x = malloc((size_t)(s->B * n) * sizeof(float));
-    if (!x)
-        return FLS_ERR_OUT_OF_MEMORY;
     st = fls_cpu_logits(s->ctx, Wc, H, x); /* the fused path's kernels: the same floats */
     if (st == FLS_OK)
         st = feed_f32(s, x, v0, n);
