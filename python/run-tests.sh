@@ -5,10 +5,13 @@
 #      numpy, meson and ninja come from PyPI) and pytest,
 #   3. the flashsample command line for the identity tests (python/build/cli, unless
 #      $FLASHSAMPLE_TOOL names one),
-#   4. pytest on python/tests (the CPU engine; a few seconds).
+#   4. pytest on python/tests (the CPU engine; a few seconds),
+#   5. every notebook of notebooks/, executed headless in this venv (python/run-notebooks.sh:
+#      nbconvert, ipykernel and matplotlib from PyPI; about a minute; a failing cell fails the run).
 # Needs (Debian): python3, python3-venv, gcc, pkg-config, libgsl-dev, meson, ninja-build.
 # Environment: PYTHON (default python3), FLASHSAMPLE_VENV, FLASHSAMPLE_TOOL, FLASHSAMPLE_CUDA
-# (passed to the pip build: 1 builds the CUDA engine), PYTEST_ARGS (extra pytest arguments).
+# (passed to the pip build: 1 builds the CUDA engine), PYTEST_ARGS (extra pytest arguments),
+# FLASHSAMPLE_NOTEBOOKS=0 (skip step 5, saying so), NOTEBOOKS_OUT (keep the executed notebooks).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,4 +56,11 @@ step "pytest python/tests"
 cd /
 # shellcheck disable=SC2086
 "$venv/bin/python" -I -m pytest -q -rs -p no:cacheprovider "$here/tests" ${PYTEST_ARGS:-}
+
+if [ "${FLASHSAMPLE_NOTEBOOKS:-1}" = 0 ]; then
+    step "notebooks skipped (FLASHSAMPLE_NOTEBOOKS=0)"
+else
+    step "notebooks (python/run-notebooks.sh)"
+    FLASHSAMPLE_VENV="$venv" bash "$here/run-notebooks.sh"
+fi
 step "done"
