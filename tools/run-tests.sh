@@ -5,8 +5,10 @@
 #  1. formatting check (clang-format 14, the version .clang-format is written
 #     for; skipped, saying so, with another version);
 #  2. release build with warnings as errors;
-#  3. suites unit, cli (with the numpy interop test and the notebooks) and gpu
-#     (gpu tests skip, saying why, where no GPU is present);
+#  3. suites unit, cli (with the numpy interop test) and gpu (gpu tests skip,
+#     saying why, where no GPU is present), then the Python bindings:
+#     python/run-tests.sh (a fresh venv, pip install ./python, pytest, and every
+#     notebook of notebooks/ executed headless; about 2 minutes);
 #  4. suite stats (goodness of fit, minutes);
 #  5. AddressSanitizer + UndefinedBehaviorSanitizer build: the unit suite;
 #  6. valgrind memcheck over the unit suite (CPU-only build: the CUDA runtime
@@ -15,8 +17,9 @@
 #     line's argument parsing, FLS_FUZZ_SECONDS (default 60) per target, from
 #     the committed corpora (tests/fuzz/run.sh; their replay on every build is
 #     in the unit suite).
-# Build folders: build-ci, build-asan, build-vg, build-fuzz (FLS_BUILD_PREFIX=x
-# uses x-ci, x-asan, x-vg, x-fuzz instead). A skipped test prints its reason.
+# Build folders: build-ci, build-asan, build-vg, build-fuzz and the venv
+# build-pyvenv (FLS_BUILD_PREFIX=x uses x-ci, x-asan, x-vg, x-fuzz, x-pyvenv
+# instead). A skipped test prints its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=${FLS_BUILD_PREFIX:-build}
@@ -80,9 +83,11 @@ stage "release build, warnings are errors ($prefix-ci)"
 [ -f "$prefix-ci/build.ninja" ] || meson setup "$prefix-ci" --buildtype=release --werror
 ninja -C "$prefix-ci"
 
-stage "suites unit, cli, gpu"
+stage "suites unit, cli, gpu; Python bindings and notebooks"
 meson test -C "$prefix-ci" --print-errorlogs --num-processes 2 --suite unit --suite cli --suite gpu
 skip_reasons "$prefix-ci"
+# this build's command line for the CLI identity tests and the audit notebooks
+FLASHSAMPLE_TOOL="$PWD/$prefix-ci/tools/flashsample" FLASHSAMPLE_VENV="$PWD/$prefix-pyvenv" bash python/run-tests.sh
 
 stage "suite stats (goodness of fit; about 6 minutes on 2 cores, one line per test)"
 # --verbose streams the tests' output; Criterion's --verbose prints a line as each test ends.

@@ -5,17 +5,17 @@
 #   build: meson ninja-build pkg-config gcc libgsl-dev
 #   tests: libcriterion-dev valgrind clang-format (14 on Debian 12, the
 #          version .clang-format is checked with);
-#          python3-numpy (numpy interop test), python3-matplotlib,
-#          python3-nbconvert python3-ipykernel jupyter-nbconvert (the notebooks
-#          run in the test suite, paper_repro/report.py's figures and
-#          `flashsample audit --report`);
+#          python3-numpy (numpy interop test), python3-matplotlib
+#          (paper_repro/report.py's figures and `flashsample audit --report`);
+#          python3-venv (python/run-tests.sh: the bindings, their tests and the
+#          notebooks run in a fresh venv, their Python packages from PyPI);
 #          clang-14 libclang-rt-14-dev (libFuzzer and the sanitizers' runtime
 #          for tests/fuzz/run.sh).
 # The tests use /usr/bin/python3 (where apt installs numpy) even when another
 # python3 comes first on PATH.
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc libgsl-dev libcriterion-dev python3 valgrind clang-format
-    python3-numpy python3-matplotlib python3-nbconvert python3-ipykernel jupyter-nbconvert
+    python3-numpy python3-matplotlib python3-venv
     clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
