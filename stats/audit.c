@@ -17,7 +17,10 @@ fls_status fls_audit_family_add(const fls_audit_options *o, fls_stats_family *f)
     if (!o || !f)
         return FLS_ERR_NULL;
     char name[96];
-    snprintf(name, sizeof name, "audit %s on %s (%zu cases)", o->full ? "full" : "quick",
+    snprintf(name, sizeof name, "audit %s on %s (%zu cases)",
+             o->full == FLS_AUDIT_FULL_CI ? "full-ci"
+             : o->full                    ? "full"
+                                          : "quick",
              o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu", fls_audit_run_count(o->full, o->engine));
     return fls_stats_family_add(f, name, fls_audit_run_tests(o->full, o->engine));
 }
@@ -59,9 +62,11 @@ fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_
     if (o->progress) {
         fprintf(stderr,
                 "[audit] %s run, engine %s (%d thread(s), simd %s), base seed %llu, %zu case(s), %zu tests\n",
-                o->full ? "full" : "quick", o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu",
-                fls_context_threads(ctx), fls_simd_name(fls_context_simd(ctx)), (unsigned long long)o->seed,
-                n_cases, n);
+                o->full == FLS_AUDIT_FULL_CI ? "full-ci"
+                : o->full                    ? "full"
+                                             : "quick",
+                o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu", fls_context_threads(ctx),
+                fls_simd_name(fls_context_simd(ctx)), (unsigned long long)o->seed, n_cases, n);
         fls_stats_family_print(stderr, "[audit] ", fam);
     }
     /* every case runs; one that cannot sample fills its rows as errors */

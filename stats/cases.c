@@ -35,9 +35,11 @@
 #include <string.h>
 #include <time.h>
 
-#define LOGITS FLS_CASE_GOF, 0, FLS_METHOD_FUSED
-#define FUSED  FLS_CASE_GOF, 1, FLS_METHOD_FUSED
-#define PAIRS  0, FLS_METHOD_FUSED
+#define LOGITS    FLS_CASE_GOF, 0, FLS_METHOD_FUSED
+#define FUSED     FLS_CASE_GOF, 1, FLS_METHOD_FUSED
+#define PAIRS     0, FLS_METHOD_FUSED
+#define GROUPED_L FLS_CASE_GOF, 0, FLS_METHOD_GROUPED
+#define GROUPED_F FLS_CASE_GOF, 1, FLS_METHOD_GROUPED
 
 /* Cost of a case is about V x draws x 7 ns on one core (AVX2 noise); the
  * goodness-of-fit alone needs ~2-3e5 draws per group, so V = 4096 costs ~7
@@ -52,36 +54,123 @@
  * (the fused deep tail: ~35 s on two cores, which the quick audit of the
  * command line should not take; the CPU's quick list has the deep tail on the
  * logits path and the multinomial baseline). */
+/* What the cases add to the temperature rule (docs/RULES.md, docs/GROUPED.md). Off: min-p 0, top-k 0,
+ * top-p 0 (read as 1), n-sigma 0. */
+#define NOWR                                                                                                 \
+    0,                                                                                                       \
+    {                                                                                                        \
+        0                                                                                                    \
+    }
+// clang-format off
+/*                               min_p per group                top_k per group        top_p per group               nsigma           wr       g     io             pieces */
+static const fls_case_ext X_V1          = {{0.5f},                       {1},                    {0.5f},                       {0},             1, {0}, 0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_MIXED       = {{0, 0, 0.05f, 0.01f},         {5, 0, 0, 30},          {0, 0.8f, 0, 0.9f},           {0, 0, 0, 1.5},  NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_FUSED_SMALL = {{0.01f, 0},                   {40, 100},              {0.95f, 0.7f},                {0, 2.0},        NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_TOPK50      = {{0},                          {50},                   {0},                          {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_TOPK20      = {{0},                          {20},                   {0},                          {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_TOPK1       = {{0},                          {1},                    {0},                          {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_TOPP90      = {{0},                          {0},                    {0.9f},                       {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_TOPP95      = {{0},                          {0},                    {0.95f},                      {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_MINP_HEAVY  = {{1e-7f},                      {0},                    {0},                          {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_ALL3        = {{0.02f},                      {200},                  {0.95f},                      {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_FLAT        = {{0.5f},                       {100},                  {0.5f},                       {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_COMBO       = {{0.001f, 0.0005f},            {300, 150},             {0.95f, 0.9f},                {2.0, 1.5},      NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_NSIGMA      = {{0},                          {0},                    {0},                          {1.0},           NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_HEAVY_BIG   = {{1e-8f},                      {60000},                {0.999f},                     {0},             NOWR,    0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_WR_SMALL    = {{0, 0},                       {0, 4},                 {0},                          {0},             3, {3, 2}, 0, FLS_IO_CALL,   0};
+static const fls_case_ext X_WR_RULES    = {{0, 0.1f, 0},                 {0, 0, 2},              {0},                          {0},             3, {3, 2, 3}, 0, FLS_IO_CALL, 0};
+static const fls_case_ext X_WR_FUSED_SMALL = {{0},                       {0},                    {0.9f},                       {0},             2, {0}, 0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_WR_TOPK     = {{0},                          {100},                  {0},                          {0},             4, {0}, 0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_WR_TOPP     = {{0},                          {0},                    {0.9f},                       {0},             3, {0}, 0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_WR_BIG      = {{0},                          {2000},                 {0},                          {0},             3, {0}, 0,    FLS_IO_CALL,   0};
+static const fls_case_ext X_G32         = {{0},                          {0},                    {0},                          {0},             NOWR,    32,   FLS_IO_CALL,   0};
+static const fls_case_ext X_G64         = {{0},                          {0},                    {0},                          {0},             NOWR,    64,   FLS_IO_CALL,   0};
+static const fls_case_ext X_G128        = {{0},                          {0},                    {0},                          {0},             NOWR,    128,  FLS_IO_CALL,   0};
+static const fls_case_ext X_G256        = {{0},                          {0},                    {0},                          {0},             NOWR,    256,  FLS_IO_CALL,   0};
+static const fls_case_ext X_G512        = {{0},                          {0},                    {0},                          {0},             NOWR,    512,  FLS_IO_CALL,   0};
+static const fls_case_ext X_G1024       = {{0},                          {0},                    {0},                          {0},             NOWR,    1024, FLS_IO_CALL,   0};
+static const fls_case_ext X_STREAM5     = {{0},                          {0},                    {0},                          {0},             NOWR,    0,    FLS_IO_STREAM, 5};
+static const fls_case_ext X_STREAM7     = {{0},                          {0},                    {0},                          {0},             NOWR,    0,    FLS_IO_STREAM, 7};
+static const fls_case_ext X_STREAM9_G64 = {{0},                          {0},                    {0},                          {0},             NOWR,    64,   FLS_IO_STREAM, 9};
+static const fls_case_ext X_SHARDS4     = {{0},                          {0},                    {0},                          {0},             NOWR,    0,    FLS_IO_SHARDS, 4};
+static const fls_case_ext X_SHARDS_G32  = {{0},                          {0},                    {0},                          {0},             NOWR,    32,   FLS_IO_SHARDS, 3};
+static const fls_case_ext X_SHARDS3_G128 = {{0},                         {0},                    {0},                          {0},             NOWR,    128,  FLS_IO_SHARDS, 3};
+// clang-format on
+#undef NOWR
+
 // clang-format off
 static const fls_audit_case cases[] = {
-    /* name                 kind/path/method  shape              scale  V       G  temps                           R    W dtype          D   tier tail deficit */
-    {"v1-logits",           LOGITS,           FLS_SHAPE_FLAT,    0.0,   1,      1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"coin-logits",         LOGITS,           FLS_SHAPE_COIN,    0.0,   2,      1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"v17-logits",          LOGITS,           FLS_SHAPE_NORMAL,  1.0,   17,     1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"flat-logits",         LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0},
-    {"zipf-logits",         LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0},
-    {"peaked-logits",       LOGITS,           FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.0},
-    {"heavy-logits",        LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.3},
-    {"masked-logits",       LOGITS,           FLS_SHAPE_MASKED,  0.0,   1031,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"rowtemp-small",       LOGITS,           FLS_SHAPE_NORMAL,  2.0,   256,    4, {0.7f, 2.5f, 0.3f, 0.0f},       2,   FLS_DTYPE_F32,   0,  0,   1,   0.0},
-    {"rowtemp-logits",      LOGITS,           FLS_SHAPE_NORMAL,  2.0,   1024,   5, {0.3f, 0.7f, 0.0f, 1.0f, 2.5f}, 2,   FLS_DTYPE_F32,   0,  1,   1,   0.0},
-    {"greedy-logits",       LOGITS,           FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"deep-logits",         LOGITS,           FLS_SHAPE_DEEP,    17.0,  4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  0,   1,   0.7},
-    {"deep-logits-fine",    LOGITS,           FLS_SHAPE_DEEP,    16.0,  16384,  1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  2,   1,   0.25},
-    {"pairs-offset",        FLS_CASE_PAIRS_OFFSET, PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"pairs-draw",          FLS_CASE_PAIRS_DRAW,   PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"pairs-seed",          FLS_CASE_PAIRS_SEED,   PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0},
-    {"zipf-fused",          FUSED,            FLS_SHAPE_ZIPF,    0.0,   4096,   2, {1.0f, 0.8f},                   2,   FLS_DTYPE_BF16,  16, 1,   0,   0.0},
-    {"peaked-fused-f16",    FUSED,            FLS_SHAPE_PEAKED,  0.0,   4099,   1, {1.2f},                         4,   FLS_DTYPE_F16,   8,  1,   1,   0.0},
-    {"normal-fused-f32",    FUSED,            FLS_SHAPE_NORMAL,  1.5,   1031,   2, {0.7f, 2.5f},                   2,   FLS_DTYPE_F32,   33, 0,   0,   0.0},
-    {"heavy-fused",         FUSED,            FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   1,   0.3},
-    {"deep-fused",          FUSED,            FLS_SHAPE_DEEP,    17.0,  4096,   1, {0.8f},                         4,   FLS_DTYPE_BF16,  16, 3,   1,   0.7},
-    {"greedy-fused",        FUSED,            FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_BF16,  16, 0,   0,   0.0},
-    {"zipf-unfused-gumbel", FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_GUMBEL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},       4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0},
-    {"zipf-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},  4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0},
-    {"deep-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_DEEP, 17.0, 4096, 1, {1.0f}, 4,   FLS_DTYPE_BF16,  16, 0,   1,   0.7},
-    {"heavy-fused-262144",  FUSED,            FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.0},
-    {"deep-fused-262144",   FUSED,            FLS_SHAPE_DEEP,    16.0,  262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.1},
+    /* name                 kind/path/method  shape              scale  V       G  temps                           R    W dtype          D   tier tail deficit ext */
+    {"v1-logits",           LOGITS,           FLS_SHAPE_FLAT,    0.0,   1,      1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"coin-logits",         LOGITS,           FLS_SHAPE_COIN,    0.0,   2,      1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"v17-logits",          LOGITS,           FLS_SHAPE_NORMAL,  1.0,   17,     1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"flat-logits",         LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, NULL},
+    {"zipf-logits",         LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, NULL},
+    {"peaked-logits",       LOGITS,           FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.0, NULL},
+    {"heavy-logits",        LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.3, NULL},
+    {"masked-logits",       LOGITS,           FLS_SHAPE_MASKED,  0.0,   1031,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"rowtemp-small",       LOGITS,           FLS_SHAPE_NORMAL,  2.0,   256,    4, {0.7f, 2.5f, 0.3f, 0.0f},       2,   FLS_DTYPE_F32,   0,  0,   1,   0.0, NULL},
+    {"rowtemp-logits",      LOGITS,           FLS_SHAPE_NORMAL,  2.0,   1024,   5, {0.3f, 0.7f, 0.0f, 1.0f, 2.5f}, 2,   FLS_DTYPE_F32,   0,  1,   1,   0.0, NULL},
+    {"greedy-logits",       LOGITS,           FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"deep-logits",         LOGITS,           FLS_SHAPE_DEEP,    17.0,  4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  0,   1,   0.7, NULL},
+    {"deep-logits-fine",    LOGITS,           FLS_SHAPE_DEEP,    16.0,  16384,  1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  2,   1,   0.25, NULL},
+    {"pairs-offset",        FLS_CASE_PAIRS_OFFSET, PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"pairs-draw",          FLS_CASE_PAIRS_DRAW,   PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"pairs-seed",          FLS_CASE_PAIRS_SEED,   PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"zipf-fused",          FUSED,            FLS_SHAPE_ZIPF,    0.0,   4096,   2, {1.0f, 0.8f},                   2,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, NULL},
+    {"peaked-fused-f16",    FUSED,            FLS_SHAPE_PEAKED,  0.0,   4099,   1, {1.2f},                         4,   FLS_DTYPE_F16,   8,  1,   1,   0.0, NULL},
+    {"normal-fused-f32",    FUSED,            FLS_SHAPE_NORMAL,  1.5,   1031,   2, {0.7f, 2.5f},                   2,   FLS_DTYPE_F32,   33, 0,   0,   0.0, NULL},
+    {"heavy-fused",         FUSED,            FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   1,   0.3, NULL},
+    {"deep-fused",          FUSED,            FLS_SHAPE_DEEP,    17.0,  4096,   1, {0.8f},                         4,   FLS_DTYPE_BF16,  16, 3,   1,   0.7, NULL},
+    {"greedy-fused",        FUSED,            FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_BF16,  16, 0,   0,   0.0, NULL},
+    {"zipf-unfused-gumbel", FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_GUMBEL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},       4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, NULL},
+    {"zipf-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},  4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, NULL},
+    {"deep-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_DEEP, 17.0, 4096, 1, {1.0f}, 4,   FLS_DTYPE_BF16,  16, 0,   1,   0.7, NULL},
+    {"heavy-fused-262144",  FUSED,            FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.0, NULL},
+    {"deep-fused-262144",   FUSED,            FLS_SHAPE_DEEP,    16.0,  262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.1, NULL},
+
+    /* the rule family (CPU engine): every filter, ties at the k-th value and at the nucleus boundary, mixed
+     * per-row parameters, both paths, V = 1 .. 2^18 */
+    {"rules-v1",            LOGITS,           FLS_SHAPE_FLAT,    0.0,   1,      1, {0.8f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_V1},
+    {"rules-mixed-small",   LOGITS,           FLS_SHAPE_NORMAL,  1.5,   64,     4, {0.7f, 1.0f, 1.3f, 0.9f},       2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MIXED},
+    {"rules-fused-small",   FUSED,            FLS_SHAPE_NORMAL,  1.5,   257,    2, {0.8f, 1.2f},                   2,   FLS_DTYPE_F32,   8,  0,   0,   0.0, &X_FUSED_SMALL},
+    {"topk-zipf-logits",    LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {0.8f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPK50},
+    {"topk-ties-logits",    LOGITS,           FLS_SHAPE_TIE_K,   1.0,   1024,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPK20},
+    {"topk-ties-fused",     FUSED,            FLS_SHAPE_TIE_K,   1.0,   1024,   1, {0.9f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_TOPK20},
+    {"topp-ties-logits",    LOGITS,           FLS_SHAPE_TIE_P,   1.5,   2048,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPP90},
+    {"topp-zipf-fused",     FUSED,            FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_TOPP90},
+    {"minp-heavy-logits",   LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.3, &X_MINP_HEAVY},
+    {"rules-masked-logits", LOGITS,           FLS_SHAPE_MASKED,  0.0,   1031,   1, {0.9f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_ALL3},
+    {"rules-flat-logits",   LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_FLAT},
+    {"combo-fused",         FUSED,            FLS_SHAPE_NORMAL,  2.0,   4096,   2, {0.8f, 1.3f},                   2,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_COMBO},
+    {"nsigma-logits",       LOGITS,           FLS_SHAPE_NORMAL,  2.0,   4096,   1, {1.5f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_NSIGMA},
+    {"topk1-logits-262144", LOGITS,           FLS_SHAPE_NORMAL,  1.0,   262144, 1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPK1},
+    {"rules-heavy-262144",  LOGITS,           FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  4,   1,   0.0, &X_HEAVY_BIG},
+    {"topp-fused-262144",   FUSED,            FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 4,   0,   0.0, &X_TOPP95},
+    /* sampling without replacement: ordered tuples at small V, first position and the conditional test at large V */
+    {"wr-tuples-small",     LOGITS,           FLS_SHAPE_NORMAL,  1.0,   6,      2, {1.0f, 0.8f},                   2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_WR_SMALL},
+    {"wr-tuples-rules",     LOGITS,           FLS_SHAPE_NORMAL,  1.0,   8,      3, {1.0f, 0.7f, 1.4f},             2,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_WR_RULES},
+    {"wr-tuples-fused",     FUSED,            FLS_SHAPE_NORMAL,  1.0,   7,      1, {1.0f},                         4,   FLS_DTYPE_F32,   4,  1,   0,   0.0, &X_WR_FUSED_SMALL},
+    {"wr-zipf-logits",      LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_WR_TOPK},
+    {"wr-fused",            FUSED,            FLS_SHAPE_NORMAL,  1.5,   1024,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_WR_TOPP},
+    {"wr-logits-262144",    LOGITS,           FLS_SHAPE_NORMAL,  2.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  4,   0,   0.0, &X_WR_BIG},
+    /* the grouped method (both engines): flat, Zipf, peaked, heavy tails across groups and inside one group,
+     * masked groups, g = 32 .. 1024, V not a multiple of g */
+    {"grouped-small",       GROUPED_L,        FLS_SHAPE_ZIPF,    0.0,   1000,   2, {0.7f, 1.0f},                   2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_G64},
+    {"grouped-flat",        GROUPED_L,        FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_G128},
+    {"grouped-zipf",        GROUPED_L,        FLS_SHAPE_ZIPF,    0.0,   4096,   1, {0.8f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_G32},
+    {"grouped-peaked-fused", GROUPED_F,       FLS_SHAPE_PEAKED,  0.0,   4099,   1, {1.2f},                         4,   FLS_DTYPE_BF16,  8,  1,   1,   0.0, &X_G1024},
+    {"grouped-heavy",       GROUPED_L,        FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.3, &X_G256},
+    {"grouped-deep-in-group", GROUPED_L,      FLS_SHAPE_GROUP_DEEP, 0.0, 2048,  1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.5, &X_G1024},
+    {"grouped-masked",      GROUPED_L,        FLS_SHAPE_MASKED_GROUPS, 0.0, 1000, 2, {1.0f, 0.0f},                 2,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_G64},
+    {"grouped-rowtemp-fused", GROUPED_F,      FLS_SHAPE_NORMAL,  1.5,   1031,   2, {0.7f, 2.5f},                   2,   FLS_DTYPE_F32,   33, 1,   0,   0.0, &X_G512},
+    /* streaming (CPU engine): random chunkings in random orders; shards serialized, deserialized and merged */
+    {"stream-small",        LOGITS,           FLS_SHAPE_NORMAL,  1.0,   777,    1, {0.9f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_STREAM5},
+    {"shards-grouped-small", GROUPED_L,       FLS_SHAPE_ZIPF,    0.0,   1031,   1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_SHARDS_G32},
+    {"stream-zipf-logits",  LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_STREAM7},
+    {"stream-grouped-fused", GROUPED_F,       FLS_SHAPE_NORMAL,  1.5,   1031,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_STREAM9_G64},
+    {"shards-peaked-logits", LOGITS,          FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.0, &X_SHARDS4},
+    {"shards-grouped-fused", GROUPED_F,       FLS_SHAPE_ZIPF,    0.0,   4096,   1, {0.9f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_SHARDS3_G128},
 };
 // clang-format on
 
@@ -89,6 +178,11 @@ static const fls_audit_case cases[] = {
 
 /* Token-samples per API call: ~1 s on two cores, so progress stays live. */
 #define CALL_BUDGET 300000000.0
+
+/* (Row, draw) pairs per call for the cases with a rule, without replacement or
+ * streaming: their state per (row, draw) is larger than a candidate, and
+ * touching it all at once costs more in page faults than it saves in calls. */
+#define MAX_CALL_DRAWS 16384
 
 /* The threshold at which a case's tail deficit is designed (nats below the head). */
 #define TAIL_DESIGN_T 15.0
@@ -103,12 +197,39 @@ const fls_audit_case *fls_audit_case_get(size_t i)
     return i < N_CASES ? &cases[i] : NULL;
 }
 
+static int ext_rule(const fls_case_ext *x)
+{
+    if (!x)
+        return 0;
+    for (int g = 0; g < 8; g++)
+        if (x->min_p[g] != 0.0f || x->top_k[g] != 0 || (x->top_p[g] != 0.0f && x->top_p[g] != 1.0f) ||
+            x->nsigma[g] != 0.0)
+            return 1;
+    return 0;
+}
+
+int fls_audit_case_cpu_only(const fls_audit_case *c)
+{
+    return c->ext && (ext_rule(c->ext) || c->ext->wr_k > 0 || c->ext->io != FLS_IO_CALL);
+}
+
+int fls_audit_case_tuples(const fls_audit_case *c)
+{
+    if (!c->ext || c->ext->wr_k < 2)
+        return 0;
+    const int64_t cells = fls_stats_pl_cells(c->V, (int)c->ext->wr_k);
+    return cells > 0 && cells <= 4096;
+}
+
 int fls_audit_case_in_run(size_t i, int full, fls_engine engine)
 {
     if (i >= N_CASES)
         return 0;
     const int tier = cases[i].tier, cuda = engine == FLS_ENGINE_CUDA;
-    return tier == 0 || (tier == 1 && full) || (tier == 2 && full && cuda) || (tier == 3 && (full || cuda));
+    if (cuda && fls_audit_case_cpu_only(&cases[i]))
+        return 0;
+    return tier == 0 || (tier == 1 && full) || (tier == 2 && full && cuda) || (tier == 3 && (full || cuda)) ||
+           (tier == 4 && full == 1 && !cuda);
 }
 
 size_t fls_audit_run_count(int full, fls_engine engine)
@@ -134,7 +255,9 @@ int fls_audit_case_tests(size_t i)
 {
     if (i >= N_CASES)
         return 0;
-    return 1 + (cases[i].tail ? FLS_STATS_N_TAILS : 0);
+    const fls_audit_case *c = &cases[i];
+    const int cond = c->ext && c->ext->wr_k >= 2 && !fls_audit_case_tuples(c);
+    return 1 + (c->tail ? FLS_STATS_N_TAILS : 0) + cond;
 }
 
 int fls_audit_run_tests(int full, fls_engine engine)
@@ -181,10 +304,76 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The case's target logits (float values, as the logits path receives them). */
-static void gen_logits(const fls_audit_case *c, gsl_rng *r, float *l)
+typedef struct sorted_l {
+    double l;
+    int64_t i;
+} sorted_l;
+
+static int by_l_desc(const void *a, const void *b)
+{
+    const sorted_l *x = a, *y = b;
+    if (x->l != y->l)
+        return x->l > y->l ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+/* N(0, scale) logits, sorted copy in s (V entries). */
+static void gaussian_sorted(gsl_rng *r, double scale, int64_t V, float *l, sorted_l *s)
+{
+    for (int64_t v = 0; v < V; v++) {
+        l[v] = (float)gsl_ran_gaussian(r, scale);
+        s[v].l = l[v];
+        s[v].i = v;
+    }
+    qsort(s, (size_t)V, sizeof *s, by_l_desc);
+}
+
+/* Three bit-identical tokens straddling the nucleus of top-p p at temperature
+ * T: the mass of the tokens above them is < p Z by a relative margin of 1e-3
+ * and the mass up to their end is > p Z by as much. Ties in tie[0..2]. */
+static void gen_tie_p(const fls_audit_case *c, gsl_rng *r, float *l, sorted_l *s, int64_t *tie)
 {
     const int64_t V = c->V;
+    const double p = (double)c->ext->top_p[0], T = c->temps[0] > 0.0f ? (double)c->temps[0] : 1.0;
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        gaussian_sorted(r, c->scale, V, l, s);
+        const double m = s[0].l / T;
+        double Z = 0.0, A = 0.0;
+        for (int64_t k = 0; k < V; k++)
+            Z += exp(s[k].l / T - m);
+        int64_t k = 0;
+        while (k < V && (A + exp(s[k].l / T - m)) < p * Z) {
+            A += exp(s[k].l / T - m);
+            k++;
+        }
+        if (k < 1 || k + 1 >= V)
+            continue;
+        /* ranks k-1, k, k+1 take the value of rank k */
+        const float cval = l[s[k].i];
+        l[s[k - 1].i] = l[s[k + 1].i] = cval;
+        double Z2 = 0.0, A2 = 0.0;
+        for (int64_t j = 0; j < V; j++) {
+            const double e = exp((double)l[s[j].i] / T - m);
+            Z2 += e;
+            A2 += j < k - 1 ? e : 0.0;
+        }
+        const double mc = 3.0 * exp((double)cval / T - m);
+        if (A2 < p * Z2 * (1.0 - 1e-3) && A2 + mc > p * Z2 * (1.0 + 1e-3)) {
+            tie[0] = s[k - 1].i;
+            tie[1] = s[k].i;
+            tie[2] = s[k + 1].i;
+            return;
+        }
+    }
+}
+
+/* The case's target logits (float values, as the logits path receives them).
+ * Shapes with planted ties list the tied tokens in tie (the fused path copies
+ * their rows of W, so their logits are bit-identical there too). */
+static void gen_logits(const fls_audit_case *c, gsl_rng *r, float *l, int64_t *tie, int *n_tie)
+{
+    const int64_t V = c->V;
+    *n_tie = 0;
     switch (c->shape) {
     case FLS_SHAPE_FLAT:
         for (int64_t v = 0; v < V; v++)
@@ -255,6 +444,60 @@ static void gen_logits(const fls_audit_case *c, gsl_rng *r, float *l)
         for (int64_t v = 0; v < V; v++)
             l[v] = (float)gsl_ran_gaussian(r, c->scale);
         break;
+    case FLS_SHAPE_TIE_K: {
+        /* ranks k-1, k, k+1 (1-based) share the value of rank k: top-k keeps k + 1 tokens */
+        sorted_l *s = malloc((size_t)V * sizeof *s);
+        if (!s)
+            break;
+        gaussian_sorted(r, c->scale, V, l, s);
+        const int64_t k = c->ext ? c->ext->top_k[0] : 2;
+        if (k >= 2 && k + 1 <= V) {
+            l[s[k - 2].i] = l[s[k].i] = l[s[k - 1].i];
+            tie[0] = s[k - 2].i;
+            tie[1] = s[k - 1].i;
+            tie[2] = s[k].i;
+            *n_tie = 3;
+        }
+        free(s);
+        break;
+    }
+    case FLS_SHAPE_TIE_P: {
+        sorted_l *s = malloc((size_t)V * sizeof *s);
+        if (!s || !c->ext)
+            break;
+        tie[0] = -1;
+        gen_tie_p(c, r, l, s, tie);
+        *n_tie = tie[0] >= 0 ? 3 : 0;
+        free(s);
+        break;
+    }
+    case FLS_SHAPE_MASKED_GROUPS: {
+        const int64_t g = c->ext && c->ext->group_size ? c->ext->group_size : 128;
+        for (int64_t v = 0; v < V; v++) {
+            double u = gsl_rng_uniform(r);
+            int masked = ((v / g) % 3 == 1) || (u < 0.1 && v > 0);
+            l[v] = masked ? -INFINITY : (float)gsl_ran_gaussian(r, 1.5);
+        }
+        break;
+    }
+    case FLS_SHAPE_GROUP_DEEP: {
+        /* the head's group (group 1): its other members 15.2-15.7 nats below the
+         * head (98%) or 15.7-25 (2%); every other group 10.5-14.5 nats below.
+         * Depths in nats of l / T. */
+        const int64_t g = c->ext && c->ext->group_size ? c->ext->group_size : 128;
+        const int64_t hg = V > g ? 1 : 0, h0 = hg * g, hn = V - h0 < g ? V - h0 : g;
+        const double T = c->temps[0] > 0.0f ? (double)c->temps[0] : 1.0;
+        for (int64_t v = 0; v < V; v++) {
+            double u = gsl_rng_uniform(r), w = gsl_rng_uniform(r), d;
+            if (v / g == hg)
+                d = w < 0.98 ? 15.2 + 0.5 * u : 15.7 + 9.3 * u;
+            else
+                d = 10.5 + 4.0 * u;
+            l[v] = (float)(-d * T);
+        }
+        l[h0 + (int64_t)gsl_rng_uniform_int(r, (unsigned long)hn)] = 0.0f;
+        break;
+    }
     case FLS_SHAPE_TIES: {
         float m = -INFINITY;
         for (int64_t v = 0; v < V; v++) {
@@ -269,7 +512,8 @@ static void gen_logits(const fls_audit_case *c, gsl_rng *r, float *l)
 }
 
 /* W (V, D) and H (G, D) for the fused path (see the header comment). */
-static fls_status gen_fused(const fls_audit_case *c, gsl_rng *r, const float *target, void **W, float **H)
+static fls_status gen_fused(const fls_audit_case *c, gsl_rng *r, const float *target, const int64_t *tie,
+                            int n_tie, void **W, float **H)
 {
     const int64_t V = c->V, D = c->D, G = c->groups;
     const size_t es = fls_dtype_size(c->w_dtype);
@@ -289,11 +533,14 @@ static fls_status gen_fused(const fls_audit_case *c, gsl_rng *r, const float *ta
                 ((uint16_t *)*W)[i] = fls_f32_to_f16(x);
         }
     if (c->shape == FLS_SHAPE_TIES) { /* identical rows: identical fp32 logits, a true tie */
-        const int64_t tie[2] = {V / 2, V - 1};
+        const int64_t tied[2] = {V / 2, V - 1};
         for (int k = 0; k < 2; k++)
-            memcpy((char *)*W + (size_t)(tie[k] * D) * es, (char *)*W + (size_t)((V / 3) * D) * es,
+            memcpy((char *)*W + (size_t)(tied[k] * D) * es, (char *)*W + (size_t)((V / 3) * D) * es,
                    (size_t)D * es);
     }
+    for (int k = 1; k < n_tie; k++) /* planted ties: identical rows, bit-identical fp32 logits */
+        memcpy((char *)*W + (size_t)(tie[k] * D) * es, (char *)*W + (size_t)(tie[0] * D) * es,
+               (size_t)D * es);
     for (int64_t g = 0; g < G; g++)
         for (int64_t k = 0; k < D; k++)
             (*H)[g * D + k] = k == 0 ? 4.0f : (float)gsl_ran_gaussian(r, 1.0);
@@ -311,6 +558,9 @@ typedef struct case_io {
     int64_t *dtok;
     size_t dtok_bytes;
     int fault; /* FLS_AUDIT_FAULT names this case */
+    fls_case_io mode;
+    int pieces;        /* stream: chunks; shards: shards */
+    gsl_rng *chunking; /* the random chunkings and orders (seeded per call, logged) */
 } case_io;
 
 static fls_status upload(const fls_matrix *m, void **dev)
@@ -343,6 +593,111 @@ static void io_release(case_io *io)
     fls_device_free(io->dtok);
 }
 
+/* ---- the streaming API: random chunkings, random orders, shards through bytes ---- */
+
+/* Feeds tokens [v0, v0 + n) of the case's input to a stream. */
+static fls_status stream_feed(case_io *io, fls_stream_t *s, int64_t v0, int64_t n)
+{
+    if (io->fused) {
+        const size_t es = fls_dtype_size(io->W.dtype);
+        fls_matrix Wc = {(const char *)io->W.data + (size_t)(v0 * io->W.ld) * es, io->W.dtype, n, io->W.cols,
+                         io->W.ld};
+        return fls_stream_feed_fused(s, &Wc, &io->H, v0);
+    }
+    fls_matrix Lc = {(const float *)io->L.data + v0, FLS_DTYPE_F32, io->L.rows, n, io->L.ld};
+    return fls_stream_feed_logits(s, &Lc, v0);
+}
+
+/* Cuts [a, b) into k nonempty random pieces: cut[0] = a < cut[1] < ... < cut[k] = b
+ * (k <= b - a). */
+static void random_cuts(gsl_rng *r, int64_t a, int64_t b, int k, int64_t *cut)
+{
+    cut[0] = a;
+    cut[k] = b;
+    for (int j = 1; j < k; j++) {
+        int64_t x;
+        int dup;
+        do { /* distinct interior points, sorted below */
+            x = a + 1 + (int64_t)gsl_rng_uniform_int(r, (unsigned long)(b - a - 1));
+            dup = 0;
+            for (int i = 1; i < j; i++)
+                dup |= cut[i] == x;
+        } while (dup);
+        cut[j] = x;
+    }
+    for (int j = 1; j < k; j++) /* insertion sort of the interior */
+        for (int i = j; i > 1 && cut[i - 1] > cut[i]; i--) {
+            int64_t t = cut[i];
+            cut[i] = cut[i - 1];
+            cut[i - 1] = t;
+        }
+}
+
+#define MAX_PIECES 16
+
+/* One batch of draws through fls_stream_*: FLS_IO_STREAM feeds the vocabulary
+ * in io->pieces random chunks in a random order; FLS_IO_SHARDS cuts it into
+ * io->pieces random shards, feeds each to a state of its own in 1-3 random
+ * chunks (random order), serializes every state, deserializes the bytes
+ * into new states and merges them in a random order. Then finalize. */
+static fls_status io_stream(case_io *io, const fls_params *p, int64_t B, const fls_outputs *out)
+{
+    const int64_t V = io->fused ? io->W.rows : io->L.cols;
+    int k = io->pieces < 1 ? 1 : io->pieces > MAX_PIECES ? MAX_PIECES : io->pieces;
+    k = k > V ? (int)V : k;
+    int64_t cut[MAX_PIECES + 1];
+    int order[MAX_PIECES];
+    random_cuts(io->chunking, 0, V, k, cut);
+    for (int j = 0; j < k; j++)
+        order[j] = j;
+    gsl_ran_shuffle(io->chunking, order, (size_t)k, sizeof(int));
+    fls_status st = FLS_OK;
+    if (io->mode == FLS_IO_STREAM) {
+        fls_stream_t *s = NULL;
+        if ((st = fls_stream_create(&s, io->ctx, B, V, p)) != FLS_OK)
+            return st;
+        for (int j = 0; j < k && st == FLS_OK; j++)
+            st = stream_feed(io, s, cut[order[j]], cut[order[j] + 1] - cut[order[j]]);
+        if (st == FLS_OK)
+            st = fls_stream_finalize(s, out);
+        fls_stream_destroy(s);
+        return st;
+    }
+    fls_stream_t *shard[MAX_PIECES] = {0};
+    for (int j = 0; j < k && st == FLS_OK; j++) {
+        fls_stream_t *s = NULL;
+        if ((st = fls_stream_create(&s, io->ctx, B, V, p)) != FLS_OK)
+            break;
+        const int64_t a = cut[j], b = cut[j + 1];
+        int sub = 1 + (int)gsl_rng_uniform_int(io->chunking, 3);
+        sub = sub > b - a ? (int)(b - a) : sub;
+        int64_t sc[4];
+        int so[3] = {0, 1, 2};
+        random_cuts(io->chunking, a, b, sub, sc);
+        gsl_ran_shuffle(io->chunking, so, (size_t)sub, sizeof(int));
+        for (int q = 0; q < sub && st == FLS_OK; q++)
+            st = stream_feed(io, s, sc[so[q]], sc[so[q] + 1] - sc[so[q]]);
+        /* through bytes: serialize, destroy, deserialize */
+        size_t bytes = 0;
+        void *buf = NULL;
+        if (st == FLS_OK && (st = fls_stream_serialize(s, NULL, &bytes)) == FLS_OK) {
+            if (!(buf = malloc(bytes)))
+                st = FLS_ERR_OUT_OF_MEMORY;
+            else if ((st = fls_stream_serialize(s, buf, &bytes)) == FLS_OK)
+                st = fls_stream_deserialize(&shard[j], io->ctx, buf, bytes);
+        }
+        free(buf);
+        fls_stream_destroy(s);
+    }
+    for (int j = 1; j < k && st == FLS_OK; j++)
+        st = fls_stream_merge(shard[order[0]], shard[order[j]]);
+    if (st == FLS_OK)
+        st = fls_stream_finalize(shard[order[0]], out);
+    for (int j = 0; j < k; j++)
+        fls_stream_destroy(shard[j]);
+    return st;
+}
+
 /* tokens (B x draws, host) are filled with the guard -1 first: a token the
  * engine fails to write is out of range and fails the test. Fault injection
  * for the tests of the audit itself: with FLS_AUDIT_FAULT set to a case's name
@@ -350,13 +705,15 @@ static void io_release(case_io *io)
  * broken engine would. */
 static fls_status io_sample(case_io *io, const fls_params *p, int64_t B, int64_t *tokens)
 {
-    const size_t n = (size_t)(B * p->draws);
+    const size_t n = (size_t)(B * p->draws * (p->without_replacement_k > 0 ? p->without_replacement_k : 1));
     if (io->fault)
         return FLS_ERR_INTERNAL;
     for (size_t i = 0; i < n; i++)
         tokens[i] = -1;
     if (!io->cuda) {
         fls_outputs out = {tokens, NULL, NULL};
+        if (io->mode != FLS_IO_CALL)
+            return io_stream(io, p, B, &out);
         return io->fused ? fls_sample_fused(io->ctx, &io->W, &io->H, p, &out)
                          : fls_sample_logits(io->ctx, &io->L, p, &out);
     }
@@ -411,12 +768,59 @@ static void fail(case_run *cr, const char *fmt, fls_status st, long long at)
     snprintf(cr->err, sizeof cr->err, fmt, fls_status_string(st), at);
 }
 
-/* The draws per group: the goodness-of-fit design (TV 0.01, power 0.999) and,
- * for a case with a tail deficit, the tail design at TAIL_DESIGN_T. */
-static fls_status design_case(case_run *cr, const double *ref, fls_gof_design *d, int64_t *N)
+/* The case's rule for group g, as the reference reads it. */
+static fls_stats_rule group_rule(const fls_audit_case *c, int64_t g)
+{
+    fls_stats_rule r;
+    fls_stats_rule_off(&r);
+    const fls_case_ext *x = c->ext;
+    if (!x)
+        return r;
+    r.min_p = (double)x->min_p[g];
+    r.top_k = x->top_k[g];
+    r.top_p = x->top_p[g] > 0.0f ? (double)x->top_p[g] : 1.0;
+    r.nsigma = x->nsigma[g];
+    return r;
+}
+
+/* K_b of group g without replacement (0: off). */
+static int64_t group_k(const fls_audit_case *c, int64_t g)
+{
+    const fls_case_ext *x = c->ext;
+    if (!x || x->wr_k < 1)
+        return 0;
+    return x->wr_rows[g] > 0 ? x->wr_rows[g] : x->wr_k;
+}
+
+/* Row g's tuple pmf (cells (V + 1)^K) with K_b positions, the rest -1. */
+static fls_status group_tuples(const double *p, int64_t V, int K, int Kb, double *out, int64_t cells)
+{
+    if (Kb == K)
+        return fls_stats_pl_tuples(p, V, K, out);
+    const int64_t cb = fls_stats_pl_cells(V, Kb), pad = cells / cb;
+    double *t = malloc((size_t)cb * sizeof(double));
+    if (!t)
+        return FLS_ERR_OUT_OF_MEMORY;
+    fls_status st = fls_stats_pl_tuples(p, V, Kb, t);
+    if (st == FLS_OK) {
+        memset(out, 0, (size_t)cells * sizeof(double));
+        for (int64_t c = 0; c < cb; c++) /* the trailing digits all V (-1): pad - 1 */
+            out[c * pad + pad - 1] = t[c];
+    }
+    free(t);
+    return st;
+}
+
+/* The draws per group: the goodness-of-fit design (TV 0.01, power 0.999) on
+ * the case's cells (tokens, or ordered tuples), the tail design at
+ * TAIL_DESIGN_T for a case with a tail deficit, and without replacement over
+ * tokens the conditional test's (32 equal cells of n_cond pooled transforms,
+ * cond_per_draw of them per draw summed over groups). */
+static fls_status design_case(case_run *cr, const double *gref, int64_t cells, const double *ref,
+                              int64_t cond_per_draw, fls_gof_design *d, int64_t *N)
 {
     const fls_audit_case *c = cr->c;
-    fls_status st = fls_stats_design(ref, c->groups, c->V, cr->alpha, d);
+    fls_status st = fls_stats_design(gref, c->groups, cells, cr->alpha, d);
     if (st != FLS_OK)
         return st;
     *N = d->N;
@@ -427,42 +831,138 @@ static fls_status design_case(case_run *cr, const double *ref, fls_gof_design *d
         if (n > *N)
             *N = n;
     }
+    if (cond_per_draw > 0) {
+        int64_t n = fls_stats_sample_size(FLS_STATS_MAX_BINS - 1, cr->alpha / FLS_STATS_CHI2_KAPPA,
+                                          FLS_STATS_TV, FLS_STATS_POWER);
+        const int64_t floor_n = (int64_t)(FLS_STATS_MIN_EXPECTED * FLS_STATS_MAX_BINS);
+        n = n > floor_n ? n : floor_n;
+        n = ceil_div(n, cond_per_draw);
+        if (n > *N)
+            *N = n;
+    }
     return FLS_OK;
 }
+
+/* A hash uniform in [0, 1) for the conditional transforms (seed, row, draw, position). */
+static double cond_uniform(uint64_t seed, int64_t b, int64_t n, int j)
+{
+    uint64_t h = splitmix64(seed ^ splitmix64((uint64_t)b * 0x9E3779B97F4A7C15ull + (uint64_t)j) ^
+                            ((uint64_t)n * 0xD1B54A32D192ED03ull));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The equal-cells test of K cells (Pearson, or exact binomial at K = 2). */
+static fls_status equal_cells(const int64_t *counts, int K, int64_t impossible, double alpha,
+                              fls_audit_row *row)
+{
+    double u[FLS_STATS_MAX_BINS];
+    int64_t n = 0;
+    for (int j = 0; j < K; j++) {
+        u[j] = 1.0 / K;
+        n += counts[j];
+    }
+    fls_bins bins;
+    fls_status st = fls_bins_build(&bins, u, K, (int64_t)(FLS_STATS_MIN_EXPECTED * K) + 1, K);
+    if (st != FLS_OK)
+        return st;
+    fls_gof g;
+    fls_gof_init(&g);
+    st = fls_gof_add_counts(&g, &bins, counts, impossible);
+    fls_bins_free(&bins);
+    if (st != FLS_OK)
+        return st;
+    row->chi2 = g.impossible ? INFINITY : g.chi2;
+    row->dof = K - 1;
+    row->p = g.p;
+    row->pass = fls_gof_pass(&g, alpha);
+    row->bins = K;
+    row->min_mass = 1.0 / K;
+    row->tv_caught = K > 2 ? fls_stats_tv_caught(K - 1, alpha / FLS_STATS_CHI2_KAPPA, n, FLS_STATS_POWER)
+                           : fls_stats_binom_tv_caught(0.5, n, alpha, FLS_STATS_POWER);
+    return FLS_OK;
+}
+
+/* The smallest margin (fls_stats_support.margin, relative) of a rule's
+ * decisions a case accepts, after fls_stats_rule_center has moved min-p,
+ * top-p and top-n-sigma to the middle of their gaps. The engines decide on
+ * float tempered logits, the reference on double ones: from logits at T = 1
+ * the floats are the same (only sums differ in order: 1e-11), at other T
+ * fl(l / T) is within 2^-24 relative (2e-6); on the fused path the fp32 dot
+ * products of these inputs are within ~1e-6 of the double ones (1e-5). */
+#define FUSED_MARGIN 1e-5
 
 static fls_status run_gof(case_run *cr, case_io *io)
 {
     const fls_audit_case *c = cr->c;
+    const fls_case_ext *x = c->ext;
     const int64_t V = c->V, G = c->groups, R = c->rows_per_group, B = G * R;
     const int K = FLS_STATS_MAX_BINS;
+    const int tuples = fls_audit_case_tuples(c);
+    const int64_t KW = x && x->wr_k > 0 ? x->wr_k : 0, stride = KW > 0 ? KW : 1;
+    const int cond = KW >= 2 && !tuples;
+    const int64_t cells = tuples ? fls_stats_pl_cells(V, (int)KW) : V;
+    const int rule = ext_rule(x);
     fls_status st = FLS_ERR_OUT_OF_MEMORY;
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
     float *target = malloc((size_t)V * sizeof(float));
     float *L = NULL, *Hg = NULL, *H = NULL, *temps = malloc((size_t)B * sizeof(float));
     void *W = NULL;
     double *ref = malloc((size_t)(G * V) * sizeof(double)), *lg = malloc((size_t)V * sizeof(double));
+    double *tref = tuples ? malloc((size_t)(G * cells) * sizeof(double)) : NULL;
+    double *start = cond ? malloc((size_t)(G * V) * sizeof(double)) : NULL;
     uint64_t *seeds = malloc((size_t)B * sizeof(uint64_t)), *offsets = malloc((size_t)B * sizeof(uint64_t));
-    int64_t *counts = calloc((size_t)(G * V), sizeof(int64_t)), *oor = calloc((size_t)G, sizeof(int64_t));
+    int64_t *counts = calloc((size_t)(G * cells), sizeof(int64_t)), *oor = calloc((size_t)G, sizeof(int64_t));
     int64_t *ng = calloc((size_t)G, sizeof(int64_t));
-    int64_t *tokens = NULL;
+    int64_t *tokens = NULL, *rk = NULL, *rwr = NULL;
+    float *rmin = NULL, *rtop = NULL;
+    double *rns = NULL;
+    int64_t ccount[FLS_STATS_MAX_BINS] = {0}, cimp = 0, ncond = 0;
+    int64_t support[8] = {0};
+    fls_stats_rule grule[8]; /* the groups' rules, centered (fls_stats_rule_center) */
     fls_bins bins = {0};
+    if (x) {
+        rk = malloc((size_t)B * sizeof(int64_t));
+        rwr = malloc((size_t)B * sizeof(int64_t));
+        rmin = malloc((size_t)B * sizeof(float));
+        rtop = malloc((size_t)B * sizeof(float));
+        rns = malloc((size_t)B * sizeof(double));
+    }
     snprintf(cr->err, sizeof cr->err, "out of memory preparing the case");
-    if (!rng || !target || !temps || !ref || !lg || !seeds || !offsets || !counts || !oor || !ng)
+    if (!rng || !target || !temps || !ref || !lg || !seeds || !offsets || !counts || !oor || !ng ||
+        (tuples && !tref) || (cond && !start) || (x && (!rk || !rwr || !rmin || !rtop || !rns)))
         goto done;
+    if (G > 8) {
+        st = FLS_ERR_PARAM;
+        snprintf(cr->err, sizeof cr->err, "more than 8 groups");
+        goto done;
+    }
     gsl_rng_set(rng, (unsigned long)cr->input_seed);
-    gen_logits(c, rng, target);
+    int64_t tie[3];
+    int n_tie = 0;
+    gen_logits(c, rng, target, tie, &n_tie);
 
+    /* the exact references: the rule's pmf per group (softmax without a rule) */
+    double worst_margin = INFINITY;
     if (!c->fused) {
         if (!(L = malloc((size_t)(B * V) * sizeof(float))))
             goto done;
         for (int64_t b = 0; b < B; b++)
             memcpy(L + b * V, target, (size_t)V * sizeof(float));
         io->L = (fls_matrix){L, FLS_DTYPE_F32, B, V, V};
-        for (int64_t g = 0; g < G; g++)
-            if ((st = fls_stats_probs_temperature_f32(target, V, c->temps[g], ref + g * V)) != FLS_OK)
+        for (int64_t v = 0; v < V; v++)
+            lg[v] = (double)target[v];
+        for (int64_t g = 0; g < G; g++) {
+            fls_stats_rule r0 = group_rule(c, g);
+            fls_stats_support sup;
+            if ((st = fls_stats_rule_center(lg, V, c->temps[g], &r0, &grule[g])) != FLS_OK ||
+                (st = fls_stats_probs_rule(lg, V, c->temps[g], &grule[g], ref + g * V, &sup)) != FLS_OK)
                 goto done;
+            support[g] = c->temps[g] > 0.0f ? sup.size : 1;
+            const double need = c->temps[g] == 1.0f ? 1e-11 : 2e-6;
+            worst_margin = rule && sup.margin / need < worst_margin ? sup.margin / need : worst_margin;
+        }
     } else {
-        if ((st = gen_fused(c, rng, target, &W, &Hg)) != FLS_OK)
+        if ((st = gen_fused(c, rng, target, tie, n_tie, &W, &Hg)) != FLS_OK)
             goto done;
         st = FLS_ERR_OUT_OF_MEMORY;
         if (!(H = malloc((size_t)(B * c->D) * sizeof(float))))
@@ -473,22 +973,51 @@ static fls_status run_gof(case_run *cr, case_io *io)
         io->H = (fls_matrix){H, FLS_DTYPE_F32, B, c->D, c->D};
         fls_matrix Hm = {Hg, FLS_DTYPE_F32, G, c->D, c->D};
         for (int64_t g = 0; g < G; g++) {
+            fls_stats_rule r0 = group_rule(c, g);
+            fls_stats_support sup;
             if ((st = fls_stats_logits_fused(&io->W, &Hm, g, lg)) != FLS_OK)
                 goto done;
-            if ((st = fls_stats_probs_temperature(lg, V, c->temps[g], ref + g * V)) != FLS_OK)
+            if ((st = fls_stats_rule_center(lg, V, c->temps[g], &r0, &grule[g])) != FLS_OK ||
+                (st = fls_stats_probs_rule(lg, V, c->temps[g], &grule[g], ref + g * V, &sup)) != FLS_OK)
                 goto done;
+            support[g] = c->temps[g] > 0.0f ? sup.size : 1;
+            worst_margin =
+                rule && sup.margin / FUSED_MARGIN < worst_margin ? sup.margin / FUSED_MARGIN : worst_margin;
         }
     }
+    if (worst_margin < 1.0) {
+        st = FLS_ERR_INTERNAL;
+        snprintf(cr->err, sizeof cr->err,
+                 "a decision of the rule is %.2g x the smallest safe margin from its threshold",
+                 worst_margin);
+        goto done;
+    }
+    int64_t cond_per_draw = 0;
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t kb = group_k(c, g);
+        if (tuples &&
+            (st = group_tuples(ref + g * V, V, (int)KW, (int)kb, tref + g * cells, cells)) != FLS_OK)
+            goto done;
+        if (cond) {
+            if ((st = fls_stats_cdf_start(ref + g * V, V, start + g * V)) != FLS_OK)
+                goto done;
+            const int64_t kk = kb < support[g] ? kb : support[g];
+            cond_per_draw += R * (kk - 1);
+        }
+    }
+    const double *gref = tuples ? tref : ref;
 
     /* Sample size for the bins the case really has at that size (any one group
      * may carry the whole error), and for its tail design. */
     fls_gof_design design;
     int64_t N = 0;
     snprintf(cr->err, sizeof cr->err, "the design failed");
-    if ((st = design_case(cr, ref, &design, &N)) != FLS_OK)
+    if ((st = design_case(cr, gref, cells, ref, cond_per_draw, &design, &N)) != FLS_OK)
         goto done;
     int64_t draws_row = ceil_div(N, R);
     int64_t dpc = (int64_t)(CALL_BUDGET / ((double)B * (double)V));
+    if (x && dpc * B > MAX_CALL_DRAWS) /* the rule family's and the streams' per-draw state */
+        dpc = MAX_CALL_DRAWS / B;
     dpc = dpc < 1 ? 1 : dpc > draws_row ? draws_row : dpc;
     const int64_t calls = ceil_div(draws_row, dpc);
     dpc = ceil_div(draws_row, calls);
@@ -497,24 +1026,51 @@ static fls_status run_gof(case_run *cr, case_io *io)
         cr->rows[r].draws = B * calls * dpc;
     snprintf(cr->err, sizeof cr->err, "out of memory for the tokens");
     st = FLS_ERR_OUT_OF_MEMORY;
-    if (!(tokens = malloc((size_t)(B * dpc) * sizeof(int64_t))))
+    if (!(tokens = malloc((size_t)(B * dpc * stride) * sizeof(int64_t))))
         goto done;
 
     for (int64_t b = 0; b < B; b++) {
         temps[b] = c->temps[b % G];
         seeds[b] = fls_row_seed(cr->case_seed, (uint64_t)b);
+        if (x) {
+            const fls_stats_rule r = grule[b % G];
+            rmin[b] = (float)r.min_p;
+            rk[b] = r.top_k;
+            rtop[b] = (float)r.top_p;
+            rns[b] = r.nsigma;
+            rwr[b] = group_k(c, b % G);
+        }
     }
     if (cr->o->progress) {
         fprintf(
             stderr,
-            "[audit] %s: %s, V %lld, %lld group(s) x %lld rows, N %lld per group (alpha %.3g; gof design N "
-            "%lld: %d bins, dof %d + %d exact)"
+            "[audit] %s: %s%s%s, V %lld, %lld group(s) x %lld rows, N %lld per group (alpha %.3g; gof design "
+            "N %lld on %lld %s: %d bins, dof %d + %d exact)"
             ", %lld call(s) x %lld draws/row, input seed 0x%016llx, case seed 0x%016llx"
             " (row b: seed fls_row_seed(case seed, b), offset = call index)\n",
-            c->name, c->fused ? "fls_sample_fused" : "fls_sample_logits", (long long)V, (long long)G,
-            (long long)R, (long long)per_group, cr->alpha, (long long)design.N, design.bins, design.dof,
-            design.n_exact, (long long)calls, (long long)dpc, (unsigned long long)cr->input_seed,
+            c->name, c->fused ? "fls_sample_fused" : "fls_sample_logits",
+            c->method == FLS_METHOD_GROUPED ? " grouped" : "",
+            io->mode == FLS_IO_STREAM   ? " through fls_stream (random chunks, random order)"
+            : io->mode == FLS_IO_SHARDS ? " through fls_stream shards (bytes, merged in a random order)"
+                                        : "",
+            (long long)V, (long long)G, (long long)R, (long long)per_group, cr->alpha, (long long)design.N,
+            (long long)cells, tuples ? "tuple cells" : "tokens", design.bins, design.dof, design.n_exact,
+            (long long)calls, (long long)dpc, (unsigned long long)cr->input_seed,
             (unsigned long long)cr->case_seed);
+        if (x && (rule || KW > 0 || x->group_size))
+            for (int64_t g = 0; g < G; g++) {
+                const fls_stats_rule r = grule[g];
+                fprintf(stderr,
+                        "[audit]   group %lld rule: min-p %g, top-k %lld, top-p %g, top-n-sigma %g, without "
+                        "replacement K %lld, group size %lld: support %lld tokens (margins >= %.3g x safe)\n",
+                        (long long)g, r.min_p, (long long)r.top_k, r.top_p, r.nsigma,
+                        (long long)group_k(c, g), (long long)x->group_size, (long long)support[g],
+                        worst_margin);
+            }
+        if (io->mode != FLS_IO_CALL)
+            fprintf(stderr,
+                    "[audit]   %d %s per call, cut and ordered by mt19937 seeded with case seed ^ call\n",
+                    io->pieces, io->mode == FLS_IO_STREAM ? "chunks" : "shards");
         if (B <= 16) {
             fprintf(stderr, "[audit]   row seeds:");
             for (int64_t b = 0; b < B; b++)
@@ -552,10 +1108,43 @@ static fls_status run_gof(case_run *cr, case_io *io)
         p.temperature = temps; /* per-row temperatures */
     else
         p.temperature_value = c->temps[0];
+    if (x) {
+        p.group_size = x->group_size;
+        if (rule && G > 1) { /* per-row parameters */
+            p.row_min_p = rmin;
+            p.row_top_k = rk;
+            p.row_top_p = rtop;
+            int ns = 0;
+            for (int64_t g = 0; g < G; g++)
+                ns |= x->nsigma[g] != 0.0;
+            if (ns) {
+                p.filter = "top-nsigma";
+                p.row_filter_value = rns;
+            }
+        } else if (rule) {
+            p.min_p = rmin[0];
+            p.top_k = rk[0];
+            p.top_p = rtop[0];
+            if (rns[0] != 0.0) {
+                p.filter = "top-nsigma";
+                p.filter_value = rns[0];
+            }
+        }
+        if (KW > 0) {
+            p.without_replacement_k = KW;
+            int per_row = 0;
+            for (int64_t g = 0; g < G; g++)
+                per_row |= group_k(c, g) != KW;
+            if (per_row)
+                p.row_without_replacement_k = rwr;
+        }
+    }
     double last = now_s();
     for (int64_t call = 0; call < calls; call++) {
         for (int64_t b = 0; b < B; b++)
             offsets[b] = (uint64_t)call;
+        if (io->chunking)
+            gsl_rng_set(io->chunking, (unsigned long)(cr->case_seed ^ (uint64_t)call));
         if ((st = io_sample(io, &p, B, tokens)) != FLS_OK) {
             fail(cr, "sampling failed (%s) at call %lld", st, (long long)call);
             if (cr->o->progress)
@@ -565,12 +1154,42 @@ static fls_status run_gof(case_run *cr, case_io *io)
         for (int64_t b = 0; b < B; b++) {
             int64_t g = b % G;
             for (int64_t d = 0; d < dpc; d++) {
-                int64_t t = tokens[b * dpc + d];
+                const int64_t *tup = tokens + (b * dpc + d) * stride;
+                if (tuples) {
+                    const int64_t cl = fls_stats_pl_cell(tup, V, (int)KW);
+                    if (cl < 0)
+                        oor[g]++;
+                    else {
+                        counts[g * cells + cl]++;
+                        ng[g]++;
+                    }
+                    continue;
+                }
+                int64_t t = tup[0];
                 if (t < 0 || t >= V)
                     oor[g]++;
                 else {
                     counts[g * V + t]++;
                     ng[g]++;
+                }
+                if (cond) {
+                    double U[8], u[8];
+                    const int kk = (int)(KW < 8 ? KW : 8);
+                    for (int j = 0; j < kk; j++)
+                        U[j] = cond_uniform(cr->case_seed, b, call * dpc + d, j);
+                    int set = KW <= 8 ? fls_stats_pl_transform(ref + g * V, start + g * V, V, support[g], tup,
+                                                               kk, (int)group_k(c, g), U, u)
+                                      : -1;
+                    if (set < 0) {
+                        cimp++;
+                        continue;
+                    }
+                    for (int j = 1; j < kk; j++)
+                        if (u[j] >= 0.0) {
+                            int cc = (int)(u[j] * K);
+                            ccount[cc < K ? cc : K - 1]++;
+                            ncond++;
+                        }
                 }
             }
         }
@@ -581,20 +1200,20 @@ static fls_status run_gof(case_run *cr, case_io *io)
         }
     }
 
-    /* the goodness of fit */
+    /* the goodness of fit (over tokens, or over ordered tuples) */
     snprintf(cr->err, sizeof cr->err, "the test failed to run");
     fls_gof gof;
     fls_gof_init(&gof);
     for (int64_t g = 0; g < G; g++) {
-        if ((st = fls_bins_build(&bins, ref + g * V, V, per_group, K)) != FLS_OK)
+        if ((st = fls_bins_build(&bins, gref + g * cells, cells, per_group, K)) != FLS_OK)
             goto done;
-        st = fls_gof_add_counts(&gof, &bins, counts + g * V, oor[g]);
+        st = fls_gof_add_counts(&gof, &bins, counts + g * cells, oor[g]);
         fls_bins_free(&bins);
         if (st != FLS_OK)
             goto done;
     }
     fls_gof_design seen;
-    if ((st = fls_stats_design_at(ref, G, V, cr->alpha, per_group, &seen)) != FLS_OK)
+    if ((st = fls_stats_design_at(gref, G, cells, cr->alpha, per_group, &seen)) != FLS_OK)
         goto done;
     fls_audit_row *row = &cr->rows[0];
     snprintf(row->kind, sizeof row->kind, "gof");
@@ -605,13 +1224,14 @@ static fls_status run_gof(case_run *cr, case_io *io)
     row->bins = gof.bins;
     row->min_mass = gof.min_mass;
     row->tv_caught = seen.tv;
-    snprintf(row->note, sizeof row->note, "%s%s", gof.dof ? "chi-square" : "",
+    snprintf(row->note, sizeof row->note, "%s%s%s", tuples ? "ordered tuples: " : "",
+             gof.dof ? "chi-square" : "",
              gof.n_exact ? (gof.dof ? " + exact binomial" : "exact binomial")
              : gof.dof   ? ""
                          : "impossible set only");
     if (cr->o->progress && gof.impossible)
-        fprintf(stderr, "[audit] %s: %lld sample(s) on zero-probability or out-of-range tokens\n", c->name,
-                (long long)gof.impossible);
+        fprintf(stderr, "[audit] %s: %lld sample(s) on zero-probability or out-of-range %s\n", c->name,
+                (long long)gof.impossible, tuples ? "tuples" : "tokens");
 
     /* the tail tests */
     if (c->tail)
@@ -639,6 +1259,15 @@ static fls_status run_gof(case_run *cr, case_io *io)
             snprintf(row->note, sizeof row->note, "exact %s%s", G > 1 ? "sum of binomials" : "binomial",
                      tr.bonferroni ? " (Bonferroni over groups)" : "");
         }
+    /* without replacement over tokens: positions 2..K given the ones before */
+    if (cond) {
+        row = &cr->rows[1 + (c->tail ? FLS_STATS_N_TAILS : 0)];
+        snprintf(row->kind, sizeof row->kind, "pl");
+        if ((st = equal_cells(ccount, K, cimp, cr->alpha, row)) != FLS_OK)
+            goto done;
+        snprintf(row->note, sizeof row->note, "%lld conditional transforms (positions 2..K); %lld impossible",
+                 (long long)ncond, (long long)cimp);
+    }
     st = FLS_OK;
 done:
     fls_bins_free(&bins);
@@ -650,6 +1279,8 @@ done:
     free(H);
     free(temps);
     free(ref);
+    free(tref);
+    free(start);
     free(lg);
     free(seeds);
     free(offsets);
@@ -657,6 +1288,11 @@ done:
     free(oor);
     free(ng);
     free(tokens);
+    free(rk);
+    free(rwr);
+    free(rmin);
+    free(rtop);
+    free(rns);
     return st;
 }
 
@@ -678,7 +1314,9 @@ static fls_status run_pairs(case_run *cr, case_io *io)
     if (!rng || !target || !L || !p1 || !ref || !seeds || !offsets || !counts)
         goto done;
     gsl_rng_set(rng, (unsigned long)cr->input_seed);
-    gen_logits(c, rng, target);
+    int64_t tie[3];
+    int n_tie = 0;
+    gen_logits(c, rng, target, tie, &n_tie);
     for (int64_t b = 0; b < B; b++)
         memcpy(L + b * V, target, (size_t)V * sizeof(float));
     io->L = (fls_matrix){L, FLS_DTYPE_F32, B, V, V};
@@ -808,14 +1446,23 @@ fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, do
     io.fused = c->fused;
     const char *fault = getenv("FLS_AUDIT_FAULT");
     io.fault = fault && (!strcmp(fault, c->name) || !strcmp(fault, "*"));
+    io.mode = c->ext ? c->ext->io : FLS_IO_CALL;
+    io.pieces = c->ext ? c->ext->pieces : 0;
+    if (io.mode != FLS_IO_CALL && !(io.chunking = gsl_rng_alloc(gsl_rng_mt19937))) {
+        for (int r = 0; r < n_rows; r++)
+            fls_audit_row_error(&rows[r], FLS_ERR_OUT_OF_MEMORY, "out of memory");
+        return FLS_ERR_OUT_OF_MEMORY;
+    }
 
     for (int r = 0; r < n_rows; r++) {
         fls_audit_row *row = &rows[r];
         memset(row, 0, sizeof *row);
         if (r == 0)
             snprintf(row->test, sizeof row->test, "%s", c->name);
-        else
+        else if (c->tail && r <= FLS_STATS_N_TAILS)
             snprintf(row->test, sizeof row->test, "%.48s/tail%d", c->name, (int)fls_stats_tail_t[r - 1]);
+        else
+            snprintf(row->test, sizeof row->test, "%.48s/pl-cond", c->name);
         snprintf(row->engine, sizeof row->engine, "%s", io.cuda ? "cuda" : "cpu");
         row->V = c->V;
         row->alpha = alpha;
@@ -826,6 +1473,8 @@ fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, do
     }
     fls_status st = c->kind == FLS_CASE_GOF ? run_gof(&cr, &io) : run_pairs(&cr, &io);
     io_release(&io);
+    if (io.chunking)
+        gsl_rng_free(io.chunking);
     if (st != FLS_OK) {
         for (int r = 0; r < n_rows; r++)
             fls_audit_row_error(&rows[r], st, cr.err);

@@ -20,8 +20,14 @@
 extern "C" {
 #endif
 
+/* fls_audit_options.full: 0 = quick (seconds), 1 = full (every case of the
+ * engine: minutes on the GPU, tens of minutes on two CPU cores: the heavy
+ * CPU cases of tier 4), FLS_AUDIT_FULL_CI = full without tier 4 (the CI
+ * suite's run). */
+#define FLS_AUDIT_FULL_CI 2
+
 typedef struct fls_audit_options {
-    int full;          /* 0 = quick (seconds), 1 = full (the whole suite, minutes) */
+    int full;          /* 0 = quick, 1 = full, FLS_AUDIT_FULL_CI (above) */
     fls_engine engine; /* FLS_ENGINE_CPU or FLS_ENGINE_CUDA */
     int threads;       /* CPU threads, 0 = all */
     uint64_t seed;     /* base seed, logged */
@@ -50,8 +56,39 @@ typedef enum fls_case_shape {
     FLS_SHAPE_NORMAL = 5, /* N(0, scale) */
     FLS_SHAPE_TIES = 6,   /* N(0, 1) and the maximum repeated at three places (greedy) */
     FLS_SHAPE_COIN = 7,   /* V = 2: {0, -0.85}, p = (0.70, 0.30) */
-    FLS_SHAPE_DEEP = 8    /* a head, 12% of the tokens 10.5-14.5 nats below, the rest scale..30 nats below */
+    FLS_SHAPE_DEEP = 8,   /* a head, 12% of the tokens 10.5-14.5 nats below, the rest scale..30 nats below */
+    FLS_SHAPE_TIE_K = 9,  /* N(0, scale) with the ranks k-1, k, k+1 bit-identical (k = the case's top_k[0]) */
+    FLS_SHAPE_TIE_P = 10, /* N(0, scale) with three bit-identical tokens straddling the nucleus of top_p[0] */
+    FLS_SHAPE_MASKED_GROUPS =
+        11, /* N(0, 1.5), every third group (of group_size) masked, 10% more tokens masked */
+    FLS_SHAPE_GROUP_DEEP = 12 /* the head's group: its other members 15.2-25 nats below it; every other
+                                 group 10.5-14.5 nats below (a deep tail inside one group) */
 } fls_case_shape;
+
+/* How a case's tokens are drawn. */
+typedef enum fls_case_io {
+    FLS_IO_CALL = 0, /* one fls_sample_logits / fls_sample_fused call per batch of draws */
+    FLS_IO_STREAM =
+        1, /* fls_stream_*: the vocabulary fed in random chunks in a random order, then finalized */
+    FLS_IO_SHARDS = 2 /* fls_stream_*: random shards fed to their own states, serialized, deserialized and
+                         merged in a random order (the tensor-parallel exchange), then finalized */
+} fls_case_io;
+
+/* What a case adds to the temperature rule (NULL in the table: nothing). */
+typedef struct fls_case_ext {
+    /* The rule family, per group (off: min_p 0, top_k 0, top_p 0 or 1, nsigma 0);
+     * the filters run through the per-row arrays when the case has several
+     * groups. */
+    float min_p[8];
+    int64_t top_k[8];
+    float top_p[8];
+    double nsigma[8];   /* the registry's "top-nsigma" */
+    int64_t wr_k;       /* sampling without replacement: K positions per draw (0: off) */
+    int64_t wr_rows[8]; /* per group K_b <= wr_k (0: wr_k) */
+    int64_t group_size; /* FLS_METHOD_GROUPED */
+    fls_case_io io;
+    int pieces; /* FLS_IO_STREAM: chunks per call; FLS_IO_SHARDS: shards per call */
+} fls_case_ext;
 
 typedef struct fls_audit_case {
     const char *name;
@@ -61,16 +98,25 @@ typedef struct fls_audit_case {
     fls_case_shape shape;
     double scale; /* FLS_SHAPE_NORMAL: standard deviation; FLS_SHAPE_DEEP: depth where the deep tail starts */
     int64_t V;
-    int groups;          /* distinct reference distributions: temperature and (fused) H row */
-    float temps[8];      /* temperature of each group */
-    int rows_per_group;  /* rows with their own seeds per group (pairs: pairs of rows) */
-    fls_dtype w_dtype;   /* fused: dtype of W */
-    int64_t D;           /* fused: columns of W and H */
-    int tier;            /* 0: every run (quick); 1: full runs; 2: full runs on the CUDA engine only;
-                          * 3: every run on the CUDA engine, full runs on the CPU */
-    int tail;            /* runs the tail tests (t = 10, 15, 20, 25) beside the goodness of fit */
-    double tail_deficit; /* > 0: enough draws that the t = 15 test catches this relative deficit */
+    int groups;              /* distinct reference distributions: temperature and (fused) H row */
+    float temps[8];          /* temperature of each group */
+    int rows_per_group;      /* rows with their own seeds per group (pairs: pairs of rows) */
+    fls_dtype w_dtype;       /* fused: dtype of W */
+    int64_t D;               /* fused: columns of W and H */
+    int tier;                /* 0: every run (quick); 1: full runs; 2: full runs on the CUDA engine only;
+                              * 3: every run on the CUDA engine, full runs on the CPU; 4: full runs on the
+                              * CPU engine but not the CI suite's (FLS_AUDIT_FULL_CI: minutes each) */
+    int tail;                /* runs the tail tests (t = 10, 15, 20, 25) beside the goodness of fit */
+    double tail_deficit;     /* > 0: enough draws that the t = 15 test catches this relative deficit */
+    const fls_case_ext *ext; /* rules, without replacement, the grouped method's g, streaming (or NULL) */
 } fls_audit_case;
+
+/* Whether a case runs on the CPU engine only (the rule family, without
+ * replacement and the streaming API are the CPU engine's). */
+int fls_audit_case_cpu_only(const fls_audit_case *c);
+/* Whether a case's goodness of fit is over ordered K-tuples (without
+ * replacement at small V: (V + 1)^K <= 4096 cells), else over tokens. */
+int fls_audit_case_tuples(const fls_audit_case *c);
 
 /* The full list. */
 size_t fls_audit_case_count(void);
@@ -80,9 +126,10 @@ int fls_audit_case_in_run(size_t i, int full, fls_engine engine);
 /* Cases of such a run, and the index in the full list of its k-th ((size_t)-1 if none). */
 size_t fls_audit_run_count(int full, fls_engine engine);
 size_t fls_audit_run_index(int full, fls_engine engine, size_t k);
-/* Chance-failing tests (rows) case i makes: the goodness of fit, and the
- * FLS_STATS_N_TAILS tail tests if it has them. Each is one member of a run's
- * family. */
+/* Chance-failing tests (rows) case i makes: the goodness of fit, the
+ * FLS_STATS_N_TAILS tail tests if it has them, and the conditional test of
+ * positions 2..K without replacement over tokens ("<case>/pl-cond"). Each is
+ * one member of a run's family. */
 int fls_audit_case_tests(size_t i);
 /* Tests of such a run: what an audit run adds to its family. */
 int fls_audit_run_tests(int full, fls_engine engine);

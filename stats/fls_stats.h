@@ -163,6 +163,15 @@ typedef struct fls_stats_support {
  * (fls_stats_rule_check), FLS_ERR_OUT_OF_MEMORY. */
 fls_status fls_stats_rule_support(const double *logits, int64_t V, double T, const fls_stats_rule *r,
                                   uint8_t *keep, fls_stats_support *info);
+/* The same support with its parameters moved to the middle of their decision
+ * gaps: min-p to exp of the midpoint between the last kept and the first
+ * dropped x - m, top-p to the midpoint of the masses A / Z of the last kept
+ * and the first dropped class, top-n-sigma likewise (top-k has no gap). The
+ * audit's cases use it so that a boundary cannot move between the engines'
+ * float and the reference's double arithmetic. min-p and top-p are returned
+ * as float values (the library's fields are float). */
+fls_status fls_stats_rule_center(const double *logits, int64_t V, double T, const fls_stats_rule *r,
+                                 fls_stats_rule *out);
 /* The rule's pmf: softmax of l / T over the final support (0 elsewhere); T = 0:
  * a point mass on the lowest-index maximum (no filter drops it). */
 fls_status fls_stats_probs_rule(const double *logits, int64_t V, double T, const fls_stats_rule *r, double *p,

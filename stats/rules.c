@@ -205,6 +205,105 @@ static fls_status support_sorted(const double *logits, int64_t V, double T, cons
     return FLS_OK;
 }
 
+/* The float nearest to x, moved inside (lo, hi) if rounding left it (x itself is inside). */
+static double float_inside(double x, double lo, double hi)
+{
+    float f = (float)x;
+    if ((double)f <= lo)
+        f = nextafterf(f, INFINITY);
+    if ((double)f >= hi)
+        f = nextafterf(f, -INFINITY);
+    return (double)f;
+}
+
+fls_status fls_stats_rule_center(const double *logits, int64_t V, double T, const fls_stats_rule *r,
+                                 fls_stats_rule *out)
+{
+    if (!logits || !r || !out)
+        return FLS_ERR_NULL;
+    if (V < 1)
+        return FLS_ERR_SIZE;
+    *out = *r;
+    xi *s = malloc((size_t)V * sizeof *s);
+    if (!s)
+        return FLS_ERR_OUT_OF_MEMORY;
+    int64_t n = 0, L = 0;
+    fls_stats_support info;
+    fls_status st = support_sorted(logits, V, T, r, s, &n, &L, &info);
+    if (st != FLS_OK) {
+        free(s);
+        return st;
+    }
+    const double m = s[0].x;
+    /* min-p: ln p between the last kept and the first dropped x - m */
+    if (r->min_p > 0.0 && r->min_p < 1.0) {
+        const double lp = log(r->min_p);
+        int64_t L1 = 0;
+        while (L1 < n && s[L1].x - m >= lp)
+            L1++;
+        if (L1 < n && s[L1 - 1].x != m) {
+            const double a = s[L1].x - m, b = s[L1 - 1].x - m; /* a < ln p <= b */
+            out->min_p = float_inside(exp(0.5 * (a + b)), exp(a), exp(b));
+        }
+    }
+    /* top-p: p between the last kept class's A / Z and the first dropped class's */
+    if (r->top_p < 1.0) {
+        int64_t L2 = n; /* the support before top-p: min-p and top-k */
+        fls_stats_rule pre = *out;
+        pre.top_p = 1.0;
+        pre.nsigma = 0.0;
+        fls_stats_support ps;
+        xi *t = malloc((size_t)V * sizeof *t);
+        if (!t) {
+            free(s);
+            return FLS_ERR_OUT_OF_MEMORY;
+        }
+        int64_t nn = 0;
+        if ((st = support_sorted(logits, V, T, &pre, t, &nn, &L2, &ps)) == FLS_OK) {
+            double Z = 0.0, cz = 0.0;
+            for (int64_t i = 0; i < L2; i++)
+                neumaier(&Z, &cz, exp(t[i].x - m));
+            Z += cz;
+            double A = 0.0, ca = 0.0, a_kept = 0.0;
+            int64_t i = 0;
+            while (i < L2) {
+                int64_t e = i + 1;
+                while (e < L2 && t[e].x == t[i].x)
+                    e++;
+                const double a = A + ca;
+                if (!(a < r->top_p * Z)) {
+                    out->top_p = float_inside(0.5 * (a_kept + a) / Z, a_kept / Z, a / Z);
+                    break;
+                }
+                a_kept = a;
+                for (int64_t j = i; j < e; j++)
+                    neumaier(&A, &ca, exp(t[j].x - m));
+                i = e;
+            }
+        }
+        free(t);
+    }
+    /* top-n-sigma: m - n sigma between the first dropped and the last kept x */
+    if (r->nsigma > 0.0 && st == FLS_OK) {
+        double mean = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            mean += s[i].x / (double)n;
+        double m2 = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            m2 += (s[i].x - mean) * (s[i].x - mean);
+        const double sigma = sqrt(m2 / (double)n), thr = m - r->nsigma * sigma;
+        int64_t L4 = 0;
+        while (L4 < n && s[L4].x >= thr)
+            L4++;
+        if (sigma > 0.0 && L4 < n && s[L4 - 1].x != m) {
+            const double lo = (m - s[L4 - 1].x) / sigma, hi = (m - s[L4].x) / sigma; /* lo <= n < hi */
+            out->nsigma = 0.5 * (lo + hi);
+        }
+    }
+    free(s);
+    return st;
+}
+
 fls_status fls_stats_rule_support(const double *logits, int64_t V, double T, const fls_stats_rule *r,
                                   uint8_t *keep, fls_stats_support *info)
 {

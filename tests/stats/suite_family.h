@@ -21,11 +21,18 @@
 #define SUITE_GALLERY_EXACT_TESTS 72
 #define SUITE_GALLERY_DEFECTS     8
 
-/* The audit as the suite runs it: every case of the full list on the CPU engine. */
+/* The planted mutations of the rule family and of the grouped / streaming
+ * samplers (test_mutations.c): every test of every audit of an exact sampler
+ * (mutants.c: 18 audits), and every mutation check (10). */
+#define SUITE_MUTATION_EXACT_TESTS 144
+#define SUITE_MUTATION_DEFECTS     10
+
+/* The audit as the suite runs it: every case of the full list on the CPU
+ * engine but the heavy ones (tier 4: minutes each on two cores). */
 static inline void suite_audit_options(fls_audit_options *o)
 {
     fls_audit_options_default(o);
-    o->full = 1;
+    o->full = FLS_AUDIT_FULL_CI;
     o->engine = FLS_ENGINE_CPU;
 }
 
@@ -37,6 +44,7 @@ static inline void suite_family(fls_stats_family *f)
     fls_audit_family_add(&o, f);
     fls_stats_family_add(f, "machinery self-tests", SUITE_SELFTEST_CHECKS);
     fls_stats_family_add(f, "defect gallery", SUITE_GALLERY_EXACT_TESTS + SUITE_GALLERY_DEFECTS);
+    fls_stats_family_add(f, "mutations", SUITE_MUTATION_EXACT_TESTS + SUITE_MUTATION_DEFECTS);
 }
 
 static inline double suite_alpha(void)

@@ -19,8 +19,8 @@
 #include "fls_stats.h"
 #include "suite_family.h"
 
-#define MAX_CASES 64
-#define MAX_ROWS  (1 + FLS_STATS_N_TAILS)
+#define MAX_CASES 96
+#define MAX_ROWS  (2 + FLS_STATS_N_TAILS)
 
 /* Checks every row of one case. */
 static void check_rows(const fls_audit_case *c, const fls_audit_row *rows, int n, double alpha)
@@ -33,7 +33,7 @@ static void check_rows(const fls_audit_case *c, const fls_audit_row *rows, int n
         cr_expect_eq(row->status, FLS_OK, "%s: %s", row->test, row->note);
         cr_expect_eq(row->alpha, alpha);
         cr_expect(row->draws > 0);
-        if (r == 0 && c->V > 1 && sampling) {
+        if (r == 0 && c->V > 1 && sampling && row->bins >= 2) { /* (a rule may leave a point mass) */
             /* a test that cannot fail is a defect: every sampling case has a test with dof >= 1 */
             cr_expect(row->dof >= 1, "%s: no degrees of freedom", row->test);
             /* and it sees TV 0.01 with power 0.999, as designed */
@@ -52,7 +52,8 @@ ParameterizedTestParameters(cases, cpu)
     static size_t idx[MAX_CASES];
     size_t n = 0;
     for (size_t i = 0; i < fls_audit_case_count() && n < MAX_CASES; i++)
-        if (fls_audit_case_in_run(i, 1, FLS_ENGINE_CPU) && !fls_audit_case_in_run(i, 0, FLS_ENGINE_CPU))
+        if (fls_audit_case_in_run(i, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU) &&
+            !fls_audit_case_in_run(i, 0, FLS_ENGINE_CPU))
             idx[n++] = i;
     return cr_make_param_array(size_t, idx, n);
 }
@@ -86,14 +87,15 @@ Test(cases, list_is_consistent)
     suite_family(&f);
     fls_stats_family_print(stdout, "", &f);
     cr_assert(fls_audit_case_count() <= MAX_CASES);
-    /* the suite's audit part is every test of every case of a full CPU run */
+    /* the suite's audit part is every test of every case of a full CPU run but the heavy ones (tier 4) */
     int tests = 0;
     for (size_t k = 0; k < fls_audit_case_count(); k++)
-        if (fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU))
+        if (fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU) && fls_audit_case_get(k)->tier != 4)
             tests += fls_audit_case_tests(k);
     cr_assert_eq(f.parts[0].tests, tests);
-    cr_assert_eq(tests, fls_audit_run_tests(1, FLS_ENGINE_CPU));
-    cr_assert_eq(f.size, tests + SUITE_SELFTEST_CHECKS + SUITE_GALLERY_EXACT_TESTS + SUITE_GALLERY_DEFECTS);
+    cr_assert_eq(tests, fls_audit_run_tests(FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU));
+    cr_assert_eq(f.size, tests + SUITE_SELFTEST_CHECKS + SUITE_GALLERY_EXACT_TESTS + SUITE_GALLERY_DEFECTS +
+                             SUITE_MUTATION_EXACT_TESTS + SUITE_MUTATION_DEFECTS);
     cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
     /* quick is a sub-list of full on each engine; CUDA's full run has every case */
     for (int e = 0; e < 2; e++) {
@@ -107,7 +109,17 @@ Test(cases, list_is_consistent)
         }
         cr_assert_eq(fls_audit_run_index(0, eng, q), (size_t)-1);
     }
-    cr_assert_eq(fls_audit_run_count(1, FLS_ENGINE_CUDA), fls_audit_case_count());
+    /* CUDA's full run has every case the CUDA engine runs (not the rule family, without replacement or
+     * streaming: CPU engine only), the heavy CPU cases only the CPU's full run */
+    size_t on_cuda = 0;
+    for (size_t k = 0; k < fls_audit_case_count(); k++) {
+        const fls_audit_case *c = fls_audit_case_get(k);
+        on_cuda += !fls_audit_case_cpu_only(c) && c->tier != 4;
+        cr_expect(c->tier != 4 || fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU), "%s", c->name);
+        cr_expect(!fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU) || c->tier != 4, "%s",
+                  c->name);
+    }
+    cr_assert_eq(fls_audit_run_count(1, FLS_ENGINE_CUDA), on_cuda);
     /* every mechanism in the quick list: temperatures other than 0 and 1 on
      * both paths, T = 0, deep tails (24-bit uniforms) on the logits path and
      * the multinomial baseline (and, on the CUDA engine, the fused path),
@@ -153,13 +165,85 @@ Test(cases, list_is_consistent)
         vmax = c->V > vmax ? c->V : vmax;
         if (c->tail_deficit > 0.0 && c->tail_deficit < finest)
             finest = c->tail_deficit;
-        cr_expect(c->tier >= 0 && c->tier <= 3);
+        cr_expect(c->tier >= 0 && c->tier <= 4);
         cr_expect(!(c->tail_deficit > 0.0) || (c->tail && c->groups == 1), "%s", c->name);
-        cr_expect_eq(fls_audit_case_tests(k), 1 + (c->tail ? FLS_STATS_N_TAILS : 0));
+        const int cond = c->ext && c->ext->wr_k >= 2 && !fls_audit_case_tuples(c);
+        cr_expect_eq(fls_audit_case_tests(k), 1 + (c->tail ? FLS_STATS_N_TAILS : 0) + cond, "%s", c->name);
     }
     cr_expect_eq(vmin, 1);
     cr_expect_eq(vmax, 262144);
     cr_expect(finest <= 0.1);
+}
+
+/* The rule family, without replacement, the grouped method and streaming:
+ * what the list covers (issues 13 and 14). */
+Test(cases, rules_grouped_and_streams_are_covered)
+{
+    /* per filter: [path 0 logits, 1 fused] in the CI run, and in the quick list */
+    int filt[5][2] = {{0}}, quick_rule = 0, quick_wr = 0, quick_grouped = 0, quick_stream = 0,
+        quick_shards = 0;
+    int tuples = 0, cond = 0, mixed = 0, tie_k = 0, tie_p = 0, masked_rule = 0, heavy_rule = 0, v1_rule = 0;
+    int64_t vmax_rule = 0, gmin = INT64_MAX, gmax = 0;
+    int g_not_multiple = 0, g_heavy = 0, g_deep = 0, g_masked = 0, g_fused = 0, stream_grouped = 0,
+        stream_flat = 0, shards_grouped = 0, shards_flat = 0, stream_fused = 0;
+    for (size_t k = 0; k < fls_audit_case_count(); k++) {
+        const fls_audit_case *c = fls_audit_case_get(k);
+        const fls_case_ext *x = c->ext;
+        if (!x)
+            continue;
+        const int quick = fls_audit_case_in_run(k, 0, FLS_ENGINE_CPU);
+        int any = 0;
+        for (int g = 0; g < c->groups; g++) {
+            const int on[5] = {x->min_p[g] != 0.0f, x->top_k[g] != 0,
+                               x->top_p[g] != 0.0f && x->top_p[g] != 1.0f, x->nsigma[g] != 0.0, x->wr_k > 0};
+            int n_on = 0;
+            for (int f = 0; f < 5; f++) {
+                if (fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU))
+                    filt[f][c->fused] |= on[f];
+                n_on += on[f] && f < 4;
+                any |= on[f];
+            }
+            mixed |= n_on >= 3;
+            cr_expect(x->wr_rows[g] <= x->wr_k, "%s", c->name);
+        }
+        if (any) {
+            vmax_rule = c->V > vmax_rule ? c->V : vmax_rule;
+            quick_rule |= quick && x->wr_k == 0;
+            quick_wr |= quick && x->wr_k > 0;
+            tuples |= fls_audit_case_tuples(c);
+            cond |= x->wr_k >= 2 && !fls_audit_case_tuples(c);
+            tie_k |= c->shape == FLS_SHAPE_TIE_K;
+            tie_p |= c->shape == FLS_SHAPE_TIE_P;
+            masked_rule |= c->shape == FLS_SHAPE_MASKED;
+            heavy_rule |= c->shape == FLS_SHAPE_HEAVY && c->tail;
+            v1_rule |= c->V == 1;
+            cr_expect(fls_audit_case_cpu_only(c), "%s", c->name);
+        }
+        if (c->method == FLS_METHOD_GROUPED) {
+            gmin = x->group_size < gmin ? x->group_size : gmin;
+            gmax = x->group_size > gmax ? x->group_size : gmax;
+            g_not_multiple |= c->V % x->group_size != 0;
+            g_heavy |= c->shape == FLS_SHAPE_HEAVY;
+            g_deep |= c->shape == FLS_SHAPE_GROUP_DEEP && c->tail;
+            g_masked |= c->shape == FLS_SHAPE_MASKED_GROUPS;
+            g_fused |= c->fused;
+            quick_grouped |= quick;
+        }
+        stream_grouped |= x->io == FLS_IO_STREAM && c->method == FLS_METHOD_GROUPED;
+        stream_flat |= x->io == FLS_IO_STREAM && c->method == FLS_METHOD_FUSED;
+        shards_grouped |= x->io == FLS_IO_SHARDS && c->method == FLS_METHOD_GROUPED;
+        shards_flat |= x->io == FLS_IO_SHARDS && c->method == FLS_METHOD_FUSED;
+        stream_fused |= x->io != FLS_IO_CALL && c->fused;
+        quick_stream |= quick && x->io == FLS_IO_STREAM;
+        quick_shards |= quick && x->io == FLS_IO_SHARDS;
+    }
+    for (int f = 0; f < 5; f++)
+        cr_expect(filt[f][0] && filt[f][1], "filter %d: both paths in the CI run", f);
+    cr_expect(quick_rule && quick_wr && quick_grouped && quick_stream && quick_shards, "quick list");
+    cr_expect(tuples && cond && mixed && tie_k && tie_p && masked_rule && heavy_rule && v1_rule);
+    cr_expect_eq(vmax_rule, 262144);
+    cr_expect(gmin <= 32 && gmax >= 1024 && g_not_multiple && g_heavy && g_deep && g_masked && g_fused);
+    cr_expect(stream_grouped && stream_flat && shards_grouped && shards_flat && stream_fused);
 }
 
 /* fls_audit_run itself: the quick run at the suite's alpha (its cases' only

@@ -125,9 +125,9 @@ Test(machinery, chance_checks_are_counted_in_the_family)
     cr_assert_eq(N_CHECKS, SUITE_SELFTEST_CHECKS);
     fls_stats_family f;
     suite_family(&f);
-    cr_assert_eq(f.n_parts, 3);
+    cr_assert_eq(f.n_parts, 4);
     cr_assert_eq(f.parts[1].tests, N_CHECKS);
-    cr_assert_eq(f.size, f.parts[0].tests + f.parts[1].tests + f.parts[2].tests);
+    cr_assert_eq(f.size, f.parts[0].tests + f.parts[1].tests + f.parts[2].tests + f.parts[3].tests);
     cr_assert_float_eq(f.alpha * f.size, FLS_STATS_BUDGET, 1e-15);
     cr_assert_float_eq(suite_alpha(), f.alpha, 0.0);
     fls_stats_family_print(stdout, "", &f);
