@@ -9,9 +9,12 @@ this package. Quick start::
     with fs.Context(threads=2) as ctx:
         s = ctx.sample_fused(W, H, top_p=0.9, return_logprobs=True)
 
-See python/README.md for every parameter, the CUDA engine and the streaming API.
+    r = fs.audit_tokens(L, my_tokens, temperature=0.7)  # any sampler's tokens: r.passed, r.rows
+
+See python/README.md for every parameter, the CUDA engine, the streaming API and the audit.
 """
 
+from ._audit import AuditResult, AuditRow, FlashSampleAuditError, audit_tokens
 from ._capi import GROUP_SIZE_DEFAULT, HEADER_VERSION
 from ._core import (
     METHODS,
@@ -47,9 +50,12 @@ from ._errors import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "AuditResult",
+    "AuditRow",
     "Context",
     "Counters",
     "DeviceArray",
+    "FlashSampleAuditError",
     "FlashSampleError",
     "FlashSampleTypeError",
     "FlashSampleValueError",
@@ -60,6 +66,7 @@ __all__ = [
     "Progress",
     "Sample",
     "Stream",
+    "audit_tokens",
     "chunk_max_norms",
     "cuda_available",
     "cuda_built",
