@@ -138,12 +138,12 @@ static const fls_audit_case cases[] = {
     {"topk-ties-logits",    LOGITS,           FLS_SHAPE_TIE_K,   1.0,   1024,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPK20},
     {"topk-ties-fused",     FUSED,            FLS_SHAPE_TIE_K,   1.0,   1024,   1, {0.9f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_TOPK20},
     {"topp-ties-logits",    LOGITS,           FLS_SHAPE_TIE_P,   1.5,   2048,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPP90},
-    {"topp-zipf-fused",     FUSED,            FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_TOPP90},
-    {"minp-heavy-logits",   LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.3, &X_MINP_HEAVY},
+    {"topp-wide-fused",     FUSED,            FLS_SHAPE_NORMAL,  0.5,   2048,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_TOPP90},
+    {"minp-heavy-logits",   LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.5, &X_MINP_HEAVY},
     {"rules-masked-logits", LOGITS,           FLS_SHAPE_MASKED,  0.0,   1031,   1, {0.9f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_ALL3},
     {"rules-flat-logits",   LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_FLAT},
-    {"combo-fused",         FUSED,            FLS_SHAPE_NORMAL,  2.0,   4096,   2, {0.8f, 1.3f},                   2,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_COMBO},
-    {"nsigma-logits",       LOGITS,           FLS_SHAPE_NORMAL,  2.0,   4096,   1, {1.5f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_NSIGMA},
+    {"combo-fused",         FUSED,            FLS_SHAPE_NORMAL,  2.0,   1024,   2, {0.8f, 1.3f},                   2,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_COMBO},
+    {"nsigma-logits",       LOGITS,           FLS_SHAPE_NORMAL,  2.0,   2048,   1, {1.5f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_NSIGMA},
     {"topk1-logits-262144", LOGITS,           FLS_SHAPE_NORMAL,  1.0,   262144, 1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_TOPK1},
     {"rules-heavy-262144",  LOGITS,           FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  4,   1,   0.0, &X_HEAVY_BIG},
     {"topp-fused-262144",   FUSED,            FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 4,   0,   0.0, &X_TOPP95},
@@ -792,25 +792,6 @@ static int64_t group_k(const fls_audit_case *c, int64_t g)
     return x->wr_rows[g] > 0 ? x->wr_rows[g] : x->wr_k;
 }
 
-/* Row g's tuple pmf (cells (V + 1)^K) with K_b positions, the rest -1. */
-static fls_status group_tuples(const double *p, int64_t V, int K, int Kb, double *out, int64_t cells)
-{
-    if (Kb == K)
-        return fls_stats_pl_tuples(p, V, K, out);
-    const int64_t cb = fls_stats_pl_cells(V, Kb), pad = cells / cb;
-    double *t = malloc((size_t)cb * sizeof(double));
-    if (!t)
-        return FLS_ERR_OUT_OF_MEMORY;
-    fls_status st = fls_stats_pl_tuples(p, V, Kb, t);
-    if (st == FLS_OK) {
-        memset(out, 0, (size_t)cells * sizeof(double));
-        for (int64_t c = 0; c < cb; c++) /* the trailing digits all V (-1): pad - 1 */
-            out[c * pad + pad - 1] = t[c];
-    }
-    free(t);
-    return st;
-}
-
 /* The draws per group: the goodness-of-fit design (TV 0.01, power 0.999) on
  * the case's cells (tokens, or ordered tuples), the tail design at
  * TAIL_DESIGN_T for a case with a tail deficit, and without replacement over
@@ -996,7 +977,7 @@ static fls_status run_gof(case_run *cr, case_io *io)
     for (int64_t g = 0; g < G; g++) {
         const int64_t kb = group_k(c, g);
         if (tuples &&
-            (st = group_tuples(ref + g * V, V, (int)KW, (int)kb, tref + g * cells, cells)) != FLS_OK)
+            (st = fls_stats_pl_tuples(ref + g * V, V, (int)KW, (int)kb, tref + g * cells)) != FLS_OK)
             goto done;
         if (cond) {
             if ((st = fls_stats_cdf_start(ref + g * V, V, start + g * V)) != FLS_OK)

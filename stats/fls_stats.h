@@ -181,12 +181,13 @@ fls_status fls_stats_probs_rule_f32(const float *logits, int64_t V, double T, co
 
 /* Sampling without replacement (Plackett-Luce, Gumbel-top-k): the exact
  * probability of every ordered K-tuple drawn from p without replacement,
- * positions beyond the support's size being -1. Cells: (V + 1)^K, the tuple
+ * positions beyond the support's size, or beyond a row's k_row <= K (<= 0:
+ * K), being -1. Cells: (V + 1)^K, the tuple
  * (t_0, ..., t_{K-1}) at sum_j d_j (V + 1)^(K-1-j) with d_j = t_j, or V for
  * -1. P = prod_j p_{t_j} / (1 - sum_{i<j} p_{t_i}) (the remaining mass summed
  * directly, not as a difference). FLS_ERR_SIZE unless 1 <= K and (V + 1)^K <=
  * 2^20. */
-fls_status fls_stats_pl_tuples(const double *p, int64_t V, int K, double *out);
+fls_status fls_stats_pl_tuples(const double *p, int64_t V, int K, int k_row, double *out);
 int64_t fls_stats_pl_cells(int64_t V, int K); /* (V + 1)^K, or -1 beyond 2^20 */
 int64_t fls_stats_pl_cell(const int64_t *tuple, int64_t V,
                           int K); /* a tuple's cell; -1 if a token is out of range */

@@ -452,7 +452,7 @@ int64_t fls_stats_pl_cell(const int64_t *tuple, int64_t V, int K)
 typedef struct pl_enum {
     const double *p;
     int64_t V;
-    int K;
+    int K, k_row;
     uint8_t *taken;
     double *out;
 } pl_enum;
@@ -460,6 +460,12 @@ typedef struct pl_enum {
 static void pl_rec(const pl_enum *e, int j, int64_t cell, double prob)
 {
     if (j == e->K) {
+        e->out[cell] += prob;
+        return;
+    }
+    if (j >= e->k_row) { /* the row's K_b positions are drawn: -1 from here on */
+        for (int i = j; i < e->K; i++)
+            cell = cell * (e->V + 1) + e->V;
         e->out[cell] += prob;
         return;
     }
@@ -483,7 +489,7 @@ static void pl_rec(const pl_enum *e, int j, int64_t cell, double prob)
     }
 }
 
-fls_status fls_stats_pl_tuples(const double *p, int64_t V, int K, double *out)
+fls_status fls_stats_pl_tuples(const double *p, int64_t V, int K, int k_row, double *out)
 {
     if (!p || !out)
         return FLS_ERR_NULL;
@@ -494,7 +500,7 @@ fls_status fls_stats_pl_tuples(const double *p, int64_t V, int K, double *out)
     if (!taken)
         return FLS_ERR_OUT_OF_MEMORY;
     memset(out, 0, (size_t)cells * sizeof(double));
-    pl_enum e = {p, V, K, taken, out};
+    pl_enum e = {p, V, K, k_row > 0 && k_row < K ? k_row : K, taken, out};
     pl_rec(&e, 0, 0, 1.0);
     free(taken);
     return FLS_OK;

@@ -90,9 +90,9 @@ static fls_status row_rule(const fls_params *r, int64_t b, int64_t V, fls_stats_
 
 /* One row's tuple distribution sorted by decreasing probability: for a cell c,
  * tstart[c] = the mass before it. */
-static fls_status tuple_cdf(const double *p, int64_t V, int K, double *tp, double *tstart)
+static fls_status tuple_cdf(const double *p, int64_t V, int K, int k_row, double *tp, double *tstart)
 {
-    fls_status st = fls_stats_pl_tuples(p, V, K, tp);
+    fls_status st = fls_stats_pl_tuples(p, V, K, k_row, tp);
     if (st != FLS_OK)
         return st;
     return fls_stats_cdf_start(tp, fls_stats_pl_cells(V, K), tstart);
@@ -388,7 +388,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
         }
         /* without replacement: the conditional transforms of positions 2..K, the tuples */
         if (do_pl) {
-            if (do_tuples && (st = tuple_cdf(p, V, (int)KW, tp, tstart)) != FLS_OK)
+            if (do_tuples && (st = tuple_cdf(p, V, (int)KW, (int)K_b, tp, tstart)) != FLS_OK)
                 goto done;
             for (int64_t n = 0; n < N; n++) {
                 const int64_t *tup = tokens + (b * N + n) * stride;

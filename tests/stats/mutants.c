@@ -820,3 +820,203 @@ int64_t mut_smallest_n(mut_power_fn f, const void *ctx, double target, int64_t l
     }
     return hi;
 }
+
+/* ---- the stated N ---- */
+
+int64_t mut_n_impossible(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what)
+{
+    (void)alpha; /* an impossible sample fails the test at any level */
+    mut_input in;
+    mut_make(s, &in);
+    double *p = malloc((size_t)(in.B * in.V) * sizeof(double)),
+           *q = malloc((size_t)(in.B * in.V) * sizeof(double));
+    int64_t N = -1;
+    if (p && q && mut_probs_exact(&in, p) == FLS_OK && mutant(&in, q) == FLS_OK) {
+        double log_hit = 0.0;
+        for (int64_t b = 0; b < in.B; b++) {
+            double m = 0.0;
+            for (int64_t v = 0; v < in.V; v++)
+                m += p[b * in.V + v] == 0.0 ? q[b * in.V + v] : 0.0;
+            log_hit += log1p(-m);
+            if (b == 0 && what)
+                *what = m;
+        }
+        N = (int64_t)ceil(log(1.0 - power) / log_hit);
+    }
+    free(p);
+    free(q);
+    mut_free(&in);
+    return N;
+}
+
+int64_t mut_n_repeats(mut_scenario s, double alpha, double power, double *what)
+{
+    (void)alpha;
+    mut_input in;
+    mut_make(s, &in);
+    double *p = malloc((size_t)(in.B * in.V) * sizeof(double));
+    int64_t N = -1;
+    if (p && mut_stride(&in) == 3 && mut_probs_exact(&in, p) == FLS_OK) {
+        double log_miss = 0.0;
+        for (int64_t b = 0; b < in.B; b++) {
+            double s2 = 0.0, s3 = 0.0;
+            for (int64_t v = 0; v < in.V; v++) {
+                const double x = p[b * in.V + v];
+                s2 += x * x;
+                s3 += x * x * x;
+            }
+            const double dup = 3.0 * s2 - 2.0 * s3; /* K = 3 iid draws: not all distinct */
+            log_miss += log1p(-dup);
+            if (b == 0 && what)
+                *what = dup;
+        }
+        N = (int64_t)ceil(log(1.0 - power) / log_miss);
+    }
+    free(p);
+    mut_free(&in);
+    return N;
+}
+
+typedef struct bnd_ctx {
+    double m, m1, alpha;
+    int64_t B;
+} bnd_ctx;
+
+static double bnd_power(const void *c, int64_t N)
+{
+    const bnd_ctx *x = c;
+    return fls_stats_binom_power(N * x->B, x->m, x->m1, x->alpha);
+}
+
+int64_t mut_n_boundary(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what,
+                       double *what2)
+{
+    mut_input in;
+    mut_make(s, &in);
+    double *p = malloc((size_t)in.V * sizeof(double)), *q = malloc((size_t)(in.B * in.V) * sizeof(double)),
+           *l = malloc((size_t)in.V * sizeof(double));
+    int64_t N = -1;
+    if (p && q && l) {
+        for (int64_t v = 0; v < in.V; v++)
+            l[v] = in.logits[v];
+        fls_stats_rule r;
+        fls_stats_rule_off(&r);
+        r.top_k = in.rule.top_k;
+        r.top_p = in.rule.top_p;
+        r.min_p = in.rule.min_p;
+        fls_stats_support sup;
+        if (fls_stats_probs_rule(l, in.V, (double)in.temps[0], &r, p, &sup) == FLS_OK &&
+            mutant(&in, q) == FLS_OK) {
+            /* identical rows: the rows' counts on the class sum to one binomial */
+            bnd_ctx c = {0.0, 0.0, alpha, in.B};
+            for (int64_t v = 0; v < in.V; v++)
+                if (l[v] / (double)in.temps[0] == sup.cut) {
+                    c.m += p[v];
+                    c.m1 += q[v];
+                }
+            N = mut_smallest_n(bnd_power, &c, power, 1);
+            if (what)
+                *what = c.m;
+            if (what2)
+                *what2 = c.m1;
+        }
+    }
+    free(p);
+    free(q);
+    free(l);
+    mut_free(&in);
+    return N;
+}
+
+typedef struct cells_ctx {
+    const double *p, *q;
+    int64_t B, V;
+    double alpha;
+    double Q[FLS_STATS_MAX_BINS + 1][FLS_STATS_MAX_BINS]; /* the cells per K, computed once */
+    int have[FLS_STATS_MAX_BINS + 1];
+} cells_ctx;
+
+static double cells_power(const void *c, int64_t N)
+{
+    cells_ctx *x = (cells_ctx *)c;
+    const int K = mut_gof_K(x->B * N);
+    if (K < 3)
+        return 0.0;
+    if (!x->have[K]) {
+        mut_gof_cells(x->p, x->q, x->B, x->V, K, x->Q[K]);
+        x->have[K] = 1;
+    }
+    return mut_cells_power(x->Q[K], K, x->B * N, x->alpha);
+}
+
+int64_t mut_n_cells(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what)
+{
+    mut_input in;
+    mut_make(s, &in);
+    double *p = malloc((size_t)(in.B * in.V) * sizeof(double)),
+           *q = malloc((size_t)(in.B * in.V) * sizeof(double));
+    cells_ctx *c = calloc(1, sizeof *c);
+    int64_t N = -1;
+    if (p && q && c && mut_probs_exact(&in, p) == FLS_OK && mutant(&in, q) == FLS_OK) {
+        double tv = 0.0;
+        for (int64_t b = 0; b < in.B; b++)
+            tv += fls_stats_tv(p + b * in.V, q + b * in.V, in.V) / (double)in.B;
+        c->p = p;
+        c->q = q;
+        c->B = in.B;
+        c->V = in.V;
+        c->alpha = alpha;
+        N = mut_smallest_n(cells_power, c, power, 3000 / in.B + 1);
+        if (what)
+            *what = tv;
+    }
+    free(c);
+    free(p);
+    free(q);
+    mut_free(&in);
+    return N;
+}
+
+typedef struct pairs_ctx {
+    const double *p;
+    const int64_t *groups;
+    int64_t B, V, g;
+    double alpha;
+} pairs_ctx;
+
+static double pairs_power(const void *c, int64_t N)
+{
+    const pairs_ctx *x = c;
+    const int64_t pairs = x->B * (N / 2);
+    const int K = mut_pair_side(pairs);
+    double Q[64];
+    mut_pair_cells_groups(x->p, x->V, x->g, x->groups, x->B, K, Q);
+    return mut_cells_power(Q, K * K, pairs, x->alpha);
+}
+
+int64_t mut_n_reused(uint64_t seed, double alpha, double power, int64_t *groups)
+{
+    mut_input in;
+    mut_make(MUT_GROUPS, &in);
+    double *p = malloc((size_t)(in.B * in.V) * sizeof(double));
+    int64_t N = -1;
+    if (p && in.B <= 16 && mut_probs_exact(&in, p) == FLS_OK) { /* identical rows: row 0's is used */
+        mut_group_noise_reused_groups(&in, seed, groups);
+        pairs_ctx c = {p, groups, in.B, in.V, in.group_size, alpha};
+        N = mut_smallest_n(pairs_power, &c, power, 2);
+    }
+    free(p);
+    mut_free(&in);
+    return N;
+}
+
+int64_t mut_n_merge(double alpha, double power)
+{
+    (void)alpha;
+    mut_input in;
+    mut_make(MUT_MERGE_TIES, &in);
+    /* the lower index arrives first (and wins) with probability 1/2 per draw and row */
+    const int64_t N = (int64_t)ceil(-log2(1.0 - power) / (double)in.B);
+    mut_free(&in);
+    return N;
+}

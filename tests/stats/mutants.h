@@ -116,4 +116,17 @@ void mut_pair_cells_groups(const double *p, int64_t V, int64_t g, const int64_t 
 typedef double (*mut_power_fn)(const void *ctx, int64_t N);
 int64_t mut_smallest_n(mut_power_fn f, const void *ctx, double target, int64_t lo);
 
+/* The stated N per row of each kind of check: the smallest N at which the
+ * test that sees the mutant has power >= `power` at level alpha against the
+ * mutant's own distribution. *what gets the key quantity (the mass outside
+ * the support, the repeat probability, the boundary class mass under the
+ * mutant, the TV per row, ...), what2 a second one (may be NULL). */
+int64_t mut_n_impossible(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what);
+int64_t mut_n_repeats(mut_scenario s, double alpha, double power, double *what);
+int64_t mut_n_boundary(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what,
+                       double *what2);
+int64_t mut_n_cells(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what);
+int64_t mut_n_reused(uint64_t seed, double alpha, double power, int64_t *groups);
+int64_t mut_n_merge(double alpha, double power);
+
 #endif

@@ -81,196 +81,65 @@ static void mutant_case(mut_scenario s, mut_sampler f, const char *who, int64_t 
               r->test, r->p, r->alpha);
 }
 
-/* ---- the stated N ---- */
+/* ---- the stated N (mutants.c computes them) ---- */
 
-/* Impossible mass: the mutant puts q_imp[b] of row b's mass where the
- * reference has none; missed only if no sample of any row lands there. */
+static double A(void)
+{
+    return suite_alpha();
+}
+
 static int64_t stated_n_impossible(mut_scenario s, mut_probs_fn mutant)
 {
-    mut_input in;
-    mut_make(s, &in);
-    double *p = malloc((size_t)(in.B * in.V) * sizeof(double)),
-           *q = malloc((size_t)(in.B * in.V) * sizeof(double));
-    cr_assert_eq(mut_probs_exact(&in, p), FLS_OK);
-    cr_assert_eq(mutant(&in, q), FLS_OK);
-    double log_hit = 0.0, m0 = 0.0;
-    for (int64_t b = 0; b < in.B; b++) {
-        double m = 0.0;
-        for (int64_t v = 0; v < in.V; v++)
-            m += p[b * in.V + v] == 0.0 ? q[b * in.V + v] : 0.0;
-        log_hit += log1p(-m);
-        m0 = b == 0 ? m : m0;
-    }
-    const int64_t N = (int64_t)ceil(log(suite_alpha()) / log_hit);
+    double m = 0.0;
+    const int64_t N = mut_n_impossible(s, mutant, A(), 1.0 - A(), &m);
+    cr_assert(N > 0);
     printf("%s: the mutant puts %.4g of row 0's mass outside the support; missed with probability <= alpha "
            "at N %lld per row\n",
-           mut_scenario_name[s], m0, (long long)N);
-    free(p);
-    free(q);
-    mut_free(&in);
+           mut_scenario_name[s], m, (long long)N);
     return N;
 }
 
-/* Without replacement, K = 3 positions drawn with replacement: a repeat has
- * probability 1 - sum over distinct triples = 3 sum p^2 - 2 sum p^3. */
 static int64_t stated_n_repeats(mut_scenario s)
 {
-    mut_input in;
-    mut_make(s, &in);
-    cr_assert_eq(mut_stride(&in), 3);
-    double *p = malloc((size_t)(in.B * in.V) * sizeof(double));
-    cr_assert_eq(mut_probs_exact(&in, p), FLS_OK);
-    double log_miss = 0.0, d0 = 0.0;
-    for (int64_t b = 0; b < in.B; b++) {
-        double s2 = 0.0, s3 = 0.0;
-        for (int64_t v = 0; v < in.V; v++) {
-            const double x = p[b * in.V + v];
-            s2 += x * x;
-            s3 += x * x * x;
-        }
-        const double dup = 3.0 * s2 - 2.0 * s3;
-        log_miss += log1p(-dup);
-        d0 = b == 0 ? dup : d0;
-    }
-    const int64_t N = (int64_t)ceil(log(suite_alpha()) / log_miss);
+    double d = 0.0;
+    const int64_t N = mut_n_repeats(s, A(), 1.0 - A(), &d);
+    cr_assert(N > 0);
     printf("%s: a repeated token in %.4g of the mutant's tuples; missed with probability <= alpha at N %lld "
            "per row\n",
-           mut_scenario_name[s], d0, (long long)N);
-    free(p);
-    mut_free(&in);
+           mut_scenario_name[s], d, (long long)N);
     return N;
 }
 
-typedef struct bnd_ctx {
-    double m, m1, alpha;
-    int64_t B;
-} bnd_ctx;
-
-static double bnd_power(const void *c, int64_t N)
-{
-    const bnd_ctx *x = c;
-    return fls_stats_binom_power(N * x->B, x->m, x->m1, x->alpha);
-}
-
-/* The boundary test (identical rows: the sum of the rows' counts is one
- * binomial): the reference's mass on the class at the cutoff against the
- * mutant's. */
 static int64_t stated_n_boundary(mut_scenario s, mut_probs_fn mutant)
 {
-    mut_input in;
-    mut_make(s, &in);
-    double *p = malloc((size_t)in.V * sizeof(double)), *q = malloc((size_t)(in.B * in.V) * sizeof(double)),
-           *l = malloc((size_t)in.V * sizeof(double));
-    for (int64_t v = 0; v < in.V; v++)
-        l[v] = in.logits[v];
-    fls_stats_rule r;
-    fls_stats_rule_off(&r);
-    r.top_k = in.rule.top_k;
-    r.top_p = in.rule.top_p;
-    r.min_p = in.rule.min_p;
-    fls_stats_support sup;
-    cr_assert_eq(fls_stats_probs_rule(l, in.V, (double)in.temps[0], &r, p, &sup), FLS_OK);
-    cr_assert_eq(mutant(&in, q), FLS_OK);
-    bnd_ctx c = {0.0, 0.0, suite_alpha(), in.B};
-    for (int64_t v = 0; v < in.V; v++)
-        if (l[v] / (double)in.temps[0] == sup.cut) {
-            c.m += p[v];
-            c.m1 += q[v];
-        }
-    const int64_t N = mut_smallest_n(bnd_power, &c, 1.0 - suite_alpha(), 1);
-    printf(
-        "%s: the boundary class (%lld token(s)) holds %.4g of the mass, %.4g under the mutant; caught with "
-        "power >= 1 - alpha at N %lld per row\n",
-        mut_scenario_name[s], (long long)sup.n_at_cut, c.m, c.m1, (long long)N);
-    free(p);
-    free(q);
-    free(l);
-    mut_free(&in);
+    double m = 0.0, m1 = 0.0;
+    const int64_t N = mut_n_boundary(s, mutant, A(), 1.0 - A(), &m, &m1);
+    cr_assert(N > 0);
+    printf("%s: the boundary class holds %.4g of the mass, %.4g under the mutant; caught with power >= 1 - "
+           "alpha at N %lld per row\n",
+           mut_scenario_name[s], m, m1, (long long)N);
     return N;
-}
-
-typedef struct cells_ctx {
-    const double *p, *q;
-    int64_t B, V;
-    double alpha;
-    double Q[FLS_STATS_MAX_BINS + 1][FLS_STATS_MAX_BINS]; /* the cells per K, computed once */
-    int have[FLS_STATS_MAX_BINS + 1];
-} cells_ctx;
-
-static double cells_power(const void *c, int64_t N)
-{
-    cells_ctx *x = (cells_ctx *)c;
-    const int K = mut_gof_K(x->B * N);
-    if (K < 3)
-        return 0.0;
-    if (!x->have[K]) {
-        mut_gof_cells(x->p, x->q, x->B, x->V, K, x->Q[K]);
-        x->have[K] = 1;
-    }
-    return mut_cells_power(x->Q[K], K, x->B * N, x->alpha);
 }
 
 static int64_t stated_n_cells(mut_scenario s, mut_probs_fn mutant)
 {
-    mut_input in;
-    mut_make(s, &in);
-    double *p = malloc((size_t)(in.B * in.V) * sizeof(double)),
-           *q = malloc((size_t)(in.B * in.V) * sizeof(double));
-    cr_assert_eq(mut_probs_exact(&in, p), FLS_OK);
-    cr_assert_eq(mutant(&in, q), FLS_OK);
     double tv = 0.0;
-    for (int64_t b = 0; b < in.B; b++)
-        tv += fls_stats_tv(p + b * in.V, q + b * in.V, in.V) / (double)in.B;
-    cells_ctx *c = calloc(1, sizeof *c);
-    cr_assert(c);
-    *c = (cells_ctx){.p = p, .q = q, .B = in.B, .V = in.V, .alpha = suite_alpha()};
-    const int64_t N = mut_smallest_n(cells_power, c, 1.0 - suite_alpha(), 3000);
-    free(c);
+    const int64_t N = mut_n_cells(s, mutant, A(), 1.0 - A(), &tv);
+    cr_assert(N > 0);
     printf("%s: TV %.4g per row; the global test catches it with power >= 1 - alpha at N %lld per row\n",
            mut_scenario_name[s], tv, (long long)N);
-    free(p);
-    free(q);
-    mut_free(&in);
     return N;
 }
 
-typedef struct pairs_ctx {
-    const double *p;
-    const int64_t *groups;
-    int64_t B, V, g;
-    double alpha;
-} pairs_ctx;
-
-static double pairs_power(const void *c, int64_t N)
-{
-    const pairs_ctx *x = c;
-    const int64_t pairs = x->B * (N / 2);
-    const int K = mut_pair_side(pairs);
-    double Q[64];
-    mut_pair_cells_groups(x->p, x->V, x->g, x->groups, x->B, K, Q);
-    return mut_cells_power(Q, K * K, pairs, x->alpha);
-}
-
-/* One Gumbel per group reused across draws: given the seed, row b draws group
- * groups[b] every time; pairs of its draws come from that group's conditional. */
 static int64_t stated_n_reused(uint64_t seed)
 {
-    mut_input in;
-    mut_make(MUT_GROUPS, &in);
-    double *p = malloc((size_t)(in.B * in.V) * sizeof(double));
     int64_t groups[16];
-    cr_assert(in.B <= 16);
-    cr_assert_eq(mut_probs_exact(&in, p), FLS_OK); /* identical rows: row 0's is used */
-    mut_group_noise_reused_groups(&in, seed, groups);
-    pairs_ctx c = {p, groups, in.B, in.V, in.group_size, suite_alpha()};
-    const int64_t N = mut_smallest_n(pairs_power, &c, 1.0 - suite_alpha(), 2);
-    printf("groups: rows draw groups");
-    for (int64_t b = 0; b < in.B; b++)
+    const int64_t N = mut_n_reused(seed, A(), 1.0 - A(), groups);
+    cr_assert(N > 0);
+    printf("groups: with seed %llu the rows draw groups", (unsigned long long)seed);
+    for (int b = 0; b < 8; b++)
         printf(" %lld", (long long)groups[b]);
-    printf(" every time (seed %llu); pairs of draws caught with power >= 1 - alpha at N %lld per row\n",
-           (unsigned long long)seed, (long long)N);
-    free(p);
-    mut_free(&in);
+    printf(" every time; pairs of draws caught with power >= 1 - alpha at N %lld per row\n", (long long)N);
     return N;
 }
 
@@ -438,10 +307,7 @@ Test(mutations, merge_keeps_the_first_state_on_ties, .timeout = 300)
 {
     /* T = 0, the maximum tied in two shards: the first state to arrive wins
      * half the time; missed only if the lower index arrives first in every draw */
-    mut_input in;
-    mut_make(MUT_MERGE_TIES, &in);
-    const int64_t N = (int64_t)ceil(-log2(suite_alpha()) / (double)in.B);
-    mut_free(&in);
+    const int64_t N = mut_n_merge(A(), 1.0 - A());
     printf("merge-ties: the wrong index with probability 1/2 per draw; missed with probability <= alpha at N "
            "%lld per row\n",
            (long long)N);
@@ -473,4 +339,68 @@ Test(mutations, group_log_mass_keeps_a_deep_tail_unit_level)
     cr_expect(fabs(ours - exact) < 1e-12 * fmax(1.0, tail * 1e3), "fls_group_lse: error %g", ours - exact);
     cr_expect(fabs(f32 - exact) > 0.5 * tail, "the fp32 mutant kept the tail: error %g of %g", f32 - exact,
               tail);
+}
+
+/* ---- the token audit's rule API (deterministic: statuses, rows, impossible samples) ---- */
+
+Test(tokens, rule_parameters_rows_and_impossible_samples)
+{
+    /* row 0: x = 3 2 2 2 1 0; top-k 2 keeps {0, 1, 2, 3} (the tie at the 2nd value) */
+    float l[2 * 6] = {3, 2, 2, 2, 1, 0, 0, 1, 2, 3, 4, 5};
+    fls_params rule;
+    fls_params_default(&rule);
+    rule.top_k = 2;
+    fls_tokens_options o;
+    fls_tokens_options_default(&o);
+    o.rule = &rule;
+    fls_audit_row rows[MAX_ROWS];
+    size_t n = 0;
+    cr_assert_eq(fls_tokens_test_count(&o), 8);
+    int64_t t[2 * 4] = {0, 1, 2, 3, 5, 4, 5, 4};
+    cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, t, 4, &o, rows, &n), FLS_OK);
+    cr_assert_eq(n, 8);
+    cr_expect_str_eq(rows[7].test, "tokens/boundary");
+    cr_expect(rows[0].pass && rows[7].pass, "samples inside the support");
+    /* row 0: 3 samples on its boundary class {1, 2, 3}; row 1 (top-2 = {5, 4}): 2 on {4} */
+    cr_expect_float_eq(rows[7].observed, 5.0, 1e-12);
+    t[3] = 4; /* row 0, token 4: outside the support (the class just outside the cutoff) */
+    cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, t, 4, &o, rows, &n), FLS_OK);
+    cr_expect(!rows[0].pass && !rows[7].pass, "a sample just outside the cutoff fails both");
+    /* without replacement, K = 2: (B, N, K) */
+    rule.without_replacement_k = 2;
+    cr_assert_eq(fls_tokens_test_count(&o), 10);
+    int64_t w[2 * 2 * 2] = {0, 1, 2, 0, 5, 4, 4, 5};
+    cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, w, 2, &o, rows, &n), FLS_OK);
+    cr_assert_eq(n, 10);
+    cr_expect_str_eq(rows[8].test, "tokens/pl-cond");
+    cr_expect_str_eq(rows[9].test, "tokens/pl-tuples");
+    for (size_t k = 0; k < n; k++)
+        cr_expect(rows[k].pass, "%s", rows[k].test);
+    w[1] = 0; /* a repeat */
+    cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, w, 2, &o, rows, &n), FLS_OK);
+    cr_expect(!rows[8].pass && !rows[9].pass, "a repeated token fails pl-cond and pl-tuples");
+    w[1] = -1; /* -1 while the support has tokens left */
+    cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, w, 2, &o, rows, &n), FLS_OK);
+    cr_expect(!rows[8].pass);
+    /* per-row K_b: row 0 draws one position, its second must be -1 */
+    const int64_t kb[2] = {1, 2};
+    rule.row_without_replacement_k = kb;
+    int64_t w1[2 * 2 * 2] = {0, -1, 2, -1, 5, 4, 4, 5};
+    cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, w1, 2, &o, rows, &n), FLS_OK);
+    cr_expect(rows[8].pass && rows[9].pass);
+    /* errors: a value out of range, an unknown registry rule */
+    rule.row_without_replacement_k = NULL;
+    rule.without_replacement_k = 0;
+    rule.top_k = 7;
+    cr_expect_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, t, 4, &o, rows, &n), FLS_ERR_PARAM);
+    rule.top_k = 0;
+    rule.top_p = 0.0f;
+    cr_expect_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, t, 4, &o, rows, &n), FLS_ERR_PARAM);
+    rule.top_p = 1.0f;
+    rule.filter = "eta";
+    cr_expect_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, t, 4, &o, rows, &n), FLS_ERR_PARAM);
+    rule.filter = "top-nsigma";
+    rule.filter_value = 0.5;
+    cr_assert_eq(fls_tokens_test_count(&o), 8);
+    cr_expect_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, t, 4, &o, rows, &n), FLS_OK);
 }

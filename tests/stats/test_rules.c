@@ -218,7 +218,7 @@ Test(rules, plackett_luce_tuples)
     const int64_t V = 5;
     double t[6 * 6 * 6];
     cr_assert_eq(fls_stats_pl_cells(V, 3), 216);
-    cr_assert_eq(fls_stats_pl_tuples(p, V, 3, t), FLS_OK);
+    cr_assert_eq(fls_stats_pl_tuples(p, V, 3, 0, t), FLS_OK);
     double sum = 0;
     for (int c = 0; c < 216; c++)
         sum += t[c];
@@ -231,12 +231,16 @@ Test(rules, plackett_luce_tuples)
     /* a support of 2 tokens with K = 3: the third position is -1 */
     const double q[3] = {0.75, 0.0, 0.25};
     double t2[4 * 4 * 4];
-    cr_assert_eq(fls_stats_pl_tuples(q, 3, 3, t2), FLS_OK);
+    cr_assert_eq(fls_stats_pl_tuples(q, 3, 3, 3, t2), FLS_OK);
     int64_t a[3] = {0, 2, -1}, b[3] = {2, 0, -1};
     cr_expect_float_eq(t2[fls_stats_pl_cell(a, 3, 3)], 0.75, 1e-15);
     cr_expect_float_eq(t2[fls_stats_pl_cell(b, 3, 3)], 0.25, 1e-15);
+    /* a row drawing K_b = 1 of K = 3 positions: (t, -1, -1) with t's probability */
+    cr_assert_eq(fls_stats_pl_tuples(p, V, 3, 1, t), FLS_OK);
+    int64_t one[3] = {2, -1, -1};
+    cr_expect_float_eq(t[fls_stats_pl_cell(one, V, 3)], 0.2, 1e-15);
     cr_expect_eq(fls_stats_pl_cells(300, 3), -1);
-    cr_expect_eq(fls_stats_pl_tuples(p, 300, 3, t), FLS_ERR_SIZE);
+    cr_expect_eq(fls_stats_pl_tuples(p, 300, 3, 0, t), FLS_ERR_SIZE);
     /* the conditional transform: for a fixed first token, the intervals of the
      * second position tile [0, 1) */
     double start[5];
