@@ -79,7 +79,8 @@ int main(int argc, char **argv)
             n++;
         }
         closedir(d);
-        qsort(names, n, sizeof *names, by_name);
+        if (n > 1)
+            qsort(names, n, sizeof *names, by_name);
         for (size_t k = 0; k < n; k++) {
             bad += run_file(names[k]) != 0;
             files++;
