@@ -734,17 +734,22 @@ fls_status fls_stream_deserialize(fls_stream_t **stream, fls_context_t *ctx, con
         h.npend > h.V / 2 + 1 || h.tok_fed < 0 || h.tok_skip < 0 || h.tok_fed > h.V - h.tok_skip ||
         h.chunks_fed < 0 || h.chunks_skip < 0 || (uint64_t)h.first_draw + (uint64_t)h.draws > UINT32_MAX)
         return FLS_ERR_FORMAT;
+    /* the size the header promises, checked against the buffer before anything
+     * is allocated: a corrupted count must not become a huge allocation */
+    const uint64_t Bd = (uint64_t)h.B * (uint64_t)h.draws; /* <= 2^40: checked above */
+    const uint64_t cand = Bd * (h.method == FLS_METHOD_GROUPED ? sizeof(fls_gbest) : sizeof(fls_cand));
+    const uint64_t pend = 2 * sizeof(int64_t) + (uint64_t)h.B * sizeof(fls_lse) + Bd * sizeof(fls_cand);
+    uint64_t need = sizeof h + (uint64_t)h.B * (sizeof(fls_row_params) + sizeof(fls_lse)) + cand;
+    if (need > bytes || (uint64_t)h.ncov > (bytes - need) / sizeof(interval))
+        return FLS_ERR_FORMAT;
+    need += (uint64_t)h.ncov * sizeof(interval);
+    if ((uint64_t)h.npend > (bytes - need) / pend || need + (uint64_t)h.npend * pend != bytes)
+        return FLS_ERR_FORMAT;
     fls_stream_t *s = stream_alloc(ctx, h.B, h.V, h.draws, h.method);
     if (!s)
         return FLS_ERR_OUT_OF_MEMORY;
     s->g = h.g;
     s->first_draw = h.first_draw;
-    const size_t need = sizeof h + (size_t)s->B * (sizeof(fls_row_params) + sizeof(fls_lse)) + cand_bytes(s) +
-                        (size_t)h.ncov * sizeof(interval) + (size_t)h.npend * pend_bytes(s);
-    if (bytes != need) {
-        fls_stream_destroy(s);
-        return FLS_ERR_FORMAT;
-    }
     const char *p = (const char *)buf + sizeof h;
 #define GET(dst, n)                                                                                          \
     do {                                                                                                     \
