@@ -326,7 +326,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
     tie_list ties = {0};
     int64_t impossible = 0, imp_d = 0, imp_r = 0, n_pd = 0, n_pr = 0, tie_classes = 0;
     int64_t imp_pl = 0, n_cond = 0, n_tup = 0, b_out = 0, b_rows = 0;
-    double b_exp = 0.0, b_obs = 0.0;
+    double b_exp = 0.0, b_obs = 0.0, b_margin = INFINITY;
     if (!p || !start || !order || (o->ties && !lorder) || !in || !hist || !u || !u_prev || !gof || !cd ||
         !crw || !tn || !tk || !tm || (KW > 0 && !t0) || (do_tuples && (!tp || !tstart || !tcount)) ||
         (do_boundary && (!bnd.n || !bnd.k || !bnd.m)))
@@ -440,6 +440,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
                 kb += x == sup.cut;
                 b_out += x == sup.outside;
             }
+            b_margin = sup.margin < b_margin ? sup.margin : b_margin;
             bnd.n[b_rows] = tn[b];
             bnd.m[b_rows] = mb;
             bnd.k[b_rows] = kb;
@@ -671,8 +672,9 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             row->p = b_out ? 0.0 : pv;
             row->pass = !b_out && pv >= alpha;
             snprintf(row->note, sizeof row->note,
-                     "samples on the class at the cutoff vs its mass, exact; %lld just outside it",
-                     (long long)b_out);
+                     "class at the cutoff vs its mass, exact; %lld just outside; decisions >= %.2g from "
+                     "thresholds",
+                     (long long)b_out, b_margin);
         }
     }
     if (do_pl) {
