@@ -1,9 +1,11 @@
 /*
  * fls_audit.h — the goodness-of-fit audit of flashsample (stats/).
  *
- * fls_audit_run draws samples through the public API (fls_sample_logits and
- * fls_sample_fused) for a fixed list of cases (flat, Zipf, peaked, heavy-tailed,
- * masked logits; per-row temperature; T = 0) and tests each against the exact
+ * fls_audit_run draws samples through the public API (fls_sample_logits,
+ * fls_sample_fused and the streaming API) for a fixed list of cases (flat, Zipf,
+ * peaked, heavy-tailed, masked logits; per-row temperature; T = 0; the rule
+ * family, without replacement, the grouped method, chunked and sharded
+ * streams: fls_cases.h) and tests each against the exact
  * categorical with Pearson chi-square on equal-mass bins, at a per-test level
  * from the family-wise false-failure budget of the run (see fls_stats.h). Seeds
  * are fixed and logged, so every row is reproducible.

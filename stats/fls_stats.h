@@ -3,7 +3,9 @@
  *
  * One protocol for every statistical test (docs/STATS.md gives the whole of it):
  *   1. exact reference probabilities in double (one function per sampling rule:
- *      fls_stats_probs_temperature here; top-k, min-p, ... add theirs beside it);
+ *      fls_stats_probs_temperature, fls_stats_probs_rule for the rule family
+ *      (min-p, top-k, top-p, top-n-sigma), fls_stats_pl_tuples for ordered
+ *      tuples without replacement);
  *   2. equal-mass bins; the tail is merged into bins, never dropped;
  *      zero-probability tokens form an "impossible" set, and one sample there
  *      fails the test outright;

@@ -136,7 +136,7 @@ int main(int argc, char **argv)
                : x->k == K_REPEATS  ? "repeats"
                : x->k == K_BOUNDARY ? "class mass"
                : x->k == K_CELLS    ? "TV"
-                                    : "-",
+                                    : "",
                w, x->k == K_BOUNDARY ? " -> " : "", x->k == K_BOUNDARY ? w2 : 0.0, (double)hit / rr, rr,
                (double)hit4 / rr);
         fflush(stdout);
