@@ -265,6 +265,17 @@ extern "C" fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, 
         cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
 }
 
+extern "C" fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t rows, int to_device)
+{
+    if (!dst || !src)
+        return FLS_ERR_NULL;
+    if (width == 0 || rows == 0)
+        return FLS_OK;
+    return fls_from_cuda(cudaMemcpy2D(dst, dpitch, src, spitch, width, rows,
+                                      to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+}
+
 extern "C" void fls_cuda_opts_default(fls_cuda_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -733,6 +744,201 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
            : status[1] == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
            : status[1] == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
                                              : FLS_OK;
+}
+
+/*
+ * One chunk of a stream (lib/stream.c) on the device: the segment sampler of
+ * the from-logits path over logits L (B rows, n columns, row stride ldl,
+ * fp32, device memory) whose column 0 is token v0, then the merge of its
+ * segments' partials on the host: per (row b, draw j) the chunk's candidate
+ * (cand for the flat method, gbest for the grouped method with g tokens per
+ * group) and per row the chunk's log-sum-exp partial. v0 is even (Philox
+ * pairs) and, grouped, a multiple of g with n a multiple of g unless the
+ * chunk ends the vocabulary. Synchronous; nothing is written on error (a
+ * NaN is FLS_ERR_NAN, an l / T overflow FLS_ERR_TEMPERATURE, as a call).
+ */
+extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl, int64_t B,
+                                            int64_t n, int64_t v0, const fls_row_params *rows, int64_t draws,
+                                            uint32_t first_draw, int g, fls_cand *cand, fls_gbest *gbest,
+                                            fls_lse *lse)
+{
+    if (!ctx || !ctx->cuda)
+        return FLS_ERR_NO_DEVICE;
+    if (!L || !rows || !lse || (g ? !gbest : !cand))
+        return FLS_ERR_NULL;
+    if (B <= 0 || n <= 0 || draws <= 0 || ldl < n)
+        return FLS_ERR_SIZE;
+    if (v0 + n >= (int64_t)0xffffffffLL || B > (1 << 30) || g > 4096)
+        return FLS_ERR_UNSUPPORTED; /* the packed winner's 32-bit token; the grouped segments' 4096 */
+    if ((v0 & 1) || (g && v0 % g))
+        return FLS_ERR_PARAM;
+    fls_cuda_state *s = ctx->cuda;
+    cudaError_t ce = cudaSetDevice(s->device);
+    if (ce != cudaSuccess)
+        return fls_from_cuda(ce);
+    const int64_t seg = g ? fls_segment_len_grouped(B, g) : fls_segment_len(B);
+    const int64_t nent = (n + seg - 1) / seg;
+    /* draws per pass: the partials of a pass stay under 64 MB */
+    int64_t nd = ((int64_t)64 << 20) / (20 * B * nent);
+    if (nd < 1)
+        nd = 1;
+    if (g && nd > FLS_GROUP_MAX_ND)
+        nd = FLS_GROUP_MAX_ND;
+    if (nd > draws)
+        nd = draws;
+    fls_row_params *rows_d = NULL;
+    unsigned long long *best = NULL;
+    double *gk = NULL;
+    float *xw = NULL, *pm = NULL, *ps = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        fls_carve c = {pass ? s->ws : NULL, 0};
+        rows_d = c.take<fls_row_params>((size_t)B);
+        best = c.take<unsigned long long>((size_t)(B * nd * nent));
+        xw = c.take<float>((size_t)(B * nd * nent));
+        if (g)
+            gk = c.take<double>((size_t)(B * nd * nent));
+        pm = c.take<float>((size_t)(B * nent));
+        ps = c.take<float>((size_t)(B * nent));
+        if (pass == 0) {
+            fls_status st = fls_ensure_ws(s, c.off);
+            if (st != FLS_OK)
+                return st;
+        }
+    }
+    fls_status st = fls_ensure_flags(s, B);
+    if (st != FLS_OK)
+        return st;
+    const size_t ne = (size_t)(B * nd * nent);
+    unsigned long long *hb = (unsigned long long *)malloc(ne * sizeof *hb);
+    float *hx = (float *)malloc(ne * sizeof *hx);
+    double *hg = g ? (double *)malloc(ne * sizeof *hg) : NULL;
+    float *hm = (float *)malloc((size_t)(B * nent) * sizeof *hm);
+    float *hs = (float *)malloc((size_t)(B * nent) * sizeof *hs);
+    fls_cand *c_out = g ? NULL : (fls_cand *)malloc((size_t)(B * draws) * sizeof *c_out);
+    fls_gbest *g_out = g ? (fls_gbest *)malloc((size_t)(B * draws) * sizeof *g_out) : NULL;
+    if (!hb || !hx || (g && !hg) || !hm || !hs || (g ? !g_out : !c_out)) {
+        st = FLS_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    {
+        cudaStream_t str = s->stream;
+        const unsigned epoch = ++s->epoch;
+        fls_ws ws;
+        memset(&ws, 0, sizeof ws);
+        ws.best = best;
+        ws.xw = xw;
+        ws.m = pm;
+        ws.s = ps;
+        ws.status = s->flags;
+        ws.nanflag = s->flags + 2;
+        ws.tempflag = s->flags + 3;
+        ws.finite = s->flags + 4;
+        ws.epoch = epoch;
+        ws.first_draw = first_draw;
+        ws.nent = (int)nent;
+        ws.want_lse = 1;
+        const bool skip = !s->no_skip && !g && fls_segment_len(B) >= FLS_SKIP_MIN_N;
+        ws.gup = skip ? s->gbound : NULL;
+        ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
+        ws.gup2 = skip ? s->gbound + 2 * FLS_GB_N : NULL;
+        ws.group_size = g;
+        ws.gk = gk;
+        ce = cudaMemcpyAsync(rows_d, rows, (size_t)B * sizeof(fls_row_params), cudaMemcpyHostToDevice, str);
+        for (int64_t db = 0; db < draws && ce == cudaSuccess; db += nd) {
+            ws.draw_base = (uint32_t)db;
+            ws.nd = (int)(draws - db < nd ? draws - db : nd);
+            const size_t m = (size_t)(B * ws.nd * nent);
+            ce = fls_launch_segments(L, ldl, (int)B, n, (uint64_t)v0, 0, rows_d, ws, s->sm_count, 0, str);
+            if (ce == cudaSuccess)
+                ce = cudaMemcpyAsync(hb, best, m * sizeof *hb, cudaMemcpyDeviceToHost, str);
+            if (ce == cudaSuccess)
+                ce = cudaMemcpyAsync(hx, xw, m * sizeof *hx, cudaMemcpyDeviceToHost, str);
+            if (ce == cudaSuccess && g)
+                ce = cudaMemcpyAsync(hg, gk, m * sizeof *hg, cudaMemcpyDeviceToHost, str);
+            if (ce == cudaSuccess && db == 0) {
+                ce = cudaMemcpyAsync(hm, pm, (size_t)(B * nent) * sizeof *hm, cudaMemcpyDeviceToHost, str);
+                if (ce == cudaSuccess)
+                    ce =
+                        cudaMemcpyAsync(hs, ps, (size_t)(B * nent) * sizeof *hs, cudaMemcpyDeviceToHost, str);
+            }
+            unsigned marks[2] = {0, 0};
+            if (ce == cudaSuccess)
+                ce = cudaMemcpyAsync(marks, s->flags + 2, sizeof marks, cudaMemcpyDeviceToHost, str);
+            if (ce == cudaSuccess)
+                ce = cudaStreamSynchronize(str);
+            if (ce != cudaSuccess)
+                break;
+            if (marks[0] == epoch) {
+                st = FLS_ERR_NAN;
+                goto done;
+            }
+            if (marks[1] == epoch) {
+                st = FLS_ERR_TEMPERATURE;
+                goto done;
+            }
+            /* the merge of the segments (the finalize kernel's, on the host) */
+            for (int64_t b = 0; b < B; b++)
+                for (int j = 0; j < ws.nd; j++) {
+                    const int64_t base = (b * ws.nd + j) * nent, o = b * draws + db + j;
+                    if (g) {
+                        fls_gbest r = fls_gbest_empty();
+                        for (int64_t e = 0; e < nent; e++) {
+                            const unsigned long long w = hb[base + e];
+                            if (w == ~0ull || !fls_gbest_beats(hg[base + e], (int64_t)(w >> 32), &r))
+                                continue;
+                            r.gkey = hg[base + e];
+                            r.group = (int64_t)(w >> 32);
+                            r.tok = (int64_t)(uint32_t)w;
+                            r.x = hx[base + e];
+                        }
+                        g_out[o] = r;
+                    } else {
+                        fls_cand r = fls_cand_empty();
+                        for (int64_t e = 0; e < nent; e++) {
+                            const fls_cand ce_ = fls_cand_unpack(hb[base + e], hx[base + e]);
+                            fls_cand_merge(&r, &ce_);
+                        }
+                        c_out[o] = r;
+                    }
+                }
+        }
+        if (ce != cudaSuccess) {
+            st = fls_from_cuda(ce);
+            goto done;
+        }
+    }
+    for (int64_t b = 0; b < B; b++) {
+        lse[b] = fls_lse_empty();
+        for (int64_t e = 0; e < nent; e++)
+            fls_lse_merge(&lse[b], (double)hm[b * nent + e], (double)hs[b * nent + e]);
+    }
+    if (g)
+        memcpy(gbest, g_out, (size_t)(B * draws) * sizeof *g_out);
+    else
+        memcpy(cand, c_out, (size_t)(B * draws) * sizeof *c_out);
+    st = FLS_OK;
+done:
+    free(hb);
+    free(hx);
+    free(hg);
+    free(hm);
+    free(hs);
+    free(c_out);
+    free(g_out);
+    return st;
+}
+
+/* Logits C (B, n) = Wc H^T of a vocabulary slice Wc (n, D) against H (B, D),
+ * device memory (the chunked path's GEMM; a stream's fused feed). */
+extern "C" fls_status fls_cuda_chunk_logits(fls_context_t *ctx, const fls_matrix *Wc, const fls_matrix *H,
+                                            float *C)
+{
+    if (!ctx || !ctx->cuda)
+        return FLS_ERR_NO_DEVICE;
+    cudaError_t ce = cudaSetDevice(ctx->cuda->device);
+    if (ce != cudaSuccess)
+        return fls_from_cuda(ce);
+    return fls_gemm_logits(ctx->cuda, Wc, H, 0, Wc->rows, C, Wc->rows, 0);
 }
 
 extern "C" fls_status fls_cuda_sync(fls_context_t *ctx)

@@ -67,3 +67,25 @@ fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_devi
     (void)dst, (void)src, (void)bytes, (void)to_device;
     return FLS_ERR_NO_DEVICE;
 }
+
+fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t rows, int to_device)
+{
+    (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)rows, (void)to_device;
+    return FLS_ERR_NO_DEVICE;
+}
+
+fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl, int64_t B, int64_t n,
+                                 int64_t v0, const fls_row_params *rows, int64_t draws, uint32_t first_draw,
+                                 int g, fls_cand *cand, fls_gbest *gbest, fls_lse *lse)
+{
+    (void)ctx, (void)L, (void)ldl, (void)B, (void)n, (void)v0, (void)rows, (void)draws, (void)first_draw;
+    (void)g, (void)cand, (void)gbest, (void)lse;
+    return FLS_ERR_NO_DEVICE;
+}
+
+fls_status fls_cuda_chunk_logits(fls_context_t *ctx, const fls_matrix *Wc, const fls_matrix *H, float *C)
+{
+    (void)ctx, (void)Wc, (void)H, (void)C;
+    return FLS_ERR_NO_DEVICE;
+}

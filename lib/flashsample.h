@@ -277,7 +277,16 @@ FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, co
  * with the same params), whatever the chunking: FLS_METHOD_FUSED (the flat
  * Gumbel-max, temperature rule) or FLS_METHOD_GROUPED. The state is O(B x
  * draws) plus the groups split by chunk boundaries, and serializes to bytes.
- * CPU engine; filters and without replacement are FLS_ERR_UNSUPPORTED here.
+ * Filters and without replacement are FLS_ERR_UNSUPPORTED here.
+ *
+ * On a CUDA context the chunks (L, Wc, H) and the outputs are device memory
+ * (L fp32; params_on_device is not taken); the state stays in host memory
+ * (O(B x draws)) and each feed samples its chunk on the device with the
+ * from-logits segment sampler (a fused feed computes the chunk's B x n
+ * logits with cuBLAS first, as the chunked path does), then merges the
+ * chunk's candidates into the state; feeds are synchronous. The token is
+ * the one-shot CUDA call's whenever the logits are the same floats. The
+ * grouped method on the GPU takes group sizes up to 4096.
  *
  * Early finalization: given an upper bound on the logits of a chunk not yet
  * fed (fls_logit_bound from row norms, or your own), fls_stream_skip draws
@@ -289,7 +298,7 @@ FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, co
 typedef struct fls_stream fls_stream_t; /* opaque */
 
 /* A state for B rows over V tokens with params (seeds, offsets, T, draws,
- * method, group_size) resolved now; ctx (CPU engine) must outlive it. */
+ * method, group_size) resolved now; ctx (CPU or CUDA engine) must outlive it. */
 FLS_API fls_status fls_stream_create(fls_stream_t **stream, fls_context_t *ctx, int64_t B, int64_t V,
                                      const fls_params *params);
 FLS_API void fls_stream_destroy(fls_stream_t *stream);

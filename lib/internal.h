@@ -7,6 +7,7 @@
 #define FLS_INTERNAL_H
 
 #include "flashsample.h"
+#include "grouped.h"
 #include "registry.h"
 
 #include <stdint.h>
@@ -104,6 +105,15 @@ fls_status fls_cuda_check_device_pointer(const void *p);
 fls_status fls_cuda_malloc(void **p, size_t bytes);
 void fls_cuda_free(void *p);
 fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_device);
+/* A strided block: rows of width bytes, pitches in bytes. */
+fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t rows, int to_device);
+/* Streams on the CUDA engine (lib/stream.c; kernels/engine.cu says what they
+ * compute): one chunk's candidates, and the logits of a slice of W. */
+fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl, int64_t B, int64_t n,
+                                 int64_t v0, const fls_row_params *rows, int64_t draws, uint32_t first_draw,
+                                 int g, fls_cand *cand, fls_gbest *gbest, fls_lse *lse);
+fls_status fls_cuda_chunk_logits(fls_context_t *ctx, const fls_matrix *Wc, const fls_matrix *H, float *C);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 #include "temperature.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,9 @@ struct fls_stream {
     pend_group *pend;
     int64_t npend, cappend;
     int64_t tok_fed, tok_skip, chunks_fed, chunks_skip;
+    int cuda;        /* a CUDA context's state: chunks are device memory (feed_device) */
+    float *dbuf;     /* CUDA: the logits of a fused feed's chunk (device) */
+    size_t dbuf_len; /* its floats */
 };
 
 /* The serialized header (host byte order: the same build reads it back). */
@@ -83,6 +87,7 @@ void fls_stream_destroy(fls_stream_t *s)
     free(s->lse);
     free(s->cand);
     free(s->gbest);
+    fls_cuda_free(s->dbuf);
     free(s);
 }
 
@@ -123,6 +128,7 @@ static fls_stream_t *stream_alloc(fls_context_t *ctx, int64_t B, int64_t V, int6
             s->cand[i] = fls_cand_empty();
     }
     fls_cpu_select_kernels(ctx ? ctx->simd : FLS_SIMD_PORTABLE, &s->kern);
+    s->cuda = ctx && ctx->engine == FLS_ENGINE_CUDA;
     return s;
 }
 
@@ -131,19 +137,24 @@ fls_status fls_stream_create(fls_stream_t **stream, fls_context_t *ctx, int64_t 
 {
     if (!stream || !ctx || !params)
         return FLS_ERR_NULL;
-    if (ctx->engine != FLS_ENGINE_CPU)
-        return FLS_ERR_UNSUPPORTED;
     if (B <= 0 || V <= 0 || V >= ((int64_t)1 << 33) - 1)
         return FLS_ERR_SIZE;
-    /* the same validation and resolution as a sampling call */
+    /* the same validation and resolution as a sampling call, with host
+     * parameters on either engine (the outputs come at finalize: checked there) */
+    if (params->struct_size >= offsetof(fls_params, params_on_device) + sizeof(int) &&
+        params->struct_size <= sizeof(fls_params) && params->params_on_device)
+        return ctx->engine == FLS_ENGINE_CUDA ? FLS_ERR_UNSUPPORTED : FLS_ERR_PARAM;
+    fls_context_t host_view = *ctx;
+    host_view.engine = FLS_ENGINE_CPU;
     int64_t dummy_tok = 0;
     fls_outputs out = {&dummy_tok, NULL, NULL};
     fls_request req;
     fls_row_params *rows = NULL;
-    fls_status st = fls_resolve_request(ctx, params, &out, B, V, &req, &rows);
+    fls_status st = fls_resolve_request(&host_view, params, &out, B, V, &req, &rows);
     if (st != FLS_OK)
         return st;
-    if (req.rule || (req.method != FLS_METHOD_FUSED && req.method != FLS_METHOD_GROUPED)) {
+    if (req.rule || (req.method != FLS_METHOD_FUSED && req.method != FLS_METHOD_GROUPED) ||
+        (ctx->engine == FLS_ENGINE_CUDA && req.method == FLS_METHOD_GROUPED && req.group_size > 4096)) {
         free(rows);
         free((void *)req.rule);
         return FLS_ERR_UNSUPPORTED;
@@ -386,7 +397,8 @@ static fls_status check_chunk(fls_stream_t *s, int64_t v0, int64_t n)
 
 /* Float logits (B, n, row stride ld) of tokens v0..: tempered and checked,
  * then fed; the state is unchanged on error. */
-static fls_status feed_f32(fls_stream_t *s, float *x, int64_t v0, int64_t n)
+/* Logits x (B, n) tempered in place and checked (a NaN, an l / T overflow). */
+static fls_status temper_check(const fls_stream_t *s, float *x, int64_t n)
 {
     int nan = 0, ovf = 0;
     for (int64_t b = 0; b < s->B; b++) {
@@ -399,10 +411,14 @@ static fls_status feed_f32(fls_stream_t *s, float *x, int64_t v0, int64_t n)
             x[b * n + i] = t;
         }
     }
-    if (nan)
-        return FLS_ERR_NAN;
-    if (ovf)
-        return FLS_ERR_TEMPERATURE;
+    return nan ? FLS_ERR_NAN : ovf ? FLS_ERR_TEMPERATURE : FLS_OK;
+}
+
+static fls_status feed_f32(fls_stream_t *s, float *x, int64_t v0, int64_t n)
+{
+    fls_status st0 = temper_check(s, x, n);
+    if (st0 != FLS_OK)
+        return st0;
     float *noise = malloc((size_t)n * sizeof(float));
     if (!noise)
         return FLS_ERR_OUT_OF_MEMORY;
@@ -434,6 +450,105 @@ static fls_status chunk_begin(fls_stream_t *s, int64_t v0, int64_t n, float **x)
     return *x ? FLS_OK : FLS_ERR_OUT_OF_MEMORY;
 }
 
+/* ---- chunks in device memory (a CUDA context's state) ----
+ * The chunk [v0, v0 + n) splits into a middle that the device samples (its
+ * first token even, for Philox pairs; for the grouped method whole groups)
+ * and at most two short edges, downloaded and fed here like host logits:
+ * the keys are the same floats either way (the noise contract), so the
+ * tokens are the one-shot call's whatever the chunking. */
+
+/* The pending groups the edge [a, b) touches, made now (nothing fails later). */
+static fls_status pend_prepare(fls_stream_t *s, int64_t a, int64_t b)
+{
+    if (!grouped(s) || a >= b)
+        return FLS_OK;
+    for (int64_t k = a / s->g; k * s->g < b; k++) {
+        const int64_t ga = k * s->g, ge = ga + group_len(s, k);
+        if (!(a <= ga && ge <= b) && !pend_find(s, k) && !pend_new(s, k))
+            return FLS_ERR_OUT_OF_MEMORY;
+    }
+    return FLS_OK;
+}
+
+/* Logits L (B, n, row stride ld, fp32, device memory) of tokens v0... */
+static fls_status feed_device(fls_stream_t *s, const float *L, int64_t ld, int64_t v0, int64_t n)
+{
+    fls_status st = check_chunk(s, v0, n);
+    if (st != FLS_OK)
+        return st;
+    const int64_t B = s->B, end = v0 + n, A = grouped(s) ? s->g : 2;
+    int64_t a = (v0 + A - 1) / A * A;
+    if (a > end)
+        a = end;
+    int64_t b = end == s->V ? end : end / A * A;
+    if (b < a)
+        b = a;
+    const int64_t nh = a - v0, nt = end - b, nm = b - a;
+    if ((uint64_t)B * (uint64_t)(nh + nt + 1) > SIZE_MAX / sizeof(float) ||
+        (uint64_t)B * (uint64_t)s->draws > SIZE_MAX / sizeof(fls_gbest))
+        return FLS_ERR_SIZE;
+    float *xh = malloc((size_t)(B * (nh + nt) + 1) * sizeof(float));
+    float *noise = malloc((size_t)(nh > nt ? nh : nt) * sizeof(float) + 1);
+    fls_lse *lse = malloc((size_t)B * sizeof *lse);
+    fls_cand *cand = grouped(s) ? NULL : malloc((size_t)(B * s->draws) * sizeof *cand);
+    fls_gbest *gb = grouped(s) ? malloc((size_t)(B * s->draws) * sizeof *gb) : NULL;
+    float *xt = xh ? xh + B * nh : NULL;
+    const int64_t npend = s->npend;
+    if (!xh || !noise || !lse || (grouped(s) ? !gb : !cand)) {
+        st = FLS_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    /* the edges' logits, then the middle on the device; every check before
+     * the state changes */
+    if (nh)
+        st = fls_cuda_memcpy2d(xh, (size_t)nh * sizeof(float), L, (size_t)ld * sizeof(float),
+                               (size_t)nh * sizeof(float), (size_t)B, 0);
+    if (st == FLS_OK && nt)
+        st = fls_cuda_memcpy2d(xt, (size_t)nt * sizeof(float), L + (b - v0), (size_t)ld * sizeof(float),
+                               (size_t)nt * sizeof(float), (size_t)B, 0);
+    if (st == FLS_OK && nh)
+        st = temper_check(s, xh, nh);
+    if (st == FLS_OK && nt)
+        st = temper_check(s, xt, nt);
+    if (st == FLS_OK && nm)
+        st = fls_cuda_stream_chunk(s->ctx, L + (a - v0), ld, B, nm, a, s->rows, s->draws, s->first_draw,
+                                   grouped(s) ? (int)s->g : 0, cand, gb, lse);
+    if (st == FLS_OK)
+        st = pend_prepare(s, v0, a);
+    if (st == FLS_OK)
+        st = pend_prepare(s, b, end);
+    if (st != FLS_OK) {
+        while (s->npend > npend)
+            pend_free(&s->pend[--s->npend]);
+        goto done;
+    }
+    if (nm) {
+        for (int64_t r = 0; r < B; r++)
+            fls_lse_merge(&s->lse[r], lse[r].m, lse[r].s);
+        for (int64_t i = 0; i < B * s->draws; i++) {
+            if (grouped(s))
+                fls_gbest_merge(&s->gbest[i], &gb[i]);
+            else
+                fls_cand_merge(&s->cand[i], &cand[i]);
+        }
+    }
+    /* the edges cannot fail now: their pending groups exist */
+    if (nh)
+        (void)feed_tempered(s, xh, v0, nh, noise);
+    if (nt)
+        (void)feed_tempered(s, xt, b, nt, noise);
+    (void)cov_add(s, v0, end); /* cannot fail: reserved */
+    s->tok_fed += n;
+    s->chunks_fed++;
+done:
+    free(xh);
+    free(noise);
+    free(lse);
+    free(cand);
+    free(gb);
+    return st;
+}
+
 fls_status fls_stream_feed_logits(fls_stream_t *s, const fls_matrix *L, int64_t v0)
 {
     if (!s || !L || !L->data)
@@ -446,6 +561,13 @@ fls_status fls_stream_feed_logits(fls_stream_t *s, const fls_matrix *L, int64_t 
     if (L->rows != s->B || L->cols <= 0 || L->ld < L->cols)
         return L->rows != s->B ? FLS_ERR_SHAPE : FLS_ERR_SIZE;
     const int64_t n = L->cols;
+    if (s->cuda) {
+        if (L->dtype != FLS_DTYPE_F32)
+            return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
+        if (fls_cuda_check_device_pointer(L->data) != FLS_OK)
+            return FLS_ERR_POINTER;
+        return feed_device(s, (const float *)L->data, L->ld, v0, n);
+    }
     float *x;
     fls_status st = chunk_begin(s, v0, n, &x);
     if (st != FLS_OK)
@@ -471,6 +593,28 @@ fls_status fls_stream_feed_fused(fls_stream_t *s, const fls_matrix *Wc, const fl
     if (H->rows != s->B || Wc->cols != H->cols)
         return FLS_ERR_SHAPE;
     const int64_t n = Wc->rows;
+    if (s->cuda) {
+        if (fls_cuda_check_device_pointer(Wc->data) != FLS_OK ||
+            fls_cuda_check_device_pointer(H->data) != FLS_OK)
+            return FLS_ERR_POINTER;
+        fls_status st = check_chunk(s, v0, n);
+        if (st != FLS_OK)
+            return st;
+        if ((uint64_t)s->B * (uint64_t)n > SIZE_MAX / sizeof(float))
+            return FLS_ERR_SIZE;
+        const size_t len = (size_t)(s->B * n);
+        if (len > s->dbuf_len) { /* the chunk's logits on the device, kept for the next feed */
+            void *p = NULL;
+            st = fls_cuda_malloc(&p, len * sizeof(float));
+            if (st != FLS_OK)
+                return st;
+            fls_cuda_free(s->dbuf);
+            s->dbuf = p;
+            s->dbuf_len = len;
+        }
+        st = fls_cuda_chunk_logits(s->ctx, Wc, H, s->dbuf);
+        return st == FLS_OK ? feed_device(s, s->dbuf, n, v0, n) : st;
+    }
     float *x;
     fls_status st = chunk_begin(s, v0, n, &x);
     if (st != FLS_OK)
@@ -606,14 +750,9 @@ fls_status fls_stream_merge(fls_stream_t *dst, const fls_stream_t *src)
     return FLS_OK;
 }
 
-fls_status fls_stream_finalize(const fls_stream_t *s, const fls_outputs *out)
+/* The outputs into host arrays (checked first). */
+static fls_status finalize_host(const fls_stream_t *s, const fls_outputs *out)
 {
-    if (!s || !out || !out->tokens)
-        return FLS_ERR_NULL;
-    if (s->tok_fed + s->tok_skip != s->V || s->npend != 0)
-        return FLS_ERR_SIZE; /* tokens not fed yet */
-    if (s->tok_skip > 0 && (out->logsumexp || out->logprobs))
-        return FLS_ERR_UNSUPPORTED; /* a skipped chunk's mass is unknown */
     for (int64_t i = 0; i < s->B * s->draws; i++)
         if (grouped(s) ? s->gbest[i].group < 0 : s->cand[i].idx < 0)
             return FLS_ERR_ALL_MASKED;
@@ -633,6 +772,40 @@ fls_status fls_stream_finalize(const fls_stream_t *s, const fls_outputs *out)
         }
     }
     return FLS_OK;
+}
+
+fls_status fls_stream_finalize(const fls_stream_t *s, const fls_outputs *out)
+{
+    if (!s || !out || !out->tokens)
+        return FLS_ERR_NULL;
+    if (s->tok_fed + s->tok_skip != s->V || s->npend != 0)
+        return FLS_ERR_SIZE; /* tokens not fed yet */
+    if (s->tok_skip > 0 && (out->logsumexp || out->logprobs))
+        return FLS_ERR_UNSUPPORTED; /* a skipped chunk's mass is unknown */
+    if (!s->cuda)
+        return finalize_host(s, out);
+    /* a CUDA context's outputs are device memory: computed here, then copied */
+    const void *dev[3] = {out->tokens, out->logsumexp, out->logprobs};
+    for (int i = 0; i < 3; i++)
+        if (dev[i] && fls_cuda_check_device_pointer(dev[i]) != FLS_OK)
+            return FLS_ERR_POINTER;
+    const size_t nd = (size_t)(s->B * s->draws);
+    fls_outputs h = {malloc(nd * sizeof(int64_t)),
+                     out->logsumexp ? malloc((size_t)s->B * sizeof(float)) : NULL,
+                     out->logprobs ? malloc(nd * sizeof(float)) : NULL};
+    fls_status st = FLS_ERR_OUT_OF_MEMORY;
+    if (h.tokens && (!out->logsumexp || h.logsumexp) && (!out->logprobs || h.logprobs))
+        st = finalize_host(s, &h);
+    if (st == FLS_OK)
+        st = fls_cuda_memcpy(out->tokens, h.tokens, nd * sizeof(int64_t), 1);
+    if (st == FLS_OK && out->logsumexp)
+        st = fls_cuda_memcpy(out->logsumexp, h.logsumexp, (size_t)s->B * sizeof(float), 1);
+    if (st == FLS_OK && out->logprobs)
+        st = fls_cuda_memcpy(out->logprobs, h.logprobs, nd * sizeof(float), 1);
+    free(h.tokens);
+    free(h.logsumexp);
+    free(h.logprobs);
+    return st;
 }
 
 fls_status fls_stream_progress(const fls_stream_t *s, int64_t *tokens_fed, int64_t *tokens_skipped,

@@ -164,7 +164,7 @@ static const fls_audit_case cases[] = {
     {"grouped-deep-in-group", GROUPED_L,      FLS_SHAPE_GROUP_DEEP, 0.0, 2048,  1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.7, &X_G1024},
     {"grouped-masked",      GROUPED_L,        FLS_SHAPE_MASKED_GROUPS, 0.0, 1000, 2, {1.0f, 0.0f},                 2,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_G64},
     {"grouped-rowtemp-fused", GROUPED_F,      FLS_SHAPE_NORMAL,  1.5,   1031,   2, {0.7f, 2.5f},                   2,   FLS_DTYPE_F32,   33, 1,   0,   0.0, &X_G512},
-    /* streaming (CPU engine): random chunkings in random orders; shards serialized, deserialized and merged */
+    /* streaming (both engines): random chunkings in random orders; shards serialized, deserialized and merged */
     {"stream-small",        LOGITS,           FLS_SHAPE_NORMAL,  1.0,   777,    1, {0.9f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_STREAM5},
     {"shards-grouped-small", GROUPED_L,       FLS_SHAPE_ZIPF,    0.0,   1031,   1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_SHARDS_G32},
     {"stream-zipf-logits",  LOGITS,           FLS_SHAPE_ZIPF,    0.0,   2048,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_STREAM7},
@@ -210,7 +210,7 @@ static int ext_rule(const fls_case_ext *x)
 
 int fls_audit_case_cpu_only(const fls_audit_case *c)
 {
-    return c->ext && (ext_rule(c->ext) || c->ext->wr_k > 0 || c->ext->io != FLS_IO_CALL);
+    return c->ext && (ext_rule(c->ext) || c->ext->wr_k > 0);
 }
 
 int fls_audit_case_tuples(const fls_audit_case *c)
@@ -598,13 +598,18 @@ static void io_release(case_io *io)
 /* Feeds tokens [v0, v0 + n) of the case's input to a stream. */
 static fls_status stream_feed(case_io *io, fls_stream_t *s, int64_t v0, int64_t n)
 {
+    /* the CUDA engine's streams take device memory */
     if (io->fused) {
         const size_t es = fls_dtype_size(io->W.dtype);
-        fls_matrix Wc = {(const char *)io->W.data + (size_t)(v0 * io->W.ld) * es, io->W.dtype, n, io->W.cols,
-                         io->W.ld};
-        return fls_stream_feed_fused(s, &Wc, &io->H, v0);
+        fls_matrix Wc = {(const char *)(io->cuda ? io->dW : io->W.data) + (size_t)(v0 * io->W.ld) * es,
+                         io->W.dtype, n, io->W.cols, io->W.ld};
+        fls_matrix H = io->H;
+        if (io->cuda)
+            H.data = io->dH;
+        return fls_stream_feed_fused(s, &Wc, &H, v0);
     }
-    fls_matrix Lc = {(const float *)io->L.data + v0, FLS_DTYPE_F32, io->L.rows, n, io->L.ld};
+    fls_matrix Lc = {(const float *)(io->cuda ? io->dL : io->L.data) + v0, FLS_DTYPE_F32, io->L.rows, n,
+                     io->L.ld};
     return fls_stream_feed_logits(s, &Lc, v0);
 }
 
@@ -731,7 +736,9 @@ static fls_status io_sample(case_io *io, const fls_params *p, int64_t B, int64_t
     if (st != FLS_OK)
         return st;
     fls_outputs out = {io->dtok, NULL, NULL};
-    if (io->fused) {
+    if (io->mode != FLS_IO_CALL) {
+        st = io_stream(io, p, B, &out);
+    } else if (io->fused) {
         fls_matrix W = io->W, H = io->H;
         W.data = io->dW;
         H.data = io->dH;

@@ -4,7 +4,7 @@
 # Audits our own engines end to end with the external-token audit (docs/AUDIT.md), as a
 # user would audit any sampler: the command line samples tokens on DEVICE (cpu or cuda),
 # then `flashsample audit --logits --tokens --report` tests them against the exact
-# distribution, with its figures. Four runs, each its own report folder in OUTDIR:
+# distribution, with its figures. Six runs (five on cuda), each its own report folder in OUTDIR:
 #   logits    from materialized logits: 8 hard rows of V = 2048 (a head with a tail 10-25
 #             nats below it, masked tokens, peaked, flat, Zipf, ties, a row with one live
 #             token, a wide spread), T = 0.7, N draws per row
@@ -12,6 +12,10 @@
 #             the logits H W^T are exact in fp32 whatever the summation order and W is
 #             exact in bf16 (--weights-dtype bf16): the audit's logits are the kernel's
 #   grouped   the fused matmul, --method grouped (its own noise domain)
+#   streamed  the streaming API from logits: chunks of 777 tokens (boundaries split Philox
+#             pairs), 3 shards serialized and merged
+#   streamed-grouped  the fused streaming API, --method grouped --group-size 64, chunks of
+#             100 rows of W (boundaries split groups), 2 shards
 #   rules     from logits under --min-p 0.02 --top-k 200 --top-p 0.95 (the rules' exact
 #             distribution, with the boundary test); CPU only (the CUDA engine has no rules)
 # FLASHSAMPLE: the command line (default build/tools/flashsample); FLS_AUDIT_N: draws per
@@ -95,6 +99,12 @@ run fused --weights "$IN/W.npy" --hidden "$IN/H.npy" --weights-dtype bf16 --temp
     -- --logits "$IN/Lf.npy" --temperature 0.7
 run grouped --weights "$IN/W.npy" --hidden "$IN/H.npy" --weights-dtype bf16 --temperature 0.7 \
     --method grouped --group-size 128 -- --logits "$IN/Lf.npy" --temperature 0.7
+# the streaming API (docs/GROUPED.md): chunk boundaries that split Philox pairs and groups,
+# shards serialized and merged
+run streamed --logits "$IN/L.npy" --temperature 0.7 --stream-chunk 777 --shards 3 \
+    -- --logits "$IN/L.npy" --temperature 0.7
+run streamed-grouped --weights "$IN/W.npy" --hidden "$IN/H.npy" --weights-dtype bf16 --temperature 0.7 \
+    --method grouped --group-size 64 --stream-chunk 100 --shards 2 -- --logits "$IN/Lf.npy" --temperature 0.7
 if [ "$DEV" = cpu ]; then
     run rules --logits "$IN/L.npy" --temperature 0.7 --min-p 0.02 --top-k 200 --top-p 0.95 \
         -- --logits "$IN/L.npy" --temperature 0.7 --min-p 0.02 --top-k 200 --top-p 0.95

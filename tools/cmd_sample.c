@@ -335,8 +335,10 @@ static void explain_unsupported(fls_engine engine, fls_method method, const cli_
 {
     if (engine == FLS_ENGINE_CUDA && (cli_rule_filters(rule) || rule->wr_k > 0))
         cli_error("the CUDA engine does not run the rule family yet (docs/RULES.md): use --device cpu");
-    else if (engine == FLS_ENGINE_CUDA && streaming)
-        cli_error("streaming runs on the CPU engine only: use --device cpu");
+    else if (engine == FLS_ENGINE_CUDA && streaming && method == FLS_METHOD_GROUPED)
+        cli_error(
+            "streaming on the GPU takes group sizes up to 4096 (--group-size): use --device cpu for larger "
+            "groups");
     else
         cli_error("sampling failed: %s (--method %s%s)", fls_status_string(FLS_ERR_UNSUPPORTED),
                   method_name(method), cli_rule_filters(rule) || rule->wr_k > 0 ? " with a rule" : "");
@@ -460,10 +462,6 @@ int cli_sample(int argc, char **argv)
                 "%s: streaming takes no rule (%s): the streaming API samples the temperature rule (flat or "
                 "grouped) without filters or --without-replacement",
                 flag, cli_rule_first_flag(&o.rule));
-            return CLI_USAGE;
-        }
-        if (engine == FLS_ENGINE_CUDA) {
-            cli_error("%s: streaming runs on the CPU engine only: use --device cpu", flag);
             return CLI_USAGE;
         }
         if (o.early && !o.weights) {
@@ -670,11 +668,14 @@ int cli_sample(int argc, char **argv)
                 goto done;
             }
             cli_progress("norms of W's chunks and of H's rows");
-            if ((st = fls_chunk_max_norms(&mW, stream_chunk, chunk_norms)) != FLS_OK) {
+            /* from the host copies (on the CUDA engine mW and mH are device memory) */
+            const fls_matrix hW = {W.data, W.dtype, W.rows, W.cols, W.cols};
+            const fls_matrix hH = {H.data, H.dtype, H.rows, H.cols, H.cols};
+            if ((st = fls_chunk_max_norms(&hW, stream_chunk, chunk_norms)) != FLS_OK) {
                 cli_error("fls_chunk_max_norms failed: %s", fls_status_string(st));
                 goto done;
             }
-            if (cli_row_norms(&mH, hnorms) != 0) {
+            if (cli_row_norms(&hH, hnorms) != 0) {
                 cli_error("--hidden %s: a row's norm overflows float32 (or is not finite)", o.hidden);
                 goto done;
             }
@@ -697,7 +698,7 @@ int cli_sample(int argc, char **argv)
         double t0 = cli_now();
         const char *where = NULL;
         if (streaming)
-            st = cli_stream_sample(ctx, &p, B, V, &scfg, tokens, &sst, &where);
+            st = cli_stream_sample(ctx, &p, B, V, &scfg, out.tokens, &sst, &where);
         else
             st = o.logits ? fls_sample_logits(ctx, &mL, &p, &out) : fls_sample_fused(ctx, &mW, &mH, &p, &out);
         elapsed += cli_now() - t0;

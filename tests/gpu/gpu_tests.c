@@ -1403,6 +1403,308 @@ static void test_skip_identity(void)
     CHECK(bad_cpu == 0, "%lld tokens differ from the CPU engine", (long long)bad_cpu);
 }
 
+/* ---- the streaming API on the CUDA engine ---- */
+
+/* Feeds chunks [cut[i], cut[i + 1]) of the logits (device dL or host hL, row
+ * stride ld) in the order of perm, from chunk `from` to `to` (exclusive). */
+static fls_status stream_feed_range(fls_stream_t *s, const float *L, fls_dtype dt, int64_t B, int64_t ld,
+                                    const int64_t *cut, const int *perm, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        const int c = perm[i];
+        fls_matrix m = {L + cut[c], dt, B, cut[c + 1] - cut[c], ld};
+        fls_status st = fls_stream_feed_logits(s, &m, cut[c]);
+        if (st != FLS_OK)
+            return st;
+    }
+    return FLS_OK;
+}
+
+/* Chunk boundaries of V: sizes taken cyclically from `sizes` (0-terminated). */
+static int make_cuts(int64_t V, const int64_t *sizes, int64_t *cut, int cap)
+{
+    int n = 0;
+    cut[0] = 0;
+    for (int64_t v = 0, i = 0; v < V && n < cap - 1; i++) {
+        if (!sizes[i])
+            i = 0;
+        int64_t c = sizes[i] < V - v ? sizes[i] : V - v;
+        v += c;
+        cut[++n] = v;
+    }
+    return n;
+}
+
+static void test_stream_cuda(void)
+{
+    const int64_t B = 5, V = 50021, ld = 50024, draws = 3;
+    const float T[5] = {0.7f, 1.0f, 0.0f, 1.3f, 0.5f};
+    g_rng = 4242;
+    float *L = malloc(sizeof(float) * (size_t)(B * ld));
+    CHECK(L, "memory");
+    for (int64_t i = 0; i < B * ld; i++)
+        L[i] = (float)(rndu() * 8.0 - 4.0);
+    for (int64_t v = 0; v < V; v += 5)
+        L[1 * ld + v] = -INFINITY; /* masked tokens */
+    for (int64_t v = 1024; v < 1536; v++)
+        L[3 * ld + v] = -INFINITY; /* masked whole groups of 64 and 128 */
+    L[4 * ld + 777] = 40.0f;       /* a peaked row */
+    float *dL = to_dev(L, sizeof(float) * (size_t)(B * ld));
+    CHECK(dL, "device memory");
+    const int64_t nd = B * draws;
+    int64_t *t1 = malloc(8 * (size_t)nd), *t2 = malloc(8 * (size_t)nd), *tc = malloc(8 * (size_t)nd);
+    float lse1[5], lse2[5], *lp1 = malloc(4 * (size_t)nd), *lp2 = malloc(4 * (size_t)nd);
+    void *dt = NULL, *dlse = NULL, *dlp = NULL;
+    fls_device_malloc(&dt, 8 * (size_t)nd);
+    fls_device_malloc(&dlse, 4 * (size_t)B);
+    fls_device_malloc(&dlp, 4 * (size_t)nd);
+    CHECK(t1 && t2 && tc && lp1 && lp2 && dt && dlse && dlp, "memory");
+    static const int64_t sz_aligned[] = {4096, 0}, sz_odd[] = {1000, 777, 3, 1, 4099, 0},
+                         sz_one[] = {1 << 30, 0}, sz_groups[] = {128, 256, 8192, 0};
+    const int64_t *sizes[4] = {sz_aligned, sz_odd, sz_one, sz_groups};
+    const char *sname[4] = {"4096", "1000/777/3/1/4099", "one chunk", "128/256/8192"};
+    int64_t *cut = malloc(sizeof(int64_t) * 70000);
+    int *perm = malloc(sizeof(int) * 70000);
+    CHECK(cut && perm, "memory");
+    const int64_t gs[3] = {0, 64, 128};
+    for (int gi = 0; gi < 3; gi++) {
+        fls_params p;
+        fls_params_default(&p);
+        p.temperature = T;
+        p.seed = 99 + (uint64_t)gi;
+        p.draws = draws;
+        if (gs[gi]) {
+            p.method = FLS_METHOD_GROUPED;
+            p.group_size = gs[gi];
+        }
+        fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
+        fls_outputs od = {dt, dlse, dlp};
+        CHECK_ST(fls_sample_logits(g_gpu, &dLm, &p, &od));
+        fls_device_download(t1, dt, 8 * (size_t)nd);
+        fls_device_download(lse1, dlse, 4 * (size_t)B);
+        fls_device_download(lp1, dlp, 4 * (size_t)nd);
+        for (int si = 0; si < 4; si++)
+            for (int order = 0; order < 2; order++) {
+                const int nc = make_cuts(V, sizes[si], cut, 70000);
+                for (int i = 0; i < nc; i++) /* in order, or every other chunk backwards first */
+                    perm[i] = i;
+                if (order == 1) {
+                    int k = 0;
+                    for (int i = nc - 1; i >= 0; i -= 2)
+                        perm[k++] = i;
+                    for (int i = nc % 2 ? 1 : 0; i < nc; i += 2)
+                        perm[k++] = i;
+                }
+                fls_stream_t *sg = NULL, *sc = NULL;
+                CHECK_ST(fls_stream_create(&sg, g_gpu, B, V, &p));
+                CHECK_ST(stream_feed_range(sg, dL, FLS_DTYPE_F32, B, ld, cut, perm, 0, nc));
+                CHECK_ST(fls_stream_finalize(sg, &od));
+                fls_device_download(t2, dt, 8 * (size_t)nd);
+                fls_device_download(lse2, dlse, 4 * (size_t)B);
+                fls_device_download(lp2, dlp, 4 * (size_t)nd);
+                /* the CPU engine's stream over the same floats */
+                CHECK_ST(fls_stream_create(&sc, g_cpu, B, V, &p));
+                CHECK_ST(stream_feed_range(sc, L, FLS_DTYPE_F32, B, ld, cut, perm, 0, nc));
+                fls_outputs oc = {tc, NULL, NULL};
+                CHECK_ST(fls_stream_finalize(sc, &oc));
+                int64_t same = 0, same_cpu = 0;
+                double dl = 0.0;
+                for (int64_t i = 0; i < nd; i++) {
+                    same += t1[i] == t2[i];
+                    same_cpu += tc[i] == t2[i];
+                    dl = fmax(dl, fabs((double)lp1[i] - lp2[i]) / (1.0 + fabs((double)lp1[i])));
+                }
+                for (int64_t b = 0; b < B; b++)
+                    dl = fmax(dl, fabs((double)lse1[b] - lse2[b]) / (1.0 + fabs((double)lse1[b])));
+                printf("    %s, chunks %s (%d, %s): tokens as the one-shot call %lld/%lld, as the CPU "
+                       "stream %lld/%lld; logsumexp/logprobs max rel diff %.2g\n",
+                       gs[gi] ? (gs[gi] == 64 ? "grouped g=64" : "grouped g=128") : "flat", sname[si], nc,
+                       order ? "odd chunks first, backwards" : "in order", (long long)same, (long long)nd,
+                       (long long)same_cpu, (long long)nd, dl);
+                fls_stream_destroy(sg);
+                fls_stream_destroy(sc);
+                CHECK(same == nd && same_cpu == nd, "stream tokens differ");
+                CHECK(dl < 1e-5, "logsumexp / logprobs differ by %g", dl);
+            }
+        /* a state serialized on the GPU after half the chunks, continued on the CPU */
+        const int nc = make_cuts(V, sz_odd, cut, 70000);
+        for (int i = 0; i < nc; i++)
+            perm[i] = i;
+        fls_stream_t *sg = NULL, *sc = NULL;
+        CHECK_ST(fls_stream_create(&sg, g_gpu, B, V, &p));
+        CHECK_ST(stream_feed_range(sg, dL, FLS_DTYPE_F32, B, ld, cut, perm, 0, nc / 2));
+        size_t bytes = 0;
+        CHECK_ST(fls_stream_serialize(sg, NULL, &bytes));
+        void *buf = malloc(bytes);
+        CHECK(buf, "memory");
+        CHECK_ST(fls_stream_serialize(sg, buf, &bytes));
+        CHECK_ST(fls_stream_deserialize(&sc, g_cpu, buf, bytes));
+        free(buf);
+        CHECK_ST(stream_feed_range(sc, L, FLS_DTYPE_F32, B, ld, cut, perm, nc / 2, nc));
+        fls_outputs oc = {tc, NULL, NULL};
+        CHECK_ST(fls_stream_finalize(sc, &oc));
+        int64_t same = 0;
+        for (int64_t i = 0; i < nd; i++)
+            same += tc[i] == t1[i];
+        printf("    %s: serialized on the GPU after %d of %d chunks (%zu bytes), finished on the CPU: "
+               "%lld/%lld tokens as the one-shot call\n",
+               gs[gi] ? "grouped" : "flat", nc / 2, nc, bytes, (long long)same, (long long)nd);
+        CHECK(same == nd, "GPU -> CPU continuation differs");
+        /* errors change nothing: a host pointer, fp16 logits, a token fed
+         * twice, a NaN in the device's part of a chunk and at its first token */
+        int c = nc / 2;
+        while (c < nc - 1 && cut[c + 1] - cut[c] != 4099)
+            c++;
+        const int64_t c0 = cut[c], cn = cut[c + 1] - cut[c];
+        int64_t fed0 = 0, fed1 = 0;
+        CHECK_ST(fls_stream_progress(sg, &fed0, NULL, NULL, NULL));
+        fls_matrix hm = {L + c0, FLS_DTYPE_F32, B, cn, ld};
+        const fls_status e1 = fls_stream_feed_logits(sg, &hm, c0);
+        fls_matrix fm = {dL + c0, FLS_DTYPE_F16, B, cn, ld};
+        const fls_status e2 = fls_stream_feed_logits(sg, &fm, c0);
+        fls_matrix tw = {dL, FLS_DTYPE_F32, B, cut[1], ld};
+        const fls_status e3 = fls_stream_feed_logits(sg, &tw, 0);
+        const float nanv = NAN;
+        fls_status e4[2];
+        for (int k = 0; k < 2; k++) {
+            const int64_t at = 2 * ld + c0 + (k ? 0 : cn / 2);
+            fls_device_upload(dL + at, &nanv, sizeof nanv);
+            fls_matrix nm = {dL + c0, FLS_DTYPE_F32, B, cn, ld};
+            e4[k] = fls_stream_feed_logits(sg, &nm, c0);
+            fls_device_upload(dL + at, &L[at], sizeof nanv);
+        }
+        CHECK_ST(fls_stream_progress(sg, &fed1, NULL, NULL, NULL));
+        fls_stream_destroy(sc);
+        printf("    errors: host pointer %s, fp16 %s, fed twice %s, NaN in the middle %s, at token %lld %s; "
+               "tokens "
+               "fed %lld -> %lld\n",
+               fls_status_string(e1), fls_status_string(e2), fls_status_string(e3), fls_status_string(e4[0]),
+               (long long)c0, fls_status_string(e4[1]), (long long)fed0, (long long)fed1);
+        CHECK(e1 == FLS_ERR_POINTER && e2 == FLS_ERR_DTYPE && e3 == FLS_ERR_PARAM && e4[0] == FLS_ERR_NAN &&
+                  e4[1] == FLS_ERR_NAN && fed0 == fed1,
+              "bad feeds");
+        CHECK_ST(stream_feed_range(sg, dL, FLS_DTYPE_F32, B, ld, cut, perm, nc / 2, nc));
+        CHECK_ST(fls_stream_finalize(sg, &od));
+        fls_device_download(t2, dt, 8 * (size_t)nd);
+        fls_stream_destroy(sg);
+        CHECK(memcmp(t1, t2, 8 * (size_t)nd) == 0, "tokens after the refused feeds differ");
+    }
+    /* params on the device are refused */
+    {
+        fls_params p;
+        fls_params_default(&p);
+        p.params_on_device = 1;
+        fls_stream_t *sg = NULL;
+        fls_status e = fls_stream_create(&sg, g_gpu, B, V, &p);
+        CHECK(e == FLS_ERR_UNSUPPORTED && sg == NULL, "params_on_device: %s", fls_status_string(e));
+    }
+    free(L);
+    free(t1);
+    free(t2);
+    free(tc);
+    free(lp1);
+    free(lp2);
+    free(cut);
+    free(perm);
+    fls_device_free(dL);
+    fls_device_free(dt);
+    fls_device_free(dlse);
+    fls_device_free(dlp);
+}
+
+/* Fused feeds on the CUDA engine (cuBLAS per chunk) against the one-shot
+ * fused call, bf16 at D = 4096, V = 151936 (8 rows: logits of standard
+ * deviation about 1.1), and early finalization with norm bounds on peaked
+ * rows (rows 0..3: token 13 + b has a logit of about 200): the skipped
+ * chunks and the same tokens. */
+static void test_stream_cuda_fused(void)
+{
+    const int64_t V = 151936, D = 4096, B = 8, C = 4096, BP = 4;
+    g_rng = 8080;
+    uint16_t *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
+    uint16_t *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
+    CHECK(W && H, "memory");
+    float hn[8], up[8];
+    for (int64_t b = 0; b < B; b++) {
+        double q = 0.0;
+        for (int64_t i = 0; i < D; i++) {
+            const double h = fls_bf16_to_f32(H[b * D + i]);
+            q += h * h;
+        }
+        hn[b] = (float)(sqrt(q) * (1.0 + 1e-6));
+        if (b < BP) /* the peaked rows' leaders: w = h 200 / ||h||^2 */
+            for (int64_t i = 0; i < D; i++)
+                W[(13 + b) * D + i] = enc((float)(fls_bf16_to_f32(H[b * D + i]) * 200.0 / q), FLS_DTYPE_BF16);
+    }
+    void *dW = to_dev(W, 2 * (size_t)(V * D)), *dH = to_dev(H, 2 * (size_t)(B * D)), *dt = NULL;
+    int64_t *t1 = malloc(8 * B), *t2 = malloc(8 * B);
+    float *cn = malloc(sizeof(float) * (size_t)((V + C - 1) / C));
+    fls_device_malloc(&dt, 8 * B);
+    CHECK(dW && dH && dt && t1 && t2 && cn, "memory");
+    fls_matrix hW = {W, FLS_DTYPE_BF16, V, D, D};
+    CHECK_ST(fls_chunk_max_norms(&hW, C, cn));
+    int64_t agree_total = 0, total = 0;
+    for (int m = 0; m < 2; m++)
+        for (int early = 0; early < 2; early++) {
+            const int64_t Bc = early ? BP : B;
+            fls_params p;
+            fls_params_default(&p);
+            p.temperature_value = 0.8f;
+            p.seed = 5 + (uint64_t)m;
+            if (m) {
+                p.method = FLS_METHOD_GROUPED;
+                p.group_size = 128;
+            }
+            fls_matrix Wm = {dW, FLS_DTYPE_BF16, V, D, D}, Hm = {dH, FLS_DTYPE_BF16, Bc, D, D};
+            fls_outputs od = {dt, NULL, NULL};
+            CHECK_ST(fls_sample_fused(g_gpu, &Wm, &Hm, &p, &od));
+            fls_device_download(t1, dt, 8 * (size_t)Bc);
+            fls_stream_t *s = NULL;
+            CHECK_ST(fls_stream_create(&s, g_gpu, Bc, V, &p));
+            for (int64_t v0 = 0; v0 < V; v0 += C) {
+                const int64_t n = V - v0 < C ? V - v0 : C;
+                if (early && v0 > 0) {
+                    for (int64_t b = 0; b < Bc; b++)
+                        up[b] = fls_logit_bound(cn[v0 / C], hn[b], D);
+                    int skipped = 0;
+                    CHECK_ST(fls_stream_skip(s, v0, n, up, &skipped));
+                    if (skipped)
+                        continue;
+                }
+                fls_matrix Wc = {(const uint16_t *)dW + v0 * D, FLS_DTYPE_BF16, n, D, D};
+                CHECK_ST(fls_stream_feed_fused(s, &Wc, &Hm, v0));
+            }
+            CHECK_ST(fls_stream_finalize(s, &od));
+            int64_t cf = 0, cs = 0;
+            CHECK_ST(fls_stream_progress(s, NULL, NULL, &cf, &cs));
+            fls_stream_destroy(s);
+            fls_device_download(t2, dt, 8 * (size_t)Bc);
+            int64_t same = 0;
+            for (int64_t b = 0; b < Bc; b++)
+                same += t1[b] == t2[b];
+            agree_total += same;
+            total += Bc;
+            printf(
+                "    %s, %lld rows%s, fused feeds of %lld vocabulary rows: %lld/%lld tokens as the one-shot "
+                "fused call; %lld chunks fed, %lld skipped\n",
+                m ? "grouped g=128" : "flat", (long long)Bc, early ? " (peaked), norm-bound skipping" : "",
+                (long long)C, (long long)same, (long long)Bc, (long long)cf, (long long)cs);
+            if (early)
+                CHECK(cs > 0, "no chunk skipped on peaked rows");
+        }
+    printf("    agreement with the one-shot fused call (its logits may round differently): %lld/%lld\n",
+           (long long)agree_total, (long long)total);
+    CHECK(agree_total * 100 >= total * 99, "fused streams agree on fewer than 99%% of the tokens");
+    free(W);
+    free(H);
+    free(t1);
+    free(t2);
+    free(cn);
+    fls_device_free(dW);
+    fls_device_free(dH);
+    fls_device_free(dt);
+}
+
 static void test_errors(void)
 {
     int64_t host_tok[4];
@@ -1774,6 +2076,8 @@ int main(int argc, char **argv)
     run_test("first_draw_all_configs", test_first_draw);
     run_test("grouped_vs_cpu", test_grouped);
     run_test("async_graph_capture", test_async_graph);
+    run_test("stream_cuda_chunkings_serialize_errors", test_stream_cuda);
+    run_test("stream_cuda_fused_early_finalize", test_stream_cuda_fused);
 #ifdef FLS_HAVE_NCCL
     run_test("nccl_one_rank", test_nccl_one_rank);
 #else

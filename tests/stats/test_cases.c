@@ -109,8 +109,8 @@ Test(cases, list_is_consistent)
         }
         cr_assert_eq(fls_audit_run_index(0, eng, q), (size_t)-1);
     }
-    /* CUDA's full run has every case the CUDA engine runs (not the rule family, without replacement or
-     * streaming: CPU engine only), the heavy CPU cases only the CPU's full run */
+    /* CUDA's full run has every case the CUDA engine runs (not the rule family or without replacement:
+     * CPU engine only), the heavy CPU cases only the CPU's full run */
     size_t on_cuda = 0;
     for (size_t k = 0; k < fls_audit_case_count(); k++) {
         const fls_audit_case *c = fls_audit_case_get(k);
