@@ -191,6 +191,8 @@ typedef struct tile_job {
     int64_t D, Dp;
     const fls_matrix *L;
     float *store; /* non-NULL: only materialize logits into this (B, V) buffer */
+    float *keep;  /* non-NULL: the fused pass also keeps its logits (B, V) here, for the exact
+                     second pass (which then reads them instead of W again) */
     int64_t tile_v, ntiles, dchunks, dchunk;
     int want_parts;  /* per-tile partials (logsumexp outputs, or the rule needs them) */
     int moments;     /* ... with the moments */
@@ -292,6 +294,9 @@ static void tile_worker(void *arg, int thread)
         int64_t v0 = tile * j->tile_v;
         int64_t nv = V - v0 < j->tile_v ? V - v0 : j->tile_v;
         produce_tile(j, s, v0, nv);
+        if (j->keep && dc == 0)
+            for (int64_t b = 0; b < B; b++)
+                memcpy(j->keep + b * V + v0, s->ltile + b * nv, (size_t)nv * sizeof(float));
         if (j->store) {
             for (int64_t b = 0; b < B; b++)
                 memcpy(j->store + b * V + v0, s->ltile + b * nv, (size_t)nv * sizeof(float));
@@ -347,7 +352,7 @@ static int64_t group_tile(int64_t t, const fls_request *req)
 }
 
 static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
-                              const cpu_part *part, int64_t *tok, float *lp, double *lse);
+                              const cpu_part *part, const char *cands, int64_t *tok, float *lp, double *lse);
 
 /* Runs the tile engine. With store != NULL it only materializes logits. */
 static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_outputs *out)
@@ -464,14 +469,14 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         else if (r != FLS_OK)
             st = (fls_status)r;
     }
-    free_states(ts, threads);
     free(j->parts);
     j->parts = NULL;
     if (st == FLS_OK && nredo > 0) {
-        st = second_pass(ctx, j, redo, nredo, row_part, tok, lp, lse);
+        st = second_pass(ctx, j, redo, nredo, row_part, ts[0].cand, tok, lp, lse);
         if (j->req->second_pass_rows)
             *j->req->second_pass_rows += (uint64_t)nredo;
     }
+    free_states(ts, threads);
     if (st == FLS_OK) {
         memcpy(out->tokens, tok, (size_t)nout * sizeof *tok);
         if (out->logprobs)
@@ -492,14 +497,50 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
 static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, const int64_t *rows,
                                    int64_t n, float *x);
 
-/* The exact second pass: the rows' logits materialized (a batch of rows at
- * a time), then the rule's sort-based reference with the statistics of the
- * first pass (so every decision the first pass could make comes out the
- * same) and the contract's noise. */
-static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
-                              const cpu_part *part, int64_t *tok, float *lp, double *lse)
+/* The rows of one batch of the second pass, shared by the threads. */
+typedef struct repass_job {
+    tile_job *j;
+    const int64_t *rows;
+    int64_t n;
+    const float *x; /* n x V tempered logits */
+    const cpu_part *part;
+    const char *cands; /* the first pass's B x draws states, or NULL */
+    int64_t *tok;
+    float *lp;
+    double *lse;
+    atomic_llong next;
+    atomic_int status; /* the first error, FLS_OK while none */
+} repass_job;
+
+static void repass_worker(void *arg, int thread)
 {
-    const int64_t V = j->req->vocab, draws = j->req->draws, K = j->req->K;
+    (void)thread;
+    repass_job *r = arg;
+    const int64_t V = r->j->req->vocab, dk = r->j->req->draws * r->j->req->K;
+    for (;;) {
+        const long long i = atomic_fetch_add(&r->next, 1);
+        if (i >= r->n || atomic_load(&r->status) != FLS_OK)
+            break;
+        const int64_t b = r->rows[i];
+        const char *c = r->cands ? r->cands + (size_t)(b * r->j->req->draws) * r->j->rule.cand_size : NULL;
+        const int st = cpu_rule_second_pass_row(&r->j->rc, b, r->x + i * V, &r->part[b], c, r->j->k.gumbel,
+                                                r->tok + b * dk, r->lp + b * dk, &r->lse[b]);
+        if (st != FLS_OK) {
+            int ok = FLS_OK;
+            atomic_compare_exchange_strong(&r->status, &ok, st);
+        }
+    }
+}
+
+/* The exact second pass: the rows' logits materialized (a batch of rows at
+ * a time; the first pass's kept logits when it kept them), then the rule's
+ * sort-based reference with the statistics of the first pass (so every
+ * decision the first pass could make comes out the same) and the
+ * contract's noise, rows spread over the context's threads. */
+static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
+                              const cpu_part *part, const char *cands, int64_t *tok, float *lp, double *lse)
+{
+    const int64_t V = j->req->vocab;
     const int64_t batch = 16;
     float *x = too_big(batch, V, sizeof(float)) ? NULL : malloc((size_t)(batch * V) * sizeof(float));
     if (!x)
@@ -508,14 +549,52 @@ static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64
     for (int64_t r0 = 0; r0 < nrows && st == FLS_OK; r0 += batch) {
         const int64_t n = nrows - r0 < batch ? nrows - r0 : batch;
         st = materialize_rows(ctx, j, rows + r0, n, x);
-        for (int64_t i = 0; i < n && st == FLS_OK; i++) {
-            const int64_t b = rows[r0 + i];
-            st = (fls_status)cpu_rule_reference_row(&j->rc, b, x + i * V, &part[b], j->k.gumbel,
-                                                    tok + b * draws * K, lp + b * draws * K, &lse[b]);
-        }
+        if (st != FLS_OK)
+            break;
+        repass_job r = {.j = j,
+                        .rows = rows + r0,
+                        .n = n,
+                        .x = x,
+                        .part = part,
+                        .cands = cands,
+                        .tok = tok,
+                        .lp = lp,
+                        .lse = lse};
+        atomic_init(&r.next, 0);
+        atomic_init(&r.status, FLS_OK);
+        const int threads = ctx->threads < n ? ctx->threads : (int)n;
+        st = run_threads(threads, repass_worker, &r);
+        if (st == FLS_OK)
+            st = (fls_status)atomic_load(&r.status);
     }
     free(x);
     return st;
+}
+
+/* The most the fused pass keeps of its logits for the second pass
+ * (FLS_CPU_NO_KEEP=1 in the environment: nothing, the tests' switch). */
+#define FLS_CPU_KEEP_BYTES ((uint64_t)256 << 20)
+
+/* Whether some row may be left to the exact second pass: a nucleus (top-p)
+ * or a top-k beyond the kept list, or the log-sum-exp of a filtered support
+ * asked for (the support may be larger than the list). */
+static int may_need_second_pass(const tile_job *j, const fls_outputs *out)
+{
+    const fls_request *req = j->req;
+    if (!req->rule || req->method != FLS_METHOD_FUSED)
+        return 0;
+    const char *nk = getenv("FLS_CPU_NO_KEEP"); /* tests: the second pass recomputes the logits */
+    if (nk && nk[0] == '1')
+        return 0;
+    if (out->logsumexp || out->logprobs)
+        return 1;
+    for (int64_t b = 0; b < req->batch; b++) {
+        const double *v = req->rule[b].value;
+        if (!fls_filter_off(FLS_FILTER_TOP_P, v[FLS_FILTER_TOP_P]) ||
+            v[FLS_FILTER_TOP_K] > (double)j->rc.top_cap)
+            return 1;
+    }
+    return 0;
 }
 
 /* H (B, D) in any dtype -> f32 (B, Dp), zero padded to a multiple of 16. */
@@ -553,7 +632,10 @@ static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, 
                                    int64_t n, float *x)
 {
     const int64_t V = j->req->vocab;
-    if (j->src == SRC_LOGITS) {
+    if (j->keep) { /* the first pass's logits (the same floats a recomputation gives) */
+        for (int64_t i = 0; i < n; i++)
+            memcpy(x + i * V, j->keep + rows[i] * V, (size_t)V * sizeof(float));
+    } else if (j->src == SRC_LOGITS) {
         const size_t es = fls_dtype_bytes(j->L->dtype);
         for (int64_t i = 0; i < n; i++)
             j->k.convert((const char *)j->L->data + (size_t)(rows[i] * j->L->ld) * es, j->L->dtype, V,
@@ -613,7 +695,14 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
 
     fls_status st;
     if (req->method == FLS_METHOD_FUSED || req->method == FLS_METHOD_GROUPED) {
+        /* a rule that may leave rows to the exact second pass: keep the
+         * logits (B x V floats, at most FLS_CPU_KEEP_BYTES) so that pass
+         * does not read W again; without the memory it recomputes them */
+        if (may_need_second_pass(&j, out) && !too_big(B, V, sizeof(float)) &&
+            (uint64_t)(B * V) * sizeof(float) <= FLS_CPU_KEEP_BYTES)
+            j.keep = malloc((size_t)(B * V) * sizeof(float));
         st = run_tiles(ctx, &j, out);
+        free(j.keep);
     } else {
         /* unfused baselines: materialize B x V fp32 logits first */
         float *logits = too_big(B, V, sizeof(float)) ? NULL : malloc((size_t)(B * V) * sizeof(float));

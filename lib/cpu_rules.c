@@ -181,6 +181,47 @@ static void write_draw(const float *px, const int64_t *pv, int32_t n, int64_t K,
     }
 }
 
+/* Row b's draws from their staircases once the support cutoff c is known:
+ * the K best keys with x >= c (fls_stair_select); m the row's max, l its
+ * support's log-sum-exp. CPU_RULE_SECOND_PASS when a staircase overflowed. */
+static int fam_select(const cpu_rule_ctx *rc, int64_t b, float c, double m, double l, const char *cands,
+                      int64_t *tok, float *lp)
+{
+    const fls_request *req = rc->req;
+    const fls_row_rule *rr = &req->rule[b];
+    const int greedy = !fls_temperature_noisy(req->rows[b].temperature);
+    const size_t cs = fls_stair_bytes(rc->stair_cap);
+    int32_t *pick = malloc((size_t)rc->K * (sizeof(int32_t) + sizeof(float) + sizeof(int64_t)));
+    if (!pick)
+        return FLS_ERR_OUT_OF_MEMORY;
+    float *px = (float *)(pick + rc->K);
+    int64_t *pv = (int64_t *)(px + rc->K);
+    int status = FLS_OK;
+    for (int64_t d = 0; d < req->draws && status == FLS_OK; d++) {
+        const fls_stair *s = (const fls_stair *)(cands + (size_t)d * cs);
+        if (s->overflow) {
+            status = CPU_RULE_SECOND_PASS;
+            break;
+        }
+        const int32_t n = fls_stair_select(s, c, (int32_t)rr->K, pick);
+        const fls_stair_entry *e = fls_stair_entries_c(s);
+        for (int32_t j = 0; j < n; j++) {
+            px[j] = e[pick[j]].x;
+            pv[j] = e[pick[j]].v;
+        }
+        if (n == 0)
+            status = FLS_ERR_ALL_MASKED;
+        else
+            write_draw(px, pv, n, rc->K, greedy, m, l, tok + d * rc->K, lp + d * rc->K);
+        for (int64_t j = rr->K; j < rc->K && n > 0; j++) { /* past this row's own K */
+            tok[d * rc->K + j] = -1;
+            lp[d * rc->K + j] = 0.0f;
+        }
+    }
+    free(pick);
+    return status;
+}
+
 static int fam_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_part *part, const char *cands,
                         int64_t *tok, float *lp, double *lse)
 {
@@ -217,36 +258,7 @@ static int fam_finalize(const cpu_rule_ctx *rc, int64_t b, void *row, const cpu_
     if (greedy)
         l = st.m;
     *lse = l;
-    const size_t cs = fls_stair_bytes(rc->stair_cap);
-    int32_t *pick = malloc((size_t)rc->K * (sizeof(int32_t) + sizeof(float) + sizeof(int64_t)));
-    if (!pick)
-        return FLS_ERR_OUT_OF_MEMORY;
-    float *px = (float *)(pick + rc->K);
-    int64_t *pv = (int64_t *)(px + rc->K);
-    int status = FLS_OK;
-    for (int64_t d = 0; d < req->draws && status == FLS_OK; d++) {
-        const fls_stair *s = (const fls_stair *)(cands + (size_t)d * cs);
-        if (s->overflow) {
-            status = CPU_RULE_SECOND_PASS;
-            break;
-        }
-        const int32_t n = fls_stair_select(s, c, (int32_t)rr->K, pick);
-        const fls_stair_entry *e = fls_stair_entries_c(s);
-        for (int32_t j = 0; j < n; j++) {
-            px[j] = e[pick[j]].x;
-            pv[j] = e[pick[j]].v;
-        }
-        if (n == 0)
-            status = FLS_ERR_ALL_MASKED;
-        else
-            write_draw(px, pv, n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K);
-        for (int64_t j = rr->K; j < rc->K && n > 0; j++) { /* past this row's own K */
-            tok[d * rc->K + j] = -1;
-            lp[d * rc->K + j] = 0.0f;
-        }
-    }
-    free(pick);
-    return status;
+    return fam_select(rc, b, c, st.m, l, cands, tok, lp);
 }
 
 const cpu_rule cpu_rule_family = {
@@ -365,10 +377,36 @@ const cpu_rule *cpu_rule_for(const fls_request *req, int want_lse, cpu_rule_ctx 
 
 /* ---- the exact reference on a materialized row ---- */
 
-static int rank_cmp(const void *a, const void *b)
+/* Sorts the n entries into rank order (fls_rank_before: larger x first,
+ * lower index on ties) by a stable LSD radix sort on the order-preserving
+ * bits of x, the input being in index order: the same order as a
+ * comparison sort, in O(n) (the exact second pass sorts whole rows of V).
+ * -0 and +0 compare equal, so both get +0's key. tmp: n entries. */
+static void rank_sort(fls_top_entry *e, fls_top_entry *tmp, int64_t n)
 {
-    const fls_top_entry *x = a, *y = b;
-    return fls_rank_before(x->x, x->v, y->x, y->v) ? -1 : fls_rank_before(y->x, y->v, x->x, x->v) ? 1 : 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = e[i].x == 0.0f ? 0.0f : e[i].x;
+        e[i].pad_ = ~fls_ord(x); /* ascending pad_ = descending x */
+    }
+    fls_top_entry *src = e, *dst = tmp;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int64_t count[257] = {0};
+        for (int64_t i = 0; i < n; i++)
+            count[((src[i].pad_ >> shift) & 0xffu) + 1]++;
+        if (count[((src[0].pad_ >> shift) & 0xffu) + 1] == n)
+            continue; /* every key has this byte: the order stands */
+        for (int k = 0; k < 256; k++)
+            count[k + 1] += count[k];
+        for (int64_t i = 0; i < n; i++)
+            dst[count[(src[i].pad_ >> shift) & 0xffu]++] = src[i];
+        fls_top_entry *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != e)
+        memcpy(e, src, (size_t)n * sizeof *e);
+    for (int64_t i = 0; i < n; i++)
+        e[i].pad_ = 0;
 }
 
 /* the finite tokens of x in rank order, and the statistics over every token */
@@ -376,8 +414,12 @@ static fls_top_entry *reference_stats(const float *x, int64_t V, const cpu_part 
                                       fls_filter_stats *st, cpu_part *own)
 {
     fls_top_entry *all = malloc((size_t)(V > 0 ? V : 1) * sizeof *all);
-    if (!all)
+    fls_top_entry *tmp = malloc((size_t)(V > 0 ? V : 1) * sizeof *tmp);
+    if (!all || !tmp) {
+        free(all);
+        free(tmp);
         return NULL;
+    }
     int64_t n = 0;
     for (int64_t v = 0; v < V; v++)
         if (x[v] > -INFINITY) {
@@ -386,7 +428,9 @@ static fls_top_entry *reference_stats(const float *x, int64_t V, const cpu_part 
             all[n].v = v;
             n++;
         }
-    qsort(all, (size_t)n, sizeof *all, rank_cmp);
+    if (n > 0)
+        rank_sort(all, tmp, n);
+    free(tmp);
     if (!part) {
         cpu_part_span(own, x, V, moments);
         part = own;
@@ -497,5 +541,39 @@ done:
     free(g);
     free(px);
     free(pv);
+    return r;
+}
+
+int cpu_rule_second_pass_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
+                             const char *cands, cpu_gumbel_fn gumbel, int64_t *tok, float *lp, double *lse)
+{
+    const fls_request *req = rc->req;
+    if (!cands || !req->rule)
+        return cpu_rule_reference_row(rc, b, x, part, gumbel, tok, lp, lse);
+    const int greedy = !fls_temperature_noisy(req->rows[b].temperature);
+    fls_filter_stats st;
+    cpu_part own;
+    fls_top_entry *all = reference_stats(x, req->vocab, part, 1, &st, &own);
+    if (!all)
+        return FLS_ERR_OUT_OF_MEMORY;
+    float c = -INFINITY;
+    double l = 0.0;
+    int r;
+    if (st.m == -INFINITY)
+        r = FLS_ERR_ALL_MASKED;
+    else if (fls_filter_chain(&st, req->rule[b].value, &c) != FLS_CUT_OK)
+        r = FLS_ERR_INTERNAL; /* complete statistics always decide */
+    else if (!greedy && fls_support_lse(&st, c, 0, &l) != FLS_CUT_OK)
+        r = FLS_ERR_INTERNAL;
+    else {
+        if (greedy)
+            l = st.m;
+        r = fam_select(rc, b, c, st.m, l, cands, tok, lp);
+        if (r == FLS_OK)
+            *lse = l;
+    }
+    free(all);
+    if (r == CPU_RULE_SECOND_PASS) /* a staircase overflowed: every key again */
+        return cpu_rule_reference_row(rc, b, x, part, gumbel, tok, lp, lse);
     return r;
 }

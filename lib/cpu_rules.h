@@ -84,6 +84,15 @@ const cpu_rule *cpu_rule_for(const fls_request *req, int want_lse, cpu_rule_ctx 
 int cpu_rule_reference_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
                            cpu_gumbel_fn gumbel, int64_t *tok, float *lp, double *lse);
 
+/* The second pass of a row the family's finalize left undecided: the
+ * cutoff and log-sum-exp from the full statistics of x (as
+ * cpu_rule_reference_row), then the draws from the first pass's staircases
+ * (cands: the row's draw states; the same tokens as the reference, with no
+ * noise drawn again); the full reference when a staircase overflowed or
+ * cands is NULL. */
+int cpu_rule_second_pass_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
+                             const char *cands, cpu_gumbel_fn gumbel, int64_t *tok, float *lp, double *lse);
+
 /* The support cutoff of row b from its full tempered logits (the
  * multinomial baseline's filters): *c, or FLS_ERR_ALL_MASKED / OUT_OF_MEMORY. */
 int cpu_rule_reference_cut(const cpu_rule_ctx *rc, int64_t b, const float *x, float *c);

@@ -399,6 +399,59 @@ Test(rules, second_pass_is_counted)
     fls_context_destroy(ctx);
 }
 
+/* The fused pass keeps its logits for the second pass (the pass then reads
+ * them instead of W again) and takes the draws from its staircases: the
+ * same tokens, logprobs and logsumexp as recomputing the logits
+ * (FLS_CPU_NO_KEEP=1), rows undecided and decided in one call, several
+ * draws, without replacement. */
+Test(rules, second_pass_kept_logits_equal_recomputed)
+{
+    uint64_t rng = 81;
+    const int64_t B = 3, V = 20011, D = 24, draws = 4, K = 2;
+    float *W = malloc((size_t)(V * D) * sizeof(float)), *H = malloc((size_t)(B * D) * sizeof(float));
+    cr_assert(W && H);
+    for (int64_t i = 0; i < V * D; i++)
+        W[i] = (float)trng_int(&rng, -4, 4) / 8.0f;
+    for (int64_t i = 0; i < B * D; i++)
+        H[i] = (float)trng_int(&rng, -2, 2) / 4.0f;
+    for (int64_t i = 0; i < D; i++)
+        W[17 * D + i] = 4.0f * H[D + i]; /* row 1 peaked: decided in one pass */
+    fls_context_t *ctx = ctx_make(2, FLS_SIMD_AUTO, 0);
+    fls_matrix Wm = {W, FLS_DTYPE_F32, V, D, D}, Hm = {H, FLS_DTYPE_F32, B, D, D};
+    fls_params p;
+    fls_params_default(&p);
+    p.temperature_value = 0.8f;
+    p.seed = 5;
+    p.draws = draws;
+    p.top_p = 0.9f;
+    p.without_replacement_k = K;
+    int64_t tok[2][3 * 4 * 2];
+    float lp[2][3 * 4 * 2], lse[2][3];
+    uint64_t second[2];
+    for (int r = 0; r < 2; r++) {
+        if (r)
+            setenv("FLS_CPU_NO_KEEP", "1", 1);
+        fls_counters c0, c1;
+        fls_counters_default(&c0);
+        fls_counters_default(&c1);
+        cr_assert_eq(fls_context_counters(ctx, &c0), FLS_OK);
+        fls_outputs o = {tok[r], lse[r], lp[r]};
+        cr_assert_eq(fls_sample_fused(ctx, &Wm, &Hm, &p, &o), FLS_OK);
+        cr_assert_eq(fls_context_counters(ctx, &c1), FLS_OK);
+        second[r] = c1.second_pass_rows - c0.second_pass_rows;
+        unsetenv("FLS_CPU_NO_KEEP");
+    }
+    cr_assert(second[0] >= 1 && second[0] < (uint64_t)B, "rows decided by the second pass: %llu",
+              (unsigned long long)second[0]);
+    cr_assert_eq(second[0], second[1]);
+    cr_assert(memcmp(tok[0], tok[1], sizeof tok[0]) == 0, "tokens differ");
+    cr_assert(memcmp(lp[0], lp[1], sizeof lp[0]) == 0, "logprobs differ");
+    cr_assert(memcmp(lse[0], lse[1], sizeof lse[0]) == 0, "logsumexp differs");
+    free(W);
+    free(H);
+    fls_context_destroy(ctx);
+}
+
 /* Filters cannot change a greedy row's token; outputs are guard-checked:
  * without replacement fills (B, draws, K) and nothing past it. */
 Test(rules, greedy_and_shape)
