@@ -59,7 +59,7 @@ static void sample_help(void)
            "  --group-size G          --method grouped: tokens per group, a power of two in [2, 2^20],\n"
            "                          default %d\n"
            "%s"
-           "streaming (CPU engine, --method fused or grouped, no rules; the tokens of one call):\n"
+           "streaming (both engines, --method fused or grouped, no rules; the tokens of one call):\n"
            "  --stream-chunk C        feed the vocabulary to the streaming API (fls_stream_*) in\n"
            "                          chunks of C tokens; prints the chunks fed and skipped\n"
            "  --early-finalize        (with --weights/--hidden) before each chunk, bound its logits by\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Quick start 2: set everything up and run every test suite. About 18 minutes
-# on 2 cores (the statistical suite is about 6 of them); each stage prints a
+# Quick start 2: set everything up and run every test suite. About 11 minutes
+# on 2 cores (the statistical suite is about 4 of them); each stage prints a
 # heading and its elapsed time, the statistical suite one line per test.
 #  1. formatting check (clang-format 14, the version .clang-format is written
 #     for; skipped, saying so, with another version);
@@ -89,7 +89,7 @@ skip_reasons "$prefix-ci"
 # this build's command line for the CLI identity tests and the audit notebooks
 FLASHSAMPLE_TOOL="$PWD/$prefix-ci/tools/flashsample" FLASHSAMPLE_VENV="$PWD/$prefix-pyvenv" bash python/run-tests.sh
 
-stage "suite stats (goodness of fit; about 6 minutes on 2 cores, one line per test)"
+stage "suite stats (goodness of fit; about 4 minutes on 2 cores, one line per test)"
 # --verbose streams the tests' output; Criterion's --verbose prints a line as each test ends.
 meson test -C "$prefix-ci" --print-errorlogs --num-processes 1 --suite stats --verbose --test-args=--verbose
 skip_reasons "$prefix-ci"
