@@ -451,6 +451,29 @@ struct fls_carve {
 
 enum fls_kind { K_WGMMA, K_CHUNKED, K_UNFUSED_GUMBEL, K_LOGITS_GUMBEL, K_MULTINOMIAL };
 
+/* The device view of one pass's partials (nent entries per (row, draw)) and
+ * the context's marks under this epoch; no skipping tables, shared
+ * thresholds or groups until the caller sets them. */
+static fls_ws fls_ws_view(const fls_cuda_state *s, unsigned epoch, unsigned long long *best, float *xw,
+                          float *pm, float *ps, uint32_t first_draw, int64_t nent, int want_lse)
+{
+    fls_ws ws;
+    memset(&ws, 0, sizeof ws);
+    ws.best = best;
+    ws.xw = xw;
+    ws.m = pm;
+    ws.s = ps;
+    ws.status = s->flags;
+    ws.nanflag = s->flags + 2;
+    ws.tempflag = s->flags + 3;
+    ws.finite = s->flags + 4;
+    ws.epoch = epoch;
+    ws.first_draw = first_draw;
+    ws.nent = (int)nent;
+    ws.want_lse = want_lse;
+    return ws;
+}
+
 extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                    const fls_matrix *L, const fls_request *req, const fls_outputs *out,
                                    const fls_cuda_opts *opts_in)
@@ -624,19 +647,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         if (ce != cudaSuccess)
             return fls_from_cuda(ce);
     }
-    fls_ws ws;
-    ws.best = best;
-    ws.xw = xw;
-    ws.m = pm;
-    ws.s = ps;
-    ws.status = s->flags;
-    ws.nanflag = s->flags + 2;
-    ws.tempflag = s->flags + 3;
-    ws.finite = s->flags + 4;
-    ws.epoch = epoch;
-    ws.first_draw = req->first_draw;
-    ws.nent = (int)nent;
-    ws.want_lse = want_lse;
+    fls_ws ws = fls_ws_view(s, epoch, best, xw, pm, ps, req->first_draw, nent, want_lse);
     /* Skipping (exact, common.cuh) on the chunked and from-logits samplers
      * with segments long enough for it and on the wgmma kernel (its own
      * per-row running bound, fused_wgmma.cu); the unfused Gumbel baseline
@@ -823,20 +834,7 @@ extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, 
     {
         cudaStream_t str = s->stream;
         const unsigned epoch = ++s->epoch;
-        fls_ws ws;
-        memset(&ws, 0, sizeof ws);
-        ws.best = best;
-        ws.xw = xw;
-        ws.m = pm;
-        ws.s = ps;
-        ws.status = s->flags;
-        ws.nanflag = s->flags + 2;
-        ws.tempflag = s->flags + 3;
-        ws.finite = s->flags + 4;
-        ws.epoch = epoch;
-        ws.first_draw = first_draw;
-        ws.nent = (int)nent;
-        ws.want_lse = 1;
+        fls_ws ws = fls_ws_view(s, epoch, best, xw, pm, ps, first_draw, nent, 1);
         const bool skip = !s->no_skip && !g && fls_segment_len(B) >= FLS_SKIP_MIN_N;
         ws.gup = skip ? s->gbound : NULL;
         ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
