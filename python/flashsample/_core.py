@@ -821,14 +821,24 @@ def _locate(status: int, L: View) -> str:
 # ---- streaming ----------------------------------------------------------------------------------
 
 
+class _NoView:
+    """Stands for "no input seen" where an output's kind follows an input's (a DeviceArray)."""
+
+    kind = "cai"
+
+
 class Stream:
-    """An fls_stream: the online sampler (docs/GROUPED.md, Algorithm I.3). CPU engine.
+    """An fls_stream: the online sampler (docs/GROUPED.md, Algorithm I.3), on either engine.
 
     Stream(ctx, rows, vocab, **params) with the sampling parameters of Context.sample_logits
     that streaming supports (temperature, seed/row_seeds, offset/row_offsets, draws, first_draw,
     method 'fused' or 'grouped', group_size). Feed chunks of the vocabulary in any size and order
     (feed_logits, feed_fused), skip chunks with a logit bound (skip), merge states of disjoint
     tokens (merge, merge_bytes), then finalize: the tokens of the one-shot call.
+    On a CUDA context the chunks are device memory (torch CUDA tensors or
+    __cuda_array_interface__ objects, logits float32) and finalize's outputs are device arrays
+    like the sampling calls' (torch tensors when the chunks were); the state itself stays in
+    host memory (serialize, merge and deserialize work across engines).
     """
 
     def __init__(self, ctx: Context, rows: int, vocab: int, **params: Any):
@@ -899,6 +909,8 @@ class Stream:
         L = as_view(logits, "logits", fn, dtype)
         self.ctx._check_views(fn, [L])
         self._rows_match(fn, L)
+        self._like = L
+        self.ctx._order_after_callers([L])
         st = self.ctx._call(
             _capi.fls_stream_feed_logits,
             self._handle(fn),
@@ -926,6 +938,8 @@ class Stream:
             raise FlashSampleValueError(
                 ERR_SHAPE, fn, "weights_chunk has D=%d but hidden has D=%d" % (W.cols, H.cols)
             )
+        self._like = H
+        self.ctx._order_after_callers([W, H])
         check(
             self.ctx._call(
                 _capi.fls_stream_feed_fused,
@@ -1054,14 +1068,25 @@ class Stream:
         """fls_stream_finalize (every token fed or skipped): the one-shot call's outputs."""
         fn = "finalize"
         shape = (self.rows, self.draws)
-        tokens = np.empty(shape, dtype=np.int64)
-        lse = np.empty((self.rows,), dtype=np.float32) if return_logsumexp else None
-        lp = np.empty(shape, dtype=np.float32) if return_logprobs else None
-        out = _capi.fls_outputs(
-            tokens.ctypes.data if tokens.size else None,
-            lse.ctypes.data if lse is not None and lse.size else None,
-            lp.ctypes.data if lp is not None and lp.size else None,
-        )
+        if self.ctx.engine == "cuda":
+            # device outputs, of the kind of the chunks fed (DeviceArray when none was)
+            like = getattr(self, "_like", None) or _NoView
+            tokens, tp = self.ctx._alloc(like, shape, np.int64)
+            lse = lsp = lp = lpp = None
+            if return_logsumexp:
+                lse, lsp = self.ctx._alloc(like, (self.rows,), np.float32)
+            if return_logprobs:
+                lp, lpp = self.ctx._alloc(like, shape, np.float32)
+            out = _capi.fls_outputs(tp, lsp, lpp)
+        else:
+            tokens = np.empty(shape, dtype=np.int64)
+            lse = np.empty((self.rows,), dtype=np.float32) if return_logsumexp else None
+            lp = np.empty(shape, dtype=np.float32) if return_logprobs else None
+            out = _capi.fls_outputs(
+                tokens.ctypes.data if tokens.size else None,
+                lse.ctypes.data if lse is not None and lse.size else None,
+                lp.ctypes.data if lp is not None and lp.size else None,
+            )
         check(
             self.ctx._call(_capi.fls_stream_finalize, self._handle(fn), ctypes.byref(out)),
             "fls_stream_finalize",

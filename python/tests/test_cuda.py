@@ -198,3 +198,36 @@ def test_nccl_world_of_one(cctx, rng):
         merged, sent = st.allgather_nccl(comm)
         assert sent > 0
         assert (merged.finalize().tokens == one).all()
+
+
+def test_streams_on_the_cuda_engine(gctx, cctx, rng):
+    """Stream on a CUDA context: torch chunks in any order give the one-shot call's tokens (and
+    its logsumexp / logprobs to rounding), as torch outputs; a state serialized on the GPU is
+    finished on the CPU engine with the same tokens; bf16 fused feeds."""
+    B, V = 4, 5003
+    L = torch.from_numpy(logits(rng, B, V)).cuda()
+    for method in ("fused", "grouped"):
+        kw = dict(temperature=0.7, seed=3, draws=3, method=method, group_size=64)
+        one = gctx.sample_logits(L, return_logsumexp=True, return_logprobs=True, **kw)
+        for chunk in (777, 1024, V):
+            st = gctx.stream(B, V, **kw)
+            cuts = list(range(0, V, chunk))
+            for v0 in cuts[::-1]:
+                st.feed_logits(L[:, v0 : v0 + chunk], v0)
+            r = st.finalize(return_logsumexp=True, return_logprobs=True)
+            assert isinstance(r.tokens, torch.Tensor) and r.tokens.is_cuda
+            assert torch.equal(r.tokens, one.tokens), (method, chunk)
+            assert float((r.logsumexp - one.logsumexp).abs().max()) <= 1e-5
+            assert float((r.logprobs - one.logprobs).abs().max()) <= 1e-5
+        st = gctx.stream(B, V, **kw)
+        st.feed_logits(L[:, :2000], 0)
+        cs = fs.Stream.deserialize(cctx, st.serialize(), B, V, **kw)
+        cs.feed_logits(np.ascontiguousarray(L[:, 2000:].cpu().numpy()), 2000)
+        assert (cs.finalize().tokens == one.tokens.cpu().numpy()).all()
+    W = (torch.randn(V, 64, device="cuda") / 8).to(torch.bfloat16)
+    H = torch.randn(B, 64, device="cuda").to(torch.bfloat16)
+    one = gctx.sample_fused(W, H, temperature=0.8, seed=9).tokens
+    st = gctx.stream(B, V, temperature=0.8, seed=9)
+    for v0 in range(0, V, 1000):
+        st.feed_fused(W[v0 : v0 + 1000], H, v0)
+    assert int((st.finalize().tokens == one).sum()) >= B - 1  # cuBLAS vs wgmma rounding
