@@ -265,6 +265,20 @@ extern "C" fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, 
         cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
 }
 
+/* Whether the context's stream is being captured into a CUDA graph (the
+ * streaming API's synchronous copies must not run then). */
+extern "C" int fls_cuda_capturing(const fls_context_t *ctx)
+{
+    if (!ctx || !ctx->cuda || !ctx->cuda->stream)
+        return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(ctx->cuda->stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
 extern "C" fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
                                         size_t width, size_t rows, int to_device)
 {

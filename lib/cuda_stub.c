@@ -89,3 +89,9 @@ fls_status fls_cuda_chunk_logits(fls_context_t *ctx, const fls_matrix *Wc, const
     (void)ctx, (void)Wc, (void)H, (void)C;
     return FLS_ERR_NO_DEVICE;
 }
+
+int fls_cuda_capturing(const fls_context_t *ctx)
+{
+    (void)ctx;
+    return 0;
+}

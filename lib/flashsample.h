@@ -284,7 +284,9 @@ FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, co
  * (O(B x draws)) and each feed samples its chunk on the device with the
  * from-logits segment sampler (a fused feed computes the chunk's B x n
  * logits with cuBLAS first, as the chunked path does), then merges the
- * chunk's candidates into the state; feeds are synchronous. The token is
+ * chunk's candidates into the state; feeds are synchronous (so
+ * FLS_ERR_UNSUPPORTED while the context's stream is being captured into a
+ * CUDA graph). The token is
  * the one-shot CUDA call's whenever the logits are the same floats. The
  * grouped method on the GPU takes group sizes up to 4096.
  *

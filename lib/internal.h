@@ -114,6 +114,8 @@ fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl
                                  int64_t v0, const fls_row_params *rows, int64_t draws, uint32_t first_draw,
                                  int g, fls_cand *cand, fls_gbest *gbest, fls_lse *lse);
 fls_status fls_cuda_chunk_logits(fls_context_t *ctx, const fls_matrix *Wc, const fls_matrix *H, float *C);
+/* 1 while the context's stream is being captured into a CUDA graph. */
+int fls_cuda_capturing(const fls_context_t *ctx);
 
 #ifdef __cplusplus
 }

@@ -562,6 +562,8 @@ fls_status fls_stream_feed_logits(fls_stream_t *s, const fls_matrix *L, int64_t 
         return L->rows != s->B ? FLS_ERR_SHAPE : FLS_ERR_SIZE;
     const int64_t n = L->cols;
     if (s->cuda) {
+        if (fls_cuda_capturing(s->ctx))
+            return FLS_ERR_UNSUPPORTED; /* synchronous copies: not inside a CUDA-graph capture */
         if (L->dtype != FLS_DTYPE_F32)
             return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
         if (fls_cuda_check_device_pointer(L->data) != FLS_OK)
@@ -594,6 +596,8 @@ fls_status fls_stream_feed_fused(fls_stream_t *s, const fls_matrix *Wc, const fl
         return FLS_ERR_SHAPE;
     const int64_t n = Wc->rows;
     if (s->cuda) {
+        if (fls_cuda_capturing(s->ctx))
+            return FLS_ERR_UNSUPPORTED; /* synchronous copies: not inside a CUDA-graph capture */
         if (fls_cuda_check_device_pointer(Wc->data) != FLS_OK ||
             fls_cuda_check_device_pointer(H->data) != FLS_OK)
             return FLS_ERR_POINTER;
@@ -784,7 +788,10 @@ fls_status fls_stream_finalize(const fls_stream_t *s, const fls_outputs *out)
         return FLS_ERR_UNSUPPORTED; /* a skipped chunk's mass is unknown */
     if (!s->cuda)
         return finalize_host(s, out);
-    /* a CUDA context's outputs are device memory: computed here, then copied */
+    /* a CUDA context's outputs are device memory: computed here, then copied
+     * (synchronously: not inside a CUDA-graph capture) */
+    if (fls_cuda_capturing(s->ctx))
+        return FLS_ERR_UNSUPPORTED;
     const void *dev[3] = {out->tokens, out->logsumexp, out->logprobs};
     for (int i = 0; i < 3; i++)
         if (dev[i] && fls_cuda_check_device_pointer(dev[i]) != FLS_OK)

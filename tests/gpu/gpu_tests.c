@@ -1112,9 +1112,18 @@ static void test_async_graph(void)
     CHECK_ST(fls_context_sync(actx));
     CHECK(fls_kat_capture_begin(stream) == 0, "begin capture");
     fls_status cst = fls_sample_fused(actx, &Wm, &Hm, &pd, &od);
+    /* a stream's feeds copy synchronously: refused during a capture, which survives */
+    fls_params ps;
+    fls_params_default(&ps);
+    fls_stream_t *gst = NULL;
+    fls_status cst2 = fls_stream_create(&gst, actx, B, V, &ps);
+    fls_status fst = gst ? fls_stream_feed_fused(gst, &Wm, &Hm, 0) : cst2;
+    fls_stream_destroy(gst);
     void *exec = NULL;
     const int cend = fls_kat_capture_end(stream, &exec);
     CHECK(cst == FLS_OK && cend == 0, "capture: %s", fls_status_string(cst));
+    CHECK(cst2 == FLS_OK && fst == FLS_ERR_UNSUPPORTED, "a stream feed during a capture: %s / %s",
+          fls_status_string(cst2), fls_status_string(fst));
     for (uint64_t step = 0; step < 5; step++) {
         for (int b = 0; b < B; b++)
             offs[b] = step * 7 + (uint64_t)b % 3;
