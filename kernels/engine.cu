@@ -779,8 +779,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
  * (cand for the flat method, gbest for the grouped method with g tokens per
  * group) and per row the chunk's log-sum-exp partial. v0 is even (Philox
  * pairs) and, grouped, a multiple of g with n a multiple of g unless the
- * chunk ends the vocabulary. Synchronous; nothing is written on error (a
- * NaN is FLS_ERR_NAN, an l / T overflow FLS_ERR_TEMPERATURE, as a call).
+ * chunk ends the vocabulary. Synchronous. A NaN is FLS_ERR_NAN, an l / T
+ * overflow FLS_ERR_TEMPERATURE, as a call; on any error the outputs are
+ * unspecified (the caller's scratch, merged into its state only on FLS_OK).
  */
 extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl, int64_t B,
                                             int64_t n, int64_t v0, const fls_row_params *rows, int64_t draws,
@@ -839,9 +840,7 @@ extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, 
     double *hg = g ? (double *)malloc(ne * sizeof *hg) : NULL;
     float *hm = (float *)malloc((size_t)(B * nent) * sizeof *hm);
     float *hs = (float *)malloc((size_t)(B * nent) * sizeof *hs);
-    fls_cand *c_out = g ? NULL : (fls_cand *)malloc((size_t)(B * draws) * sizeof *c_out);
-    fls_gbest *g_out = g ? (fls_gbest *)malloc((size_t)(B * draws) * sizeof *g_out) : NULL;
-    if (!hb || !hx || (g && !hg) || !hm || !hs || (g ? !g_out : !c_out)) {
+    if (!hb || !hx || (g && !hg) || !hm || !hs) {
         st = FLS_ERR_OUT_OF_MEMORY;
         goto done;
     }
@@ -903,14 +902,14 @@ extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, 
                             r.tok = (int64_t)(uint32_t)w;
                             r.x = hx[base + e];
                         }
-                        g_out[o] = r;
+                        gbest[o] = r;
                     } else {
                         fls_cand r = fls_cand_empty();
                         for (int64_t e = 0; e < nent; e++) {
                             const fls_cand ce_ = fls_cand_unpack(hb[base + e], hx[base + e]);
                             fls_cand_merge(&r, &ce_);
                         }
-                        c_out[o] = r;
+                        cand[o] = r;
                     }
                 }
         }
@@ -924,10 +923,6 @@ extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, 
         for (int64_t e = 0; e < nent; e++)
             fls_lse_merge(&lse[b], (double)hm[b * nent + e], (double)hs[b * nent + e]);
     }
-    if (g)
-        memcpy(gbest, g_out, (size_t)(B * draws) * sizeof *g_out);
-    else
-        memcpy(cand, c_out, (size_t)(B * draws) * sizeof *c_out);
     st = FLS_OK;
 done:
     free(hb);
@@ -935,8 +930,6 @@ done:
     free(hg);
     free(hm);
     free(hs);
-    free(c_out);
-    free(g_out);
     return st;
 }
 

@@ -326,19 +326,22 @@ static int rule_active(const fls_params *p, int64_t B)
 }
 
 /* Validates params and outputs for a (B, V) request and resolves the rows.
- * On success *rows_out is a malloc'ed array of B rows (caller frees). */
+ * out NULL: a request whose outputs come later (a stream's, checked at
+ * finalize). On success *rows_out is a malloc'ed array of B rows (caller
+ * frees). */
 fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *params, const fls_outputs *out,
                                int64_t B, int64_t V, fls_request *req, fls_row_params **rows_out)
 {
-    if (!params || !out || !out->tokens)
+    if (!params || (out && !out->tokens))
         return FLS_ERR_NULL;
     fls_params pv;
     fls_status vst = params_upgrade(params, &pv);
     if (vst != FLS_OK)
         return vst;
     const fls_params *p = &pv;
-    if (!ptr_aligned(out->tokens, sizeof(int64_t)) || (out->logsumexp && !ptr_aligned(out->logsumexp, 4)) ||
-        (out->logprobs && !ptr_aligned(out->logprobs, 4)))
+    if (out &&
+        (!ptr_aligned(out->tokens, sizeof(int64_t)) || (out->logsumexp && !ptr_aligned(out->logsumexp, 4)) ||
+         (out->logprobs && !ptr_aligned(out->logprobs, 4))))
         return FLS_ERR_ALIGN;
     if ((p->temperature && !ptr_aligned(p->temperature, sizeof(float))) ||
         (p->row_seeds && !ptr_aligned(p->row_seeds, sizeof(uint64_t))) ||
@@ -364,7 +367,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         return FLS_ERR_UNSUPPORTED; /* the multinomial baseline draws one token per draw */
     if (p->method == FLS_METHOD_GROUPED && rule_active(p, B))
         return FLS_ERR_UNSUPPORTED; /* filters need the row's maximum first (docs/GROUPED.md) */
-    if (ctx->engine == FLS_ENGINE_CUDA) {
+    if (out && ctx->engine == FLS_ENGINE_CUDA) {
         fls_status st = fls_cuda_check_device_pointer(out->tokens);
         if (st == FLS_OK && out->logsumexp)
             st = fls_cuda_check_device_pointer(out->logsumexp);
@@ -519,7 +522,7 @@ fls_status fls_context_counters(const fls_context_t *ctx, fls_counters *counters
 fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                             const fls_params *params, const fls_outputs *out)
 {
-    if (!ctx)
+    if (!ctx || !out)
         return FLS_ERR_NULL;
     fls_status st = check_matrix(W);
     if (st == FLS_OK)
@@ -550,7 +553,7 @@ fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_m
 fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_params *params,
                              const fls_outputs *out)
 {
-    if (!ctx)
+    if (!ctx || !out)
         return FLS_ERR_NULL;
     fls_status st = check_matrix(L);
     if (st != FLS_OK)

@@ -61,7 +61,8 @@ typedef struct fls_request {
 struct fls_cuda_state; /* defined by the CUDA engine */
 
 /* The front end's validation and resolution of params for a (B, V) request
- * (lib/api.c): *rows_out (B rows) and req->rule are malloc'ed (caller frees). */
+ * (lib/api.c): *rows_out (B rows) and req->rule are malloc'ed (caller frees).
+ * out NULL: outputs that come later (a stream's finalize checks them). */
 fls_status fls_resolve_request(const struct fls_context *ctx, const fls_params *params,
                                const fls_outputs *out, int64_t B, int64_t V, fls_request *req,
                                fls_row_params **rows_out);

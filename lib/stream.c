@@ -20,7 +20,6 @@
 #include "temperature.h"
 
 #include <math.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,20 +138,15 @@ fls_status fls_stream_create(fls_stream_t **stream, fls_context_t *ctx, int64_t 
         return FLS_ERR_NULL;
     if (B <= 0 || V <= 0 || V >= ((int64_t)1 << 33) - 1)
         return FLS_ERR_SIZE;
-    /* the same validation and resolution as a sampling call, with host
-     * parameters on either engine (the outputs come at finalize: checked there) */
-    if (params->struct_size >= offsetof(fls_params, params_on_device) + sizeof(int) &&
-        params->struct_size <= sizeof(fls_params) && params->params_on_device)
-        return ctx->engine == FLS_ENGINE_CUDA ? FLS_ERR_UNSUPPORTED : FLS_ERR_PARAM;
-    fls_context_t host_view = *ctx;
-    host_view.engine = FLS_ENGINE_CPU;
-    int64_t dummy_tok = 0;
-    fls_outputs out = {&dummy_tok, NULL, NULL};
+    /* the same validation and resolution as a sampling call; the outputs
+     * come at finalize (checked there) */
     fls_request req;
     fls_row_params *rows = NULL;
-    fls_status st = fls_resolve_request(&host_view, params, &out, B, V, &req, &rows);
+    fls_status st = fls_resolve_request(ctx, params, NULL, B, V, &req, &rows);
     if (st != FLS_OK)
         return st;
+    if (req.params_on_device) /* the state reads its rows on the host */
+        return ctx->engine == FLS_ENGINE_CUDA ? FLS_ERR_UNSUPPORTED : FLS_ERR_PARAM;
     if (req.rule || (req.method != FLS_METHOD_FUSED && req.method != FLS_METHOD_GROUPED) ||
         (ctx->engine == FLS_ENGINE_CUDA && req.method == FLS_METHOD_GROUPED && req.group_size > 4096)) {
         free(rows);
@@ -470,12 +464,11 @@ static fls_status pend_prepare(fls_stream_t *s, int64_t a, int64_t b)
     return FLS_OK;
 }
 
-/* Logits L (B, n, row stride ld, fp32, device memory) of tokens v0... */
+/* Logits L (B, n, row stride ld, fp32, device memory) of tokens v0..
+ * (check_chunk has passed). */
 static fls_status feed_device(fls_stream_t *s, const float *L, int64_t ld, int64_t v0, int64_t n)
 {
-    fls_status st = check_chunk(s, v0, n);
-    if (st != FLS_OK)
-        return st;
+    fls_status st = FLS_OK;
     const int64_t B = s->B, end = v0 + n, A = grouped(s) ? s->g : 2;
     int64_t a = (v0 + A - 1) / A * A;
     if (a > end)
@@ -568,7 +561,8 @@ fls_status fls_stream_feed_logits(fls_stream_t *s, const fls_matrix *L, int64_t 
             return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
         if (fls_cuda_check_device_pointer(L->data) != FLS_OK)
             return FLS_ERR_POINTER;
-        return feed_device(s, (const float *)L->data, L->ld, v0, n);
+        const fls_status st = check_chunk(s, v0, n);
+        return st == FLS_OK ? feed_device(s, (const float *)L->data, L->ld, v0, n) : st;
     }
     float *x;
     fls_status st = chunk_begin(s, v0, n, &x);

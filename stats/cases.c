@@ -27,6 +27,7 @@
  */
 #include "fls_cases.h"
 #include "fls_stats.h"
+#include "fls_tokens.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -839,37 +840,6 @@ static double cond_uniform(uint64_t seed, int64_t b, int64_t n, int j)
     return (double)(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* The equal-cells test of K cells (Pearson, or exact binomial at K = 2). */
-static fls_status equal_cells(const int64_t *counts, int K, int64_t impossible, double alpha,
-                              fls_audit_row *row)
-{
-    double u[FLS_STATS_MAX_BINS];
-    int64_t n = 0;
-    for (int j = 0; j < K; j++) {
-        u[j] = 1.0 / K;
-        n += counts[j];
-    }
-    fls_bins bins;
-    fls_status st = fls_bins_build(&bins, u, K, (int64_t)(FLS_STATS_MIN_EXPECTED * K) + 1, K);
-    if (st != FLS_OK)
-        return st;
-    fls_gof g;
-    fls_gof_init(&g);
-    st = fls_gof_add_counts(&g, &bins, counts, impossible);
-    fls_bins_free(&bins);
-    if (st != FLS_OK)
-        return st;
-    row->chi2 = g.impossible ? INFINITY : g.chi2;
-    row->dof = K - 1;
-    row->p = g.p;
-    row->pass = fls_gof_pass(&g, alpha);
-    row->bins = K;
-    row->min_mass = 1.0 / K;
-    row->tv_caught = K > 2 ? fls_stats_tv_caught(K - 1, alpha / FLS_STATS_CHI2_KAPPA, n, FLS_STATS_POWER)
-                           : fls_stats_binom_tv_caught(0.5, n, alpha, FLS_STATS_POWER);
-    return FLS_OK;
-}
-
 /* The smallest margin (fls_stats_support.margin, relative) of a rule's
  * decisions a case accepts, after fls_stats_rule_center has moved min-p,
  * top-p and top-n-sigma to the middle of their gaps. The engines decide on
@@ -1251,7 +1221,7 @@ static fls_status run_gof(case_run *cr, case_io *io)
     if (cond) {
         row = &cr->rows[1 + (c->tail ? FLS_STATS_N_TAILS : 0)];
         snprintf(row->kind, sizeof row->kind, "pl");
-        if ((st = equal_cells(ccount, K, cimp, cr->alpha, row)) != FLS_OK)
+        if ((st = fls_audit_equal_cells(ccount, K, cimp, cr->alpha, row)) != FLS_OK)
             goto done;
         snprintf(row->note, sizeof row->note, "%lld conditional transforms (positions 2..K); %lld impossible",
                  (long long)ncond, (long long)cimp);

@@ -288,6 +288,25 @@ double fls_stats_power(int dof, double alpha, double lambda);
  * binned distribution, at most dof + 1 bins) is rejected with probability
  * >= power at level alpha (derivation in stats/power.c). */
 int64_t fls_stats_sample_size(int dof, double alpha, double tv, double power);
+/* The power of the global equal-cells test (the randomized probability
+ * integral transform u of each token in the CDF of p, fls_stats_cdf_start,
+ * binned into K equal cells) against samples drawn from q instead of p:
+ * Q_j = mean over the B rows of sum_v q_bv |I_bv n cell_j| / p_bv, with I_bv
+ * the token's interval of u (p, q: B x V). */
+fls_status fls_stats_gof_cells(const double *p, const double *q, int64_t B, int64_t V, int K, double *Q);
+/* Power of the level-alpha equal-cells chi-square (at alpha / KAPPA, as the
+ * audit runs it; K >= 3) from n samples of cell probabilities Q. */
+double fls_stats_cells_power(const double *Q, int K, int64_t n, double alpha);
+/* The token audit's cells (fls_audit_tokens): K equal cells for a global test
+ * of n samples (n / FLS_STATS_MIN_EXPECTED, within [2, FLS_STATS_MAX_BINS]),
+ * and the side of the K x K grid of a pairs test of `pairs` pairs (within
+ * [2, 8]). */
+int fls_stats_equal_cells_for(int64_t n);
+int fls_stats_pair_side(int64_t pairs);
+/* Smallest N >= 1 with power(ctx, N) >= target (power nondecreasing in N):
+ * doubling from lo, then bisection; -1 beyond 2^36. */
+int64_t fls_stats_smallest_n(double (*power)(const void *ctx, int64_t N), const void *ctx, double target,
+                             int64_t lo);
 /* Smallest total variation caught with probability >= power by the level-alpha
  * chi-square with dof degrees of freedom from n samples (Cauchy-Schwarz bound:
  * sqrt(lambda* / 4n) with power(dof, alpha, lambda*) = power). */

@@ -125,6 +125,18 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
                             float temperature_value, const int64_t *tokens, int64_t N,
                             const fls_tokens_options *o, fls_audit_row *rows, size_t *n_rows);
 
+/* The row of the test named `test` — the part of a row's name after its last
+ * '/' ("gof", "tail15", "pairs-draws", ...) — or NULL. */
+const fls_audit_row *fls_audit_row_named(const fls_audit_row *rows, size_t n, const char *test);
+/* Whether a test failed: any row (test NULL) or a row named `test`. */
+int fls_audit_rows_flagged(const fls_audit_row *rows, size_t n, const char *test);
+/* The equal-cells test of counts on K cells (impossible: samples that fail
+ * outright), Pearson (K >= 3) or exact binomial (K = 2), into row's chi2, dof,
+ * p, pass, bins, min_mass and tv_caught (the TV it catches with probability
+ * FLS_STATS_POWER). */
+fls_status fls_audit_equal_cells(const int64_t *counts, int K, int64_t impossible, double alpha,
+                                 fls_audit_row *row);
+
 /* Draws per row (N) a sampler must provide so that the global test catches TV
  * FLS_STATS_TV with probability FLS_STATS_POWER at level alpha (B rows pooled,
  * 32 bins). */

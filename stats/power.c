@@ -29,6 +29,7 @@
 #include <gsl/gsl_randist.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 double fls_stats_ncx2_Q(double x, double dof, double lambda)
 {
@@ -276,4 +277,80 @@ fls_status fls_stats_design_size(const double *ref, int64_t G, int64_t V, double
     *N = d.N;
     *dof = d.dof + d.n_exact;
     return FLS_OK;
+}
+
+/* ---- power against a known alternative ---- */
+
+static double overlap(double a0, double a1, double b0, double b1)
+{
+    const double lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0.0;
+}
+
+fls_status fls_stats_gof_cells(const double *p, const double *q, int64_t B, int64_t V, int K, double *Q)
+{
+    if (!p || !q || !Q)
+        return FLS_ERR_NULL;
+    if (B < 1 || V < 1 || K < 1)
+        return FLS_ERR_SIZE;
+    double *start = malloc((size_t)V * sizeof(double));
+    if (!start)
+        return FLS_ERR_OUT_OF_MEMORY;
+    memset(Q, 0, (size_t)K * sizeof(double));
+    fls_status st = FLS_OK;
+    for (int64_t b = 0; b < B && st == FLS_OK; b++) {
+        const double *pb = p + b * V, *qb = q + b * V;
+        if ((st = fls_stats_cdf_start(pb, V, start)) != FLS_OK)
+            break;
+        for (int64_t v = 0; v < V; v++) {
+            if (!(pb[v] > 0.0) || !(qb[v] > 0.0))
+                continue;
+            const int j0 = (int)(start[v] * K), j1 = (int)((start[v] + pb[v]) * K);
+            for (int j = j0; j <= j1 && j < K; j++)
+                Q[j] += qb[v] * overlap(start[v], start[v] + pb[v], (double)j / K, (double)(j + 1) / K) /
+                        pb[v] / (double)B;
+        }
+    }
+    free(start);
+    return st;
+}
+
+double fls_stats_cells_power(const double *Q, int K, int64_t n, double alpha)
+{
+    double lambda = 0.0;
+    for (int j = 0; j < K; j++)
+        lambda += (Q[j] - 1.0 / K) * (Q[j] - 1.0 / K) * K;
+    return fls_stats_power(K - 1, alpha / FLS_STATS_CHI2_KAPPA, lambda * (double)n);
+}
+
+int fls_stats_equal_cells_for(int64_t n)
+{
+    const int64_t K = n / (int64_t)FLS_STATS_MIN_EXPECTED;
+    return K > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : K < 2 ? 2 : (int)K;
+}
+
+int fls_stats_pair_side(int64_t pairs)
+{
+    const int k = (int)floor(sqrt((double)pairs / FLS_STATS_MIN_EXPECTED));
+    return k > 8 ? 8 : k < 2 ? 2 : k;
+}
+
+int64_t fls_stats_smallest_n(double (*power)(const void *ctx, int64_t N), const void *ctx, double target,
+                             int64_t lo)
+{
+    int64_t hi = lo > 1 ? lo : 1;
+    while (power(ctx, hi) < target) {
+        lo = hi;
+        hi *= 2;
+        if (hi > ((int64_t)1 << 36))
+            return -1;
+    }
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (power(ctx, mid) >= target)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
 }

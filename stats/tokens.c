@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAIR_MAX_SIDE 8
-
 void fls_tokens_options_default(fls_tokens_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -209,10 +207,29 @@ static void row_init(fls_audit_row *r, const char *prefix, const char *test, int
     r->deficit_caught = r->excess_caught = r->tv_caught = INFINITY;
 }
 
-/* The goodness of fit of counts on K equal cells (impossible: samples that fail
- * outright). Pearson (K >= 3) or exact binomial (K = 2), via fls_gof. */
-static fls_status equal_cells_test(const int64_t *counts, int K, int64_t impossible, double alpha,
-                                   fls_audit_row *r)
+const fls_audit_row *fls_audit_row_named(const fls_audit_row *rows, size_t n, const char *test)
+{
+    for (size_t k = 0; rows && test && k < n; k++) {
+        const char *slash = strrchr(rows[k].test, '/');
+        if (slash && !strcmp(slash + 1, test))
+            return &rows[k];
+    }
+    return NULL;
+}
+
+int fls_audit_rows_flagged(const fls_audit_row *rows, size_t n, const char *test)
+{
+    for (size_t k = 0; rows && k < n; k++) {
+        const char *slash = strrchr(rows[k].test, '/');
+        if (!rows[k].pass && (!test || (slash && !strcmp(slash + 1, test))))
+            return 1;
+    }
+    return 0;
+}
+
+/* Via fls_gof; n large enough that every cell is a bin of its own. */
+fls_status fls_audit_equal_cells(const int64_t *counts, int K, int64_t impossible, double alpha,
+                                 fls_audit_row *r)
 {
     double *u = malloc((size_t)K * sizeof(double));
     if (!u)
@@ -223,7 +240,6 @@ static fls_status equal_cells_test(const int64_t *counts, int K, int64_t impossi
         n += counts[j];
     }
     fls_bins bins;
-    /* n large enough that every cell is a bin of its own */
     fls_status st = fls_bins_build(&bins, u, K, (int64_t)(FLS_STATS_MIN_EXPECTED * K) + 1, K);
     free(u);
     if (st != FLS_OK)
@@ -289,13 +305,9 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
 
     /* sizes of the pooled tests */
     const int64_t n_all = B * N;
-    int K = (int)(n_all / (int64_t)FLS_STATS_MIN_EXPECTED);
-    K = K > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : K < 2 ? 2 : K;
+    const int K = fls_stats_equal_cells_for(n_all);
     const int64_t pairs_d = B * (N / 2), pairs_r = (B / 2) * N;
-    int Kd = (int)floor(sqrt((double)pairs_d / FLS_STATS_MIN_EXPECTED)),
-        Kr = (int)floor(sqrt((double)pairs_r / FLS_STATS_MIN_EXPECTED));
-    Kd = Kd > PAIR_MAX_SIDE ? PAIR_MAX_SIDE : Kd < 2 ? 2 : Kd;
-    Kr = Kr > PAIR_MAX_SIDE ? PAIR_MAX_SIDE : Kr < 2 ? 2 : Kr;
+    const int Kd = fls_stats_pair_side(pairs_d), Kr = fls_stats_pair_side(pairs_r);
     /* the conditional positions: at most (K - 1) per draw; cells sized on the count of transforms seen */
     int Kc = 0;
 
@@ -345,8 +357,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             const int64_t support = T > 0.0 ? sup.size : 1, kk = K_b < support ? K_b : support;
             n_cond_max += N * (kk - 1);
         }
-        Kc = (int)(n_cond_max / (int64_t)FLS_STATS_MIN_EXPECTED);
-        Kc = Kc > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : Kc < 2 ? 2 : Kc;
+        Kc = fls_stats_equal_cells_for(n_cond_max);
         st = FLS_ERR_OUT_OF_MEMORY;
         if (!(ccount = calloc((size_t)Kc, sizeof(int64_t))))
             goto done;
@@ -524,7 +535,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
     snprintf(note, sizeof note, "transform seed %llu", (unsigned long long)o->seed);
     row_init(&rows[r], name, "gof", V, n_all, alpha);
     snprintf(rows[r].kind, sizeof rows[r].kind, "gof");
-    if ((st = equal_cells_test(gof, K, impossible, alpha, &rows[r])) != FLS_OK)
+    if ((st = fls_audit_equal_cells(gof, K, impossible, alpha, &rows[r])) != FLS_OK)
         goto done;
     snprintf(rows[r].note, sizeof rows[r].note, "%.40s; %lld sample(s) on zero-probability tokens", note,
              (long long)impossible);
@@ -588,7 +599,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             row->pass = 1;
             snprintf(row->note, sizeof row->note, "one draw per row: no pairs, nothing tested");
         } else {
-            if ((st = equal_cells_test(cd, Kd * Kd, imp_d, alpha, row)) != FLS_OK)
+            if ((st = fls_audit_equal_cells(cd, Kd * Kd, imp_d, alpha, row)) != FLS_OK)
                 goto done;
             snprintf(row->note, sizeof row->note, "%lld pairs (draw 2k, 2k+1) on a %dx%d grid of u",
                      (long long)n_pd, Kd, Kd);
@@ -603,7 +614,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             row->pass = 1;
             snprintf(row->note, sizeof row->note, "one row: no pairs of rows, nothing tested");
         } else {
-            if ((st = equal_cells_test(crw, Kr * Kr, imp_r, alpha, row)) != FLS_OK)
+            if ((st = fls_audit_equal_cells(crw, Kr * Kr, imp_r, alpha, row)) != FLS_OK)
                 goto done;
             snprintf(row->note, sizeof row->note, "%lld pairs (row 2i, 2i+1) on a %dx%d grid of u",
                      (long long)n_pr, Kr, Kr);
@@ -686,7 +697,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             row->pass = 1;
             snprintf(row->note, sizeof row->note, "no support beyond the first position: nothing tested");
         } else {
-            if ((st = equal_cells_test(ccount, Kc, imp_pl, alpha, row)) != FLS_OK)
+            if ((st = fls_audit_equal_cells(ccount, Kc, imp_pl, alpha, row)) != FLS_OK)
                 goto done;
             snprintf(row->note, sizeof row->note,
                      "%lld transforms (positions 2..%d); %lld impossible tuple(s)", (long long)n_cond,
@@ -701,7 +712,7 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
             snprintf(row->note, sizeof row->note,
                      "(V + 1)^K > 65536 tuples: not enumerated (pl-cond tests them)");
         } else {
-            if ((st = equal_cells_test(tcount, K, imp_pl, alpha, row)) != FLS_OK)
+            if ((st = fls_audit_equal_cells(tcount, K, imp_pl, alpha, row)) != FLS_OK)
                 goto done;
             snprintf(row->note, sizeof row->note, "%lld ordered tuples in %lld cells of each row's tuple pmf",
                      (long long)n_tup, (long long)tcells);

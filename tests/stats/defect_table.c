@@ -73,62 +73,14 @@ static double rate(gal_scenario s, gallery_sampler f, int64_t N, const char *tes
             fprintf(stderr, "audit failed\n");
             exit(1);
         }
-        int flagged = 0;
-        for (size_t k = 0; k < n; k++) {
-            const char *slash = strrchr(rows[k].test, '/');
-            if ((!test || (slash && !strcmp(slash + 1, test))) && !rows[k].pass)
-                flagged = 1;
-        }
-        hits += flagged;
+        hits += fls_audit_rows_flagged(rows, n, test);
     }
     free(tok);
     gal_free(&d);
     return (double)hits / reps;
 }
 
-/* ---- N for power 0.999 ---- */
-
-typedef struct tail_ctx {
-    double m, r, alpha;
-    int64_t B;
-} tail_ctx;
-
-static double tail_power(const void *c, int64_t N)
-{
-    const tail_ctx *t = c;
-    return fls_stats_binom_power(N * t->B, t->m, t->m * (1.0 - t->r), t->alpha);
-}
-
-typedef struct cells_ctx {
-    const double *p, *q;
-    int64_t B, V;
-    double alpha;
-} cells_ctx;
-
-static double cells_power(const void *c, int64_t N)
-{
-    const cells_ctx *x = c;
-    const int K = gal_gof_K(x->B * N);
-    double Q[FLS_STATS_MAX_BINS];
-    gal_gof_cells(x->p, x->q, x->B, x->V, K, Q);
-    return gal_power_cells(Q, K, x->B * N, x->alpha);
-}
-
-typedef struct same_ctx {
-    const double *p;
-    int64_t V, pairs_per_n;
-    double alpha;
-} same_ctx;
-
-static double same_power(const void *c, int64_t N)
-{
-    const same_ctx *x = c;
-    const int64_t pairs = x->pairs_per_n * N;
-    const int K = gal_pair_side(pairs);
-    double Q[64];
-    gal_pair_cells_same(x->p, x->V, K, Q);
-    return gal_power_cells(Q, K * K, pairs, x->alpha);
-}
+/* ---- the table (N for power 0.999: the power models of gallery.h) ---- */
 
 static void row(const char *defect, const char *scen, const char *test, const char *n_how, int64_t N,
                 double r1, double r4, const char *invisible)
@@ -212,20 +164,20 @@ int main(int argc, char **argv)
            "| what stays invisible |\n|---|---|---|---|---|---|---|\n");
     const int reps = g_reps;
     {
-        tail_ctx t = {m15, r24 - 2.0 * r24_se, g_alpha, d.in.B};
-        int64_t N = gal_smallest_n(tail_power, &t, FLS_STATS_POWER, 1);
+        gal_tail_ctx t = {m15, r24 - 2.0 * r24_se, g_alpha, d.in.B};
+        int64_t N = fls_stats_smallest_n(gal_tail_power, &t, FLS_STATS_POWER, GAL_MIN_N);
         row("Gumbel noise from 24-bit uniforms (G <= 16.64)", "deep", "tail15",
             "exact binomial, measured deficit", N, rate(GAL_DEEP, sampler_gumbel24, N, "tail15", reps, 1000),
             rate(GAL_DEEP, sampler_gumbel24, N / 4, "tail15", reps, 2000),
             "rows with no mass beyond ~16 nats (24-bit uniforms lose < 2% at 15 nats, 10% at 16)");
-        tail_ctx c15 = {m15, 1.0, g_alpha, d.in.B};
-        N = gal_smallest_n(tail_power, &c15, FLS_STATS_POWER, 1);
+        gal_tail_ctx c15 = {m15, 1.0, g_alpha, d.in.B};
+        N = fls_stats_smallest_n(gal_tail_power, &c15, FLS_STATS_POWER, GAL_MIN_N);
         row("tokens > 15 nats below the head dropped", "deep", "tail15", "exact binomial", N,
             rate(GAL_DEEP, sampler_cut15, N, "tail15", reps, 3000),
             rate(GAL_DEEP, sampler_cut15, N / 4, "tail15", reps, 4000),
             "a cut below a row's deepest tokens removes nothing");
-        tail_ctx c17 = {m15, m18 / m15, g_alpha, d.in.B};
-        N = gal_smallest_n(tail_power, &c17, FLS_STATS_POWER, 1);
+        gal_tail_ctx c17 = {m15, m18 / m15, g_alpha, d.in.B};
+        N = fls_stats_smallest_n(gal_tail_power, &c17, FLS_STATS_POWER, GAL_MIN_N);
         row("tokens > 18 nats below the head dropped", "deep", "tail15", "exact binomial", N,
             rate(GAL_DEEP, sampler_cut18, N, "tail15", reps, 5000),
             rate(GAL_DEEP, sampler_cut18, N / 4, "tail15", reps, 6000),
@@ -250,8 +202,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) {
         gal_make(cells[i].s, &d);
         double *pp = probs_of(&d, exact), *q = probs_of(&d, cells[i].q);
-        cells_ctx c = {pp, q, d.in.B, d.in.V, g_alpha};
-        int64_t N = gal_smallest_n(cells_power, &c, FLS_STATS_POWER, 1);
+        gal_cells_ctx c = {pp, q, d.in.B, d.in.V, g_alpha};
+        int64_t N = fls_stats_smallest_n(gal_cells_power, &c, FLS_STATS_POWER, GAL_MIN_N);
         char how[96];
         double tv = 0.0;
         for (int64_t b = 0; b < d.in.B; b++)
@@ -268,14 +220,14 @@ int main(int argc, char **argv)
     {
         gal_make(GAL_PAIRS, &d);
         double *pp = probs_of(&d, exact);
-        same_ctx c = {pp, d.in.V, d.in.B, g_alpha};
-        int64_t N = 2 * gal_smallest_n(same_power, &c, FLS_STATS_POWER, 2);
+        gal_same_ctx c = {pp, d.in.V, d.in.B, g_alpha};
+        int64_t N = 2 * fls_stats_smallest_n(gal_same_power, &c, FLS_STATS_POWER, GAL_MIN_N);
         row("noise reused across draws (every draw the same token)", "pairs", "pairs-draws",
             "noncentral chi-square", N, rate(GAL_PAIRS, sampler_reuse_noise, N, "pairs-draws", reps, 9000),
             rate(GAL_PAIRS, sampler_reuse_noise, N / 4 > 2 ? N / 4 : 2, "pairs-draws", reps, 9100),
             "reuse between draws the test does not pair (e.g. draw 0 and 2)");
-        same_ctx c2 = {pp, d.in.V, d.in.B / 2, g_alpha};
-        N = gal_smallest_n(same_power, &c2, FLS_STATS_POWER, 1);
+        gal_same_ctx c2 = {pp, d.in.V, d.in.B / 2, g_alpha};
+        N = fls_stats_smallest_n(gal_same_power, &c2, FLS_STATS_POWER, GAL_MIN_N);
         row("one seed for every row (identical rows)", "pairs", "pairs-rows", "noncentral chi-square", N,
             rate(GAL_PAIRS, sampler_seed_ignores_row, N, "pairs-rows", reps, 9200),
             rate(GAL_PAIRS, sampler_seed_ignores_row, N / 4 > 1 ? N / 4 : 1, "pairs-rows", reps, 9300),

@@ -121,35 +121,15 @@ static void gal_options(gal_scenario s, double alpha, fls_tokens_options *o)
     o->name = gal_scenario_name[s];
 }
 
-/* ---- power of the audit against a known defective distribution ---- */
+/* ---- power of the audit against a known defective distribution ----
+ * (the global test's cells and power, the audit's cell counts and the
+ * smallest-N search are fls_stats_gof_cells, fls_stats_cells_power,
+ * fls_stats_equal_cells_for, fls_stats_pair_side and fls_stats_smallest_n) */
 
-typedef struct gal_cdf {
-    double *start, *p; /* per token: interval [start, start + p) of the row's transform */
-} gal_cdf;
-
-static int gal_by_p(const void *a, const void *b)
-{
-    const double *x = a, *y = b; /* pairs (p, index) */
-    if (x[0] != y[0])
-        return x[0] > y[0] ? -1 : 1;
-    return x[1] < y[1] ? -1 : (x[1] > y[1]);
-}
-
-static void gal_cdf_of(const double *p, int64_t V, double *start)
-{
-    double *o = malloc((size_t)(2 * V) * sizeof(double));
-    for (int64_t v = 0; v < V; v++) {
-        o[2 * v] = p[v];
-        o[2 * v + 1] = (double)v;
-    }
-    qsort(o, (size_t)V, 2 * sizeof(double), gal_by_p);
-    double acc = 0.0;
-    for (int64_t k = 0; k < V; k++) {
-        start[(int64_t)o[2 * k + 1]] = acc;
-        acc += o[2 * k];
-    }
-    free(o);
-}
+/* The stated N's search starts here (fls_stats_smallest_n's lo): below 16 draws
+ * per row the noncentral chi-square model of a few pairs or cells is not
+ * trusted, so no stated N is smaller. */
+#define GAL_MIN_N 16
 
 static double gal_overlap(double a0, double a1, double b0, double b1)
 {
@@ -157,45 +137,12 @@ static double gal_overlap(double a0, double a1, double b0, double b1)
     return hi > lo ? hi - lo : 0.0;
 }
 
-/* Cells of the global test under q (K equal cells of u), averaged over rows:
- * Q_j = mean_b sum_v q_bv |I_bv n cell_j| / p_bv. */
-static void gal_gof_cells(const double *p, const double *q, int64_t B, int64_t V, int K, double *Q)
-{
-    double *start = malloc((size_t)V * sizeof(double));
-    memset(Q, 0, (size_t)K * sizeof(double));
-    for (int64_t b = 0; b < B; b++) {
-        const double *pb = p + b * V, *qb = q + b * V;
-        gal_cdf_of(pb, V, start);
-        for (int64_t v = 0; v < V; v++) {
-            if (!(pb[v] > 0.0) || !(qb[v] > 0.0))
-                continue;
-            int j0 = (int)(start[v] * K), j1 = (int)((start[v] + pb[v]) * K);
-            for (int j = j0; j <= j1 && j < K; j++)
-                Q[j] += qb[v] * gal_overlap(start[v], start[v] + pb[v], (double)j / K, (double)(j + 1) / K) /
-                        pb[v] / (double)B;
-        }
-    }
-    free(start);
-}
-
-/* Power of the level-alpha global test (K cells, n samples; chi-square at
- * alpha / KAPPA) against cell probabilities Q: noncentral chi-square with
- * lambda = n sum (Q_j - 1/K)^2 K. */
-static double gal_power_cells(const double *Q, int K, int64_t n, double alpha)
-{
-    double lambda = 0.0;
-    for (int j = 0; j < K; j++)
-        lambda += (Q[j] - 1.0 / K) * (Q[j] - 1.0 / K) * K;
-    lambda *= (double)n;
-    return fls_stats_power(K - 1, alpha / FLS_STATS_CHI2_KAPPA, lambda);
-}
-
 /* Cells of a pairs test (K x K) when both members of a pair are always the same
  * token (reused noise; rows with one seed and identical logits). */
 static void gal_pair_cells_same(const double *p, int64_t V, int K, double *Q)
 {
     double *start = malloc((size_t)V * sizeof(double));
-    gal_cdf_of(p, V, start);
+    (void)fls_stats_cdf_start(p, V, start);
     memset(Q, 0, (size_t)(K * K) * sizeof(double));
     for (int64_t v = 0; v < V; v++) {
         if (!(p[v] > 0.0))
@@ -212,40 +159,50 @@ static void gal_pair_cells_same(const double *p, int64_t V, int K, double *Q)
     free(start);
 }
 
-/* The number of cells the audit uses for n samples (fls_audit_tokens' rule). */
-static int gal_gof_K(int64_t n)
+/* The power models of the stated N (fls_stats_smallest_n): a tail test's exact
+ * binomial (mass m, the defect keeping a fraction 1 - r of it), the global
+ * test against known wrong probabilities q, and a pairs test whose pairs are
+ * always one token. */
+typedef struct gal_tail_ctx {
+    double m, r, alpha;
+    int64_t B;
+} gal_tail_ctx;
+
+static double gal_tail_power(const void *c, int64_t N)
 {
-    int K = (int)(n / (int64_t)FLS_STATS_MIN_EXPECTED);
-    return K > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : K < 2 ? 2 : K;
+    const gal_tail_ctx *t = c;
+    return fls_stats_binom_power(N * t->B, t->m, t->m * (1.0 - t->r), t->alpha);
 }
 
-static int gal_pair_side(int64_t pairs)
+typedef struct gal_cells_ctx {
+    const double *p, *q;
+    int64_t B, V;
+    double alpha;
+} gal_cells_ctx;
+
+static double gal_cells_power(const void *c, int64_t N)
 {
-    int k = (int)floor(sqrt((double)pairs / FLS_STATS_MIN_EXPECTED));
-    return k > 8 ? 8 : k < 2 ? 2 : k;
+    const gal_cells_ctx *x = c;
+    const int K = fls_stats_equal_cells_for(x->B * N);
+    double Q[FLS_STATS_MAX_BINS];
+    (void)fls_stats_gof_cells(x->p, x->q, x->B, x->V, K, Q);
+    return fls_stats_cells_power(Q, K, x->B * N, x->alpha);
 }
 
-/* Smallest N (draws per row, on a doubling-then-bisection search) with
- * power(N) >= target; power must be nondecreasing in N (approximately). */
-typedef double (*gal_power_fn)(const void *ctx, int64_t N);
+typedef struct gal_same_ctx {
+    const double *p;
+    int64_t V, pairs_per_n;
+    double alpha;
+} gal_same_ctx;
 
-static int64_t gal_smallest_n(gal_power_fn f, const void *ctx, double target, int64_t lo)
+static double gal_same_power(const void *c, int64_t N)
 {
-    int64_t hi = lo > 1 ? lo : 1;
-    while (f(ctx, hi) < target) {
-        lo = hi;
-        hi *= 2;
-        if (hi > ((int64_t)1 << 36))
-            return -1;
-    }
-    while (hi - lo > 1 && hi > 16) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (f(ctx, mid) >= target)
-            hi = mid;
-        else
-            lo = mid;
-    }
-    return hi;
+    const gal_same_ctx *x = c;
+    const int64_t pairs = x->pairs_per_n * N;
+    const int K = fls_stats_pair_side(pairs);
+    double Q[64];
+    gal_pair_cells_same(x->p, x->V, K, Q);
+    return fls_stats_cells_power(Q, K * K, pairs, x->alpha);
 }
 
 #endif

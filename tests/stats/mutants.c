@@ -729,61 +729,17 @@ fls_status mut_merge_first_on_ties(const mut_input *in, int64_t N, uint64_t seed
 
 /* ---- power ---- */
 
-static void cdf_start(const double *p, int64_t V, double *start)
-{
-    (void)fls_stats_cdf_start(p, V, start);
-}
-
 static double overlap(double a0, double a1, double b0, double b1)
 {
     double lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
     return hi > lo ? hi - lo : 0.0;
 }
 
-void mut_gof_cells(const double *p, const double *q, int64_t B, int64_t V, int K, double *Q)
-{
-    double *start = malloc((size_t)V * sizeof(double));
-    memset(Q, 0, (size_t)K * sizeof(double));
-    for (int64_t b = 0; b < B; b++) {
-        const double *pb = p + b * V, *qb = q + b * V;
-        cdf_start(pb, V, start);
-        for (int64_t v = 0; v < V; v++) {
-            if (!(pb[v] > 0.0) || !(qb[v] > 0.0))
-                continue;
-            int j0 = (int)(start[v] * K), j1 = (int)((start[v] + pb[v]) * K);
-            for (int j = j0; j <= j1 && j < K; j++)
-                Q[j] += qb[v] * overlap(start[v], start[v] + pb[v], (double)j / K, (double)(j + 1) / K) /
-                        pb[v] / (double)B;
-        }
-    }
-    free(start);
-}
-
-double mut_cells_power(const double *Q, int K, int64_t n, double alpha)
-{
-    double lambda = 0.0;
-    for (int j = 0; j < K; j++)
-        lambda += (Q[j] - 1.0 / K) * (Q[j] - 1.0 / K) * K;
-    return fls_stats_power(K - 1, alpha / FLS_STATS_CHI2_KAPPA, lambda * (double)n);
-}
-
-int mut_gof_K(int64_t n)
-{
-    int K = (int)(n / (int64_t)FLS_STATS_MIN_EXPECTED);
-    return K > FLS_STATS_MAX_BINS ? FLS_STATS_MAX_BINS : K < 2 ? 2 : K;
-}
-
-int mut_pair_side(int64_t pairs)
-{
-    int k = (int)floor(sqrt((double)pairs / FLS_STATS_MIN_EXPECTED));
-    return k > 8 ? 8 : k < 2 ? 2 : k;
-}
-
 void mut_pair_cells_groups(const double *p, int64_t V, int64_t g, const int64_t *groups, int64_t B, int K,
                            double *Q)
 {
     double *start = malloc((size_t)V * sizeof(double)), c[8];
-    cdf_start(p, V, start);
+    (void)fls_stats_cdf_start(p, V, start);
     memset(Q, 0, (size_t)(K * K) * sizeof(double));
     for (int64_t b = 0; b < B; b++) {
         const int64_t k = groups[b];
@@ -800,25 +756,6 @@ void mut_pair_cells_groups(const double *p, int64_t V, int64_t g, const int64_t 
                 Q[x * K + y] += c[x] / P * c[y] / P / (double)B;
     }
     free(start);
-}
-
-int64_t mut_smallest_n(mut_power_fn f, const void *ctx, double target, int64_t lo)
-{
-    int64_t hi = lo > 1 ? lo : 1;
-    while (f(ctx, hi) < target) {
-        lo = hi;
-        hi *= 2;
-        if (hi > ((int64_t)1 << 36))
-            return -1;
-    }
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (f(ctx, mid) >= target)
-            hi = mid;
-        else
-            lo = mid;
-    }
-    return hi;
 }
 
 /* ---- the stated N ---- */
@@ -914,7 +851,7 @@ int64_t mut_n_boundary(mut_scenario s, mut_probs_fn mutant, double alpha, double
                     c.m += p[v];
                     c.m1 += q[v];
                 }
-            N = mut_smallest_n(bnd_power, &c, power, 1);
+            N = fls_stats_smallest_n(bnd_power, &c, power, 1);
             if (what)
                 *what = c.m;
             if (what2)
@@ -939,14 +876,14 @@ typedef struct cells_ctx {
 static double cells_power(const void *c, int64_t N)
 {
     cells_ctx *x = (cells_ctx *)c;
-    const int K = mut_gof_K(x->B * N);
+    const int K = fls_stats_equal_cells_for(x->B * N);
     if (K < 3)
         return 0.0;
     if (!x->have[K]) {
-        mut_gof_cells(x->p, x->q, x->B, x->V, K, x->Q[K]);
+        (void)fls_stats_gof_cells(x->p, x->q, x->B, x->V, K, x->Q[K]);
         x->have[K] = 1;
     }
-    return mut_cells_power(x->Q[K], K, x->B * N, x->alpha);
+    return fls_stats_cells_power(x->Q[K], K, x->B * N, x->alpha);
 }
 
 int64_t mut_n_cells(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what)
@@ -966,7 +903,7 @@ int64_t mut_n_cells(mut_scenario s, mut_probs_fn mutant, double alpha, double po
         c->B = in.B;
         c->V = in.V;
         c->alpha = alpha;
-        N = mut_smallest_n(cells_power, c, power, 3000 / in.B + 1);
+        N = fls_stats_smallest_n(cells_power, c, power, 3000 / in.B + 1);
         if (what)
             *what = tv;
     }
@@ -988,10 +925,10 @@ static double pairs_power(const void *c, int64_t N)
 {
     const pairs_ctx *x = c;
     const int64_t pairs = x->B * (N / 2);
-    const int K = mut_pair_side(pairs);
+    const int K = fls_stats_pair_side(pairs);
     double Q[64];
     mut_pair_cells_groups(x->p, x->V, x->g, x->groups, x->B, K, Q);
-    return mut_cells_power(Q, K * K, pairs, x->alpha);
+    return fls_stats_cells_power(Q, K * K, pairs, x->alpha);
 }
 
 int64_t mut_n_reused(uint64_t seed, double alpha, double power, int64_t *groups)
@@ -1003,7 +940,7 @@ int64_t mut_n_reused(uint64_t seed, double alpha, double power, int64_t *groups)
     if (p && in.B <= 16 && mut_probs_exact(&in, p) == FLS_OK) { /* identical rows: row 0's is used */
         mut_group_noise_reused_groups(&in, seed, groups);
         pairs_ctx c = {p, groups, in.B, in.V, in.group_size, alpha};
-        N = mut_smallest_n(pairs_power, &c, power, 2);
+        N = fls_stats_smallest_n(pairs_power, &c, power, 2);
     }
     free(p);
     mut_free(&in);

@@ -99,22 +99,13 @@ float mut_group_lse_f32(const float *x, int64_t n);
 
 /* ---- the stated N: power of the token audit against a mutant ---- */
 
-/* The cells (K equal cells of the transform u) of the global test under q,
- * averaged over rows: Q_j = mean_b sum_v q_bv |I_bv n cell_j| / p_bv. */
-void mut_gof_cells(const double *p, const double *q, int64_t B, int64_t V, int K, double *Q);
-/* Power of the level-alpha equal-cells test (chi-square at alpha / KAPPA, or
- * the exact binomial at K = 2 is not modelled: K >= 3) from n samples. */
-double mut_cells_power(const double *Q, int K, int64_t n, double alpha);
-/* The cells the token audit uses for n samples (global test; pairs side). */
-int mut_gof_K(int64_t n);
-int mut_pair_side(int64_t pairs);
+/* The global test's cells and power, the audit's cell counts and the
+ * smallest-N search: fls_stats_gof_cells, fls_stats_cells_power,
+ * fls_stats_equal_cells_for, fls_stats_pair_side, fls_stats_smallest_n. */
 /* The pair cells (K x K) when both draws of a pair come from the conditional
  * of group groups[b] (row b), averaged over rows. */
 void mut_pair_cells_groups(const double *p, int64_t V, int64_t g, const int64_t *groups, int64_t B, int K,
                            double *Q);
-/* Smallest N (>= lo) with f(N) >= target, f nondecreasing: doubling, then bisection. */
-typedef double (*mut_power_fn)(const void *ctx, int64_t N);
-int64_t mut_smallest_n(mut_power_fn f, const void *ctx, double target, int64_t lo);
 
 /* The stated N per row of each kind of check: the smallest N at which the
  * test that sees the mutant has power >= `power` at level alpha against the

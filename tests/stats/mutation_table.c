@@ -37,12 +37,7 @@ static int flagged(mut_scenario s, mut_sampler f, int64_t N, uint64_t seed, cons
     int hit = -1;
     if (tok && f(&in, N, seed, tok) == FLS_OK &&
         fls_audit_tokens(in.logits, in.B, in.V, in.V, in.temps, 1.0f, tok, N, &o, rows, &n) == FLS_OK) {
-        hit = 0;
-        for (size_t k = 0; k < n; k++) {
-            const char *slash = strrchr(rows[k].test, '/');
-            if (!rows[k].pass && (!test || (slash && !strcmp(slash + 1, test))))
-                hit = 1;
-        }
+        hit = fls_audit_rows_flagged(rows, n, test);
     }
     free(tok);
     mut_free(&in);

@@ -51,59 +51,7 @@ static size_t audit(gal_scenario s, gallery_sampler f, const char *who, int64_t 
     return n;
 }
 
-static const fls_audit_row *row_named(const fls_audit_row *rows, size_t n, const char *suffix)
-{
-    for (size_t k = 0; k < n; k++) {
-        const char *slash = strrchr(rows[k].test, '/');
-        if (slash && !strcmp(slash + 1, suffix))
-            return &rows[k];
-    }
-    return NULL;
-}
-
-/* ---- the stated N of each defect ---- */
-
-typedef struct tail_ctx {
-    double m, r, alpha;
-    int64_t B;
-} tail_ctx;
-
-static double tail_power(const void *c, int64_t N)
-{
-    const tail_ctx *t = c;
-    return fls_stats_binom_power(N * t->B, t->m, t->m * (1.0 - t->r), t->alpha);
-}
-
-typedef struct cells_ctx {
-    const double *p, *q;
-    int64_t B, V;
-    double alpha;
-} cells_ctx;
-
-static double cells_power(const void *c, int64_t N)
-{
-    const cells_ctx *x = c;
-    const int K = gal_gof_K(x->B * N);
-    double Q[FLS_STATS_MAX_BINS];
-    gal_gof_cells(x->p, x->q, x->B, x->V, K, Q);
-    return gal_power_cells(Q, K, x->B * N, x->alpha);
-}
-
-typedef struct same_ctx {
-    const double *p;
-    int64_t V, pairs_per_n;
-    double alpha;
-} same_ctx;
-
-static double same_power(const void *c, int64_t N)
-{
-    const same_ctx *x = c;
-    const int64_t pairs = x->pairs_per_n * N;
-    const int K = gal_pair_side(pairs);
-    double Q[64];
-    gal_pair_cells_same(x->p, x->V, K, Q);
-    return gal_power_cells(Q, K * K, pairs, x->alpha);
-}
+/* ---- the stated N of each defect (the power models of gallery.h) ---- */
 
 /* Exact reference probabilities of a scenario (B x V). */
 static double *scenario_probs(const gal_data *d)
@@ -126,8 +74,8 @@ static int64_t stated_n_tail(double r)
     gal_data d;
     gal_make(GAL_DEEP, &d);
     double *p = scenario_probs(&d);
-    tail_ctx t = {fls_stats_tail_mass(p, d.in.V, 15.0), r, suite_alpha(), d.in.B};
-    int64_t N = gal_smallest_n(tail_power, &t, 1.0 - suite_alpha(), 1);
+    gal_tail_ctx t = {fls_stats_tail_mass(p, d.in.V, 15.0), r, suite_alpha(), d.in.B};
+    int64_t N = fls_stats_smallest_n(gal_tail_power, &t, 1.0 - suite_alpha(), GAL_MIN_N);
     printf("deep: tail mass beyond 15 nats %.4g; deficit %.3f caught with power >= 1 - alpha at N %lld per "
            "row\n",
            t.m, r, (long long)N);
@@ -157,8 +105,8 @@ static int64_t stated_n_cells(gal_scenario s, fls_status (*probs)(const float *,
     double tv = 0.0;
     for (int64_t b = 0; b < d.in.B; b++)
         tv += fls_stats_tv(p + b * d.in.V, q + b * d.in.V, d.in.V) / (double)d.in.B;
-    cells_ctx c = {p, q, d.in.B, d.in.V, suite_alpha()};
-    int64_t N = gal_smallest_n(cells_power, &c, 1.0 - suite_alpha(), 1);
+    gal_cells_ctx c = {p, q, d.in.B, d.in.V, suite_alpha()};
+    int64_t N = fls_stats_smallest_n(gal_cells_power, &c, 1.0 - suite_alpha(), GAL_MIN_N);
     printf("%s: TV %.4g per row; the global test catches it with power >= 1 - alpha at N %lld per row\n",
            gal_scenario_name[s], tv, (long long)N);
     free(p);
@@ -172,9 +120,9 @@ static int64_t stated_n_same(gal_scenario s, int rows_pairs)
     gal_data d;
     gal_make(s, &d);
     double *p = scenario_probs(&d);
-    same_ctx c = {p, d.in.V, rows_pairs ? d.in.B / 2 : d.in.B, suite_alpha()};
+    gal_same_ctx c = {p, d.in.V, rows_pairs ? d.in.B / 2 : d.in.B, suite_alpha()};
     /* pairs of draws: B floor(N / 2) pairs; pairs of rows: (B / 2) N */
-    int64_t N = gal_smallest_n(same_power, &c, 1.0 - suite_alpha(), 2);
+    int64_t N = fls_stats_smallest_n(gal_same_power, &c, 1.0 - suite_alpha(), GAL_MIN_N);
     N = rows_pairs ? N : 2 * N;
     printf("%s: identical pairs caught with power >= 1 - alpha at N %lld per row\n", gal_scenario_name[s],
            (long long)N);
@@ -246,7 +194,7 @@ static void defect_case(gal_scenario s, gallery_sampler f, const char *who, int6
 {
     fls_audit_row rows[MAX_TEST_ROWS];
     size_t n = audit(s, f, who, N, 777 + (uint64_t)s, rows);
-    const fls_audit_row *r = row_named(rows, n, test);
+    const fls_audit_row *r = fls_audit_row_named(rows, n, test);
     cr_assert(r, "no row %s", test);
     cr_expect(!r->pass, "%s at N %lld per row was not flagged by %s (p %g, alpha %g)", who, (long long)N,
               r->test, r->p, r->alpha);

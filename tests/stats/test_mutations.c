@@ -61,21 +61,11 @@ static size_t audit(mut_scenario s, mut_sampler f, const char *who, int64_t N, u
     return n;
 }
 
-static const fls_audit_row *row_named(const fls_audit_row *rows, size_t n, const char *suffix)
-{
-    for (size_t k = 0; k < n; k++) {
-        const char *slash = strrchr(rows[k].test, '/');
-        if (slash && !strcmp(slash + 1, suffix))
-            return &rows[k];
-    }
-    return NULL;
-}
-
 static void mutant_case(mut_scenario s, mut_sampler f, const char *who, int64_t N, const char *test)
 {
     fls_audit_row rows[MAX_ROWS];
     size_t n = audit(s, f, who, N, 777 + (uint64_t)s, rows);
-    const fls_audit_row *r = row_named(rows, n, test);
+    const fls_audit_row *r = fls_audit_row_named(rows, n, test);
     cr_assert(r, "no row %s", test);
     cr_expect(!r->pass, "%s at N %lld per row was not flagged by %s (p %g, alpha %g)", who, (long long)N,
               r->test, r->p, r->alpha);
