@@ -16,6 +16,15 @@
 #include "common.cuh"
 #include "fls_cuda.h"
 #include "fls_dtype.h"
+#include "registry.h"
+#include "rules.cuh"
+#include "stair.h"
+#include "topc.h"
+
+extern "C" {
+#include "cpu_kernels.h"
+#include "cpu_rules.h"
+}
 
 #include <cublas_v2.h>
 #include <dlfcn.h>
@@ -488,6 +497,311 @@ static fls_ws fls_ws_view(const fls_cuda_state *s, unsigned epoch, unsigned long
     return ws;
 }
 
+/* ---- the rule family (kernels/rules.cuh) ---- */
+
+/* The top list's capacity on the GPU: the largest top-k of the call (up to
+ * 65536), and at least FLS_CUDA_TOP_CAP (default 256) when a row's nucleus
+ * or support log-sum-exp needs the list; 0 when the CPU engine keeps none.
+ * Any capacity gives the same tokens: a row whose statistics do not decide
+ * is decided from its full logits. */
+static int64_t fls_rule_top_cap(const fls_request *req, const cpu_rule_ctx *rc, int want_lse)
+{
+    if (rc->top_cap == 0)
+        return 0;
+    int64_t cap = 0, floor_cap = 256;
+    const char *e = getenv("FLS_CUDA_TOP_CAP");
+    if (e && atoll(e) > 0)
+        floor_cap = atoll(e);
+    for (int64_t b = 0; b < req->batch; b++) {
+        const double k = req->rule[b].value[FLS_FILTER_TOP_K], p = req->rule[b].value[FLS_FILTER_TOP_P];
+        if (k > (double)cap && k <= 65536.0)
+            cap = (int64_t)k;
+        /* a nucleus or a support's log-sum-exp that top-k does not bound */
+        if ((fls_top_k_off(k) || k > (double)floor_cap) &&
+            (!fls_top_p_off(p) || (want_lse && fls_temperature_noisy(req->rows[b].temperature))))
+            cap = cap > floor_cap ? cap : floor_cap;
+    }
+    cap = (cap + 31) / 32 * 32;
+    cap = cap < 32 ? 32 : cap;
+    return cap < req->vocab ? cap : req->vocab;
+}
+
+/* Row b's full tempered logits on the host (row i of the block at dL). */
+static fls_status fls_rule_row_host(cudaStream_t str, const float *dL, int64_t ldl, int64_t i, int64_t V,
+                                    float T, float *x)
+{
+    cudaError_t ce =
+        cudaMemcpyAsync(x, dL + (size_t)i * ldl, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, str);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(str);
+    if (ce != cudaSuccess)
+        return fls_from_cuda(ce);
+    for (int64_t v = 0; v < V; v++)
+        x[v] = fls_temper(x[v], T);
+    return FLS_OK;
+}
+
+static fls_status fls_rule_up(cudaStream_t str, void *dst, const void *src, size_t n)
+{
+    /* from pageable memory: the source is free to reuse when this returns */
+    cudaError_t ce = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, str);
+    return ce == cudaSuccess ? FLS_OK : fls_from_cuda(ce);
+}
+
+static fls_status fls_rule_down(cudaStream_t str, void *dst, const void *src, size_t n)
+{
+    cudaError_t ce = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, str);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(str);
+    return ce == cudaSuccess ? FLS_OK : fls_from_cuda(ce);
+}
+
+/*
+ * The rule family on the CUDA engine: the one-pass statistics of
+ * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
+ * whose logits cuBLAS computes into the workspace (W, H); rows the
+ * statistics leave undecided, and rows whose staircase overflowed, are
+ * finished exactly on the host with the CPU engine's code. Synchronous;
+ * outputs are staged and written only when every row succeeded.
+ */
+static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
+                                 const fls_matrix *L, const fls_request *req, const fls_outputs *out,
+                                 const fls_cuda_opts &opts)
+{
+    fls_cuda_state *s = ctx->cuda;
+    const int64_t B = req->batch, V = req->vocab, draws = req->draws, K = req->K;
+    const int want_lse = out->logsumexp != NULL || out->logprobs != NULL;
+    cpu_rule_ctx rc;
+    (void)cpu_rule_for(req, want_lse, &rc);
+    fls_cpu_kernels ck;
+    fls_cpu_select_kernels(ctx->simd, &ck);
+    const int64_t top_cap = fls_rule_top_cap(req, &rc, want_lse);
+    int32_t stair_cap = rc.stair_cap;
+    const char *cap_env = getenv("FLS_CUDA_STAIR_CAP"); /* tests: force overflows (any cap, same tokens) */
+    if (cap_env && atoi(cap_env) > 0)
+        stair_cap = atoi(cap_env);
+    const size_t topb = top_cap > 0 ? fls_topc_bytes(top_cap) : 0, sb = fls_stair_bytes(stair_cap);
+    /* rows per block: fused calls hold a block's logits (at most 512 MiB) */
+    int64_t nb = B;
+    if (!L) {
+        nb = ((int64_t)512 << 20) / (4 * V);
+        nb = nb < 1 ? 1 : (nb > B ? B : nb);
+    }
+    /* parts: about 8192 warps a block, at least 1024 tokens a part, multiples of 64 */
+    int64_t P = (8192 + nb - 1) / nb, Pmax = (V + 1023) / 1024;
+    P = P > Pmax ? Pmax : P;
+    P = P < 1 ? 1 : P;
+    int64_t S = (V + P - 1) / P;
+    S = (S + 63) / 64 * 64;
+    P = (V + S - 1) / S;
+    /* the state of a block, the lists at most 256 MiB: fewer parts otherwise */
+    while (P > 1 && (size_t)(nb * P) * topb > ((size_t)256 << 20)) {
+        S *= 2;
+        P = (V + S - 1) / S;
+    }
+    int64_t nd = ((int64_t)256 << 20) / (int64_t)((size_t)(nb * P) * sb);
+    /* a warp's states in shared memory: about 24 KB of staircases */
+    const int64_t nd_smem = (int64_t)(((size_t)24 << 10) > topb + sb ? (((size_t)24 << 10) - topb) / sb : 1);
+    nd = nd > nd_smem ? nd_smem : nd;
+    nd = nd < 1 ? 1 : (nd > draws ? draws : nd);
+
+    fls_row_params *rows_d = NULL;
+    fls_row_rule *rule_d = NULL;
+    fls_rule_dev d;
+    memset(&d, 0, sizeof d);
+    float *buf = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        fls_carve c = {pass ? s->ws : NULL, 0};
+        rows_d = c.take<fls_row_params>((size_t)B);
+        rule_d = c.take<fls_row_rule>((size_t)B);
+        d.part = c.take<fls_rpart>((size_t)(nb * P));
+        d.top = topb ? c.take<char>((size_t)(nb * P) * topb) : NULL;
+        d.stair = c.take<char>((size_t)(nb * P * nd) * sb);
+        d.cut = c.take<float>((size_t)B);
+        d.lse = c.take<double>((size_t)B);
+        d.code = c.take<int>((size_t)B);
+        d.overflow = c.take<int>((size_t)B);
+        d.pick = c.take<int32_t>((size_t)(nb * nd * K));
+        d.px = c.take<float>((size_t)(nb * nd * K));
+        d.pv = c.take<int64_t>((size_t)(nb * nd * K));
+        d.tok = c.take<int64_t>((size_t)(B * draws * K));
+        d.lp = c.take<float>((size_t)(B * draws * K));
+        buf = L ? NULL : c.take<float>((size_t)(nb * V));
+        if (pass == 0) {
+            fls_status st = fls_ensure_ws(s, c.off);
+            if (st != FLS_OK)
+                return st;
+        }
+    }
+    cudaStream_t str = s->stream;
+    fls_status st = fls_rule_up(str, rows_d, req->rows, (size_t)B * sizeof(fls_row_params));
+    if (st == FLS_OK)
+        st = fls_rule_up(str, rule_d, req->rule, (size_t)B * sizeof(fls_row_rule));
+    if (st != FLS_OK)
+        return st;
+    d.V = V;
+    d.Pw = (int)P;
+    d.S = S;
+    d.top_cap = top_cap;
+    d.stair_cap = stair_cap;
+    d.nd = (int)nd;
+    {
+        /* shared-memory mode when a warp's states fit: 8 warps a block, merged in the block */
+        const size_t wb = fls_rule_smem_bytes(d, 1);
+        int64_t rw = (int64_t)(FLS_RSMEM_MAX / wb);
+        rw = rw > 8 ? 8 : rw;
+        d.smem = rw >= 1 && getenv("FLS_CUDA_RULE_GLOBAL") == NULL;
+        d.rw = d.smem ? (int)rw : 4;
+        d.P = d.smem ? (int)((P + rw - 1) / rw) : (int)P;
+    }
+    d.K = K;
+    d.moments = (req->needs & FLS_NEED_MOMENTS) != 0;
+    d.need_s = want_lse;
+    for (int64_t b = 0; b < B && !d.need_s; b++)
+        d.need_s = !fls_top_p_off(req->rule[b].value[FLS_FILTER_TOP_P]);
+    d.gup = s->no_skip || opts.no_skip ? NULL : s->gbound;
+    d.want_lse = want_lse;
+    d.first_draw = req->first_draw;
+    d.draws = draws;
+    d.rows = rows_d;
+    d.rule = rule_d;
+
+    int *code = (int *)malloc((size_t)B * sizeof(int));
+    int *ovf = (int *)malloc((size_t)B * sizeof(int));
+    float *x = (float *)malloc((size_t)V * sizeof(float));
+    int64_t *htok = (int64_t *)malloc((size_t)(draws * K) * sizeof(int64_t));
+    float *hlp = (float *)malloc((size_t)(draws * K) * sizeof(float));
+    if (!code || !ovf || !x || !htok || !hlp)
+        st = FLS_ERR_OUT_OF_MEMORY;
+    uint64_t redone = 0;
+    for (int64_t r0 = 0; r0 < B && st == FLS_OK; r0 += nb) {
+        const int64_t nbc = B - r0 < nb ? B - r0 : nb;
+        d.nb = (int)nbc;
+        d.r0 = (int)r0;
+        if (L) {
+            d.L = (const float *)L->data + (size_t)r0 * L->ld;
+            d.ldl = L->ld;
+        } else {
+            fls_matrix Hb = *H;
+            Hb.data = (const char *)H->data + (size_t)r0 * H->ld * fls_dtype_bytes(H->dtype);
+            Hb.rows = nbc;
+            st = fls_gemm_logits(s, W, &Hb, 0, V, buf, V, opts.force_simt);
+            d.L = buf;
+            d.ldl = V;
+        }
+        for (int64_t db = 0; db < draws && st == FLS_OK; db += nd) {
+            d.nd = (int)(draws - db < nd ? draws - db : nd);
+            d.draw0 = (uint32_t)db;
+            st = fls_from_cuda(fls_rule_launch_fold(d, db == 0, str));
+            if (st == FLS_OK && db == 0) {
+                /* the rows the statistics left undecided: their full row, on the host */
+                st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+                for (int64_t i = 0; i < nbc && st == FLS_OK; i++) {
+                    const int64_t b = r0 + i;
+                    if (code[b] != FLS_RC_SECOND)
+                        continue;
+                    fls_rpart pt;
+                    st = fls_rule_down(str, &pt, d.part + (size_t)i * d.P, sizeof pt);
+                    if (st == FLS_OK)
+                        st = fls_rule_row_host(str, d.L, d.ldl, i, V, req->rows[b].temperature, x);
+                    if (st != FLS_OK)
+                        break;
+                    cpu_part part;
+                    part.lse.m = pt.lse_m;
+                    part.lse.s = pt.lse_s;
+                    part.n = pt.n;
+                    part.mean = pt.mean;
+                    part.m2 = pt.m2;
+                    float c;
+                    double l;
+                    const int r = cpu_rule_reference_cut_lse(&rc, b, x, &part, &c, &l);
+                    if (r != FLS_OK) {
+                        st = (fls_status)r;
+                        break;
+                    }
+                    code[b] = FLS_RC_OK;
+                    st = fls_rule_up(str, d.cut + b, &c, sizeof c);
+                    if (st == FLS_OK)
+                        st = fls_rule_up(str, d.lse + b, &l, sizeof l);
+                    if (st == FLS_OK)
+                        st = fls_rule_up(str, d.code + b, &code[b], sizeof(int));
+                    redone++;
+                }
+            }
+            if (st == FLS_OK)
+                st = fls_from_cuda(fls_rule_launch_select(d, str));
+        }
+        /* rows whose staircase overflowed: the CPU engine's exact reference */
+        if (st == FLS_OK)
+            st = fls_rule_down(str, ovf + r0, d.overflow + r0, (size_t)nbc * sizeof(int));
+        if (st == FLS_OK)
+            st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+        for (int64_t i = 0; i < nbc && st == FLS_OK; i++) {
+            const int64_t b = r0 + i;
+            if (!ovf[b] || code[b] != FLS_RC_OK)
+                continue;
+            fls_rpart pt;
+            st = fls_rule_down(str, &pt, d.part + (size_t)i * d.P, sizeof pt);
+            if (st == FLS_OK)
+                st = fls_rule_row_host(str, d.L, d.ldl, i, V, req->rows[b].temperature, x);
+            if (st != FLS_OK)
+                break;
+            cpu_part part;
+            part.lse.m = pt.lse_m;
+            part.lse.s = pt.lse_s;
+            part.n = pt.n;
+            part.mean = pt.mean;
+            part.m2 = pt.m2;
+            double l;
+            const int r = cpu_rule_reference_row(&rc, b, x, &part, ck.gumbel, htok, hlp, &l);
+            if (r != FLS_OK) {
+                st = (fls_status)r;
+                break;
+            }
+            st = fls_rule_up(str, d.tok + (size_t)(b * draws * K), htok,
+                             (size_t)(draws * K) * sizeof(int64_t));
+            if (st == FLS_OK)
+                st = fls_rule_up(str, d.lp + (size_t)(b * draws * K), hlp,
+                                 (size_t)(draws * K) * sizeof(float));
+            if (st == FLS_OK)
+                st = fls_rule_up(str, d.lse + b, &l, sizeof l);
+            redone++;
+        }
+    }
+    /* the CPU engine's order: a NaN, then an overflow of l / T, then an empty row */
+    if (st == FLS_OK) {
+        const int order[3] = {FLS_RC_NAN, FLS_RC_TEMP, FLS_RC_ALL_MASKED};
+        const fls_status as[3] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED};
+        for (int k = 0; k < 3 && st == FLS_OK; k++)
+            for (int64_t b = 0; b < B; b++)
+                if (code[b] == order[k]) {
+                    st = as[k];
+                    break;
+                }
+    }
+    if (st == FLS_OK) {
+        cudaError_t ce = cudaMemcpyAsync(out->tokens, d.tok, (size_t)(B * draws * K) * sizeof(int64_t),
+                                         cudaMemcpyDeviceToDevice, str);
+        if (ce == cudaSuccess && out->logprobs)
+            ce = cudaMemcpyAsync(out->logprobs, d.lp, (size_t)(B * draws * K) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, str);
+        if (ce == cudaSuccess && out->logsumexp)
+            ce = fls_rule_launch_to_float(d.lse, out->logsumexp, B, str);
+        if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(str);
+        if (ce != cudaSuccess)
+            st = fls_from_cuda(ce);
+    }
+    if (req->second_pass_rows)
+        *req->second_pass_rows += redone;
+    free(code);
+    free(ovf);
+    free(x);
+    free(htok);
+    free(hlp);
+    return st;
+}
+
 extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                    const fls_matrix *L, const fls_request *req, const fls_outputs *out,
                                    const fls_cuda_opts *opts_in)
@@ -505,8 +819,6 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
         return FLS_ERR_UNSUPPORTED; /* 32-bit token field of the packed winner */
     if (L && L->dtype != FLS_DTYPE_F32)
         return FLS_ERR_DTYPE; /* from-logits on the GPU takes fp32 logits */
-    if (req->rule)
-        return FLS_ERR_UNSUPPORTED; /* the rule family: CPU engine (docs/RULES.md) */
     const bool grouped = req->method == FLS_METHOD_GROUPED;
     const int g = grouped ? (int)req->group_size : 0;
     if (grouped && g > 4096)
@@ -520,6 +832,11 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     const bool capturing = cap_status != cudaStreamCaptureStatusNone;
     if (capturing && !req->params_on_device)
         return FLS_ERR_UNSUPPORTED; /* a graph would replay the host's rows of this call: params_on_device */
+    if (req->rule) {
+        if (capturing || req->params_on_device || req->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
+            return FLS_ERR_UNSUPPORTED; /* rule calls are synchronous (docs/GPU.md) */
+        return fls_cuda_rules(ctx, W, H, L, req, out, opts);
+    }
 
     fls_kind kind;
     int tile_b = 0;

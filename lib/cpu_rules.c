@@ -55,18 +55,7 @@ void cpu_part_span(cpu_part *p, const float *x, int64_t n, int moments)
 void cpu_part_merge(cpu_part *a, const cpu_part *b)
 {
     fls_lse_merge(&a->lse, b->lse.m, b->lse.s);
-    if (b->n == 0.0)
-        return;
-    if (a->n == 0.0) {
-        a->n = b->n;
-        a->mean = b->mean;
-        a->m2 = b->m2;
-        return;
-    }
-    const double n = a->n + b->n, d = b->mean - a->mean;
-    a->mean += d * b->n / n;
-    a->m2 += b->m2 + d * d * a->n * b->n / n;
-    a->n = n;
+    fls_moments_merge(&a->n, &a->mean, &a->m2, b->n, b->mean, b->m2);
 }
 
 /* ---- the temperature rule ---- */
@@ -151,36 +140,6 @@ static void fam_row_merge(void *a, const void *b)
     fls_topc_merge(a, b);
 }
 
-/* The outputs of one draw from the picked support tokens (x, v), best key
- * first: tokens, and each position's log-probability given the positions
- * before it (0 for greedy rows; positions past the picks: -1 and 0). */
-static void write_draw(const float *px, const int64_t *pv, int32_t n, int64_t K, int greedy, double m,
-                       double lse, int64_t *tok, float *lp)
-{
-    double removed = 0.0;
-    const double Z = exp(lse - m);
-    for (int64_t j = 0; j < K; j++) {
-        if (j >= n) {
-            tok[j] = -1;
-            lp[j] = 0.0f;
-            continue;
-        }
-        tok[j] = pv[j];
-        if (greedy) {
-            lp[j] = 0.0f;
-        } else if (j == 0) {
-            lp[j] = (float)((double)px[j] - lse);
-        } else {
-            const double e = exp((double)px[j] - m);
-            double rem = Z - removed;
-            rem = rem > e ? rem : e; /* rounding: never less than the token's own mass */
-            lp[j] = (float)((double)px[j] - m - log(rem));
-        }
-        if (!greedy)
-            removed += exp((double)px[j] - m);
-    }
-}
-
 /* Row b's draws from their staircases once the support cutoff c is known:
  * the K best keys with x >= c (fls_stair_select); m the row's max, l its
  * support's log-sum-exp. CPU_RULE_SECOND_PASS when a staircase overflowed. */
@@ -212,7 +171,7 @@ static int fam_select(const cpu_rule_ctx *rc, int64_t b, float c, double m, doub
         if (n == 0)
             status = FLS_ERR_ALL_MASKED;
         else
-            write_draw(px, pv, n, rc->K, greedy, m, l, tok + d * rc->K, lp + d * rc->K);
+            fls_write_draw(px, pv, n, rc->K, greedy, m, l, tok + d * rc->K, lp + d * rc->K);
         for (int64_t j = rr->K; j < rc->K && n > 0; j++) { /* past this row's own K */
             tok[d * rc->K + j] = -1;
             lp[d * rc->K + j] = 0.0f;
@@ -533,7 +492,7 @@ int cpu_rule_reference_row(const cpu_rule_ctx *rc, int64_t b, const float *x, co
             px[q] = st.top[i].x;
             pv[q] = v;
         }
-        write_draw(px, pv, (int32_t)n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K);
+        fls_write_draw(px, pv, (int32_t)n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K);
     }
     free(pk);
 done:
@@ -544,35 +503,48 @@ done:
     return r;
 }
 
-int cpu_rule_second_pass_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
-                             const char *cands, cpu_gumbel_fn gumbel, int64_t *tok, float *lp, double *lse)
+int cpu_rule_reference_cut_lse(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
+                               float *c, double *lse)
 {
     const fls_request *req = rc->req;
-    if (!cands || !req->rule)
-        return cpu_rule_reference_row(rc, b, x, part, gumbel, tok, lp, lse);
     const int greedy = !fls_temperature_noisy(req->rows[b].temperature);
     fls_filter_stats st;
     cpu_part own;
     fls_top_entry *all = reference_stats(x, req->vocab, part, 1, &st, &own);
     if (!all)
         return FLS_ERR_OUT_OF_MEMORY;
-    float c = -INFINITY;
     double l = 0.0;
-    int r;
+    int r = FLS_OK;
+    *c = -INFINITY;
     if (st.m == -INFINITY)
         r = FLS_ERR_ALL_MASKED;
-    else if (fls_filter_chain(&st, req->rule[b].value, &c) != FLS_CUT_OK)
+    else if (req->rule && fls_filter_chain(&st, req->rule[b].value, c) != FLS_CUT_OK)
         r = FLS_ERR_INTERNAL; /* complete statistics always decide */
-    else if (!greedy && fls_support_lse(&st, c, 0, &l) != FLS_CUT_OK)
+    else if (!greedy && fls_support_lse(&st, *c, 0, &l) != FLS_CUT_OK)
         r = FLS_ERR_INTERNAL;
-    else {
-        if (greedy)
-            l = st.m;
-        r = fam_select(rc, b, c, st.m, l, cands, tok, lp);
+    else if (greedy)
+        l = st.m;
+    *lse = l;
+    free(all);
+    return r;
+}
+
+int cpu_rule_second_pass_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
+                             const char *cands, cpu_gumbel_fn gumbel, int64_t *tok, float *lp, double *lse)
+{
+    const fls_request *req = rc->req;
+    if (!cands || !req->rule)
+        return cpu_rule_reference_row(rc, b, x, part, gumbel, tok, lp, lse);
+    float c;
+    double l;
+    int r = cpu_rule_reference_cut_lse(rc, b, x, part, &c, &l);
+    if (r == FLS_OK) {
+        /* the max: the part's, as reference_stats takes it */
+        const double m = part ? part->lse.m : fls_lse_span(x, req->vocab).m;
+        r = fam_select(rc, b, c, m, l, cands, tok, lp);
         if (r == FLS_OK)
             *lse = l;
     }
-    free(all);
     if (r == CPU_RULE_SECOND_PASS) /* a staircase overflowed: every key again */
         return cpu_rule_reference_row(rc, b, x, part, gumbel, tok, lp, lse);
     return r;

@@ -130,7 +130,7 @@ static const fls_audit_case cases[] = {
     {"heavy-fused-262144",  FUSED,            FLS_SHAPE_HEAVY,   0.0,   262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.0, NULL},
     {"deep-fused-262144",   FUSED,            FLS_SHAPE_DEEP,    16.0,  262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.1, NULL},
 
-    /* the rule family (CPU engine): every filter, ties at the k-th value and at the nucleus boundary, mixed
+    /* the rule family (both engines): every filter, ties at the k-th value and at the nucleus boundary, mixed
      * per-row parameters, both paths, V = 1 .. 2^18 */
     {"rules-v1",            LOGITS,           FLS_SHAPE_FLAT,    0.0,   1,      1, {0.8f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_V1},
     {"rules-mixed-small",   LOGITS,           FLS_SHAPE_NORMAL,  1.5,   64,     4, {0.7f, 1.0f, 1.3f, 0.9f},       2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MIXED},
@@ -211,7 +211,9 @@ static int ext_rule(const fls_case_ext *x)
 
 int fls_audit_case_cpu_only(const fls_audit_case *c)
 {
-    return c->ext && (ext_rule(c->ext) || c->ext->wr_k > 0);
+    /* the CUDA engine runs every rule and without replacement since 0.3; the
+     * multinomial baseline's filters stay the CPU engine's */
+    return c->ext && (ext_rule(c->ext) || c->ext->wr_k > 0) && c->method == FLS_METHOD_UNFUSED_MULTINOMIAL;
 }
 
 int fls_audit_case_tuples(const fls_audit_case *c)

@@ -111,8 +111,8 @@ typedef struct fls_audit_case {
     const fls_case_ext *ext; /* rules, without replacement, the grouped method's g, streaming (or NULL) */
 } fls_audit_case;
 
-/* Whether a case runs on the CPU engine only (the rule family, without
- * replacement and the streaming API are the CPU engine's). */
+/* Whether a case runs on the CPU engine only (the multinomial baseline's
+ * rule filters; every other case runs on both engines). */
 int fls_audit_case_cpu_only(const fls_audit_case *c);
 /* Whether a case's goodness of fit is over ordered K-tuples (without
  * replacement at small V: (V + 1)^K <= 4096 cells), else over tokens. */

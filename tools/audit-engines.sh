@@ -4,7 +4,7 @@
 # Audits our own engines end to end with the external-token audit (docs/AUDIT.md), as a
 # user would audit any sampler: the command line samples tokens on DEVICE (cpu or cuda),
 # then `flashsample audit --logits --tokens --report` tests them against the exact
-# distribution, with its figures. Six runs (five on cuda), each its own report folder in OUTDIR:
+# distribution, with its figures. Seven runs, each its own report folder in OUTDIR:
 #   logits    from materialized logits: 8 hard rows of V = 2048 (a head with a tail 10-25
 #             nats below it, masked tokens, peaked, flat, Zipf, ties, a row with one live
 #             token, a wide spread), T = 0.7, N draws per row
@@ -17,7 +17,8 @@
 #   streamed-grouped  the fused streaming API, --method grouped --group-size 64, chunks of
 #             100 rows of W (boundaries split groups), 2 shards
 #   rules     from logits under --min-p 0.02 --top-k 200 --top-p 0.95 (the rules' exact
-#             distribution, with the boundary test); CPU only (the CUDA engine has no rules)
+#             distribution, with the boundary test)
+#   rules-fused  the fused matmul under --min-p 0.05 --top-k 100
 # FLASHSAMPLE: the command line (default build/tools/flashsample); FLS_AUDIT_N: draws per
 # row (default 200000); a python3 with numpy (FLASHSAMPLE_PYTHON or /usr/bin/python3)
 # writes the inputs. Exit status: 0 every audit passed, 1 one failed, 2 bad usage.
@@ -105,10 +106,10 @@ run streamed --logits "$IN/L.npy" --temperature 0.7 --stream-chunk 777 --shards 
     -- --logits "$IN/L.npy" --temperature 0.7
 run streamed-grouped --weights "$IN/W.npy" --hidden "$IN/H.npy" --weights-dtype bf16 --temperature 0.7 \
     --method grouped --group-size 64 --stream-chunk 100 --shards 2 -- --logits "$IN/Lf.npy" --temperature 0.7
-if [ "$DEV" = cpu ]; then
-    run rules --logits "$IN/L.npy" --temperature 0.7 --min-p 0.02 --top-k 200 --top-p 0.95 \
-        -- --logits "$IN/L.npy" --temperature 0.7 --min-p 0.02 --top-k 200 --top-p 0.95
-fi
+run rules --logits "$IN/L.npy" --temperature 0.7 --min-p 0.02 --top-k 200 --top-p 0.95 \
+    -- --logits "$IN/L.npy" --temperature 0.7 --min-p 0.02 --top-k 200 --top-p 0.95
+run rules-fused --weights "$IN/W.npy" --hidden "$IN/H.npy" --weights-dtype bf16 --temperature 0.7 \
+    --min-p 0.05 --top-k 100 -- --logits "$IN/Lf.npy" --temperature 0.7 --min-p 0.05 --top-k 100
 rm -f "$IN"/T_*.npy
 echo "audit-engines ($DEV): $([ $status -eq 0 ] && echo 'every audit passed' || echo 'an audit FAILED'); reports in $OUT"
 exit $status

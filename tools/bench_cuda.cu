@@ -41,6 +41,7 @@
 #include "bench_cuda.h"
 #include "flashsample.h"
 #include "fls_cuda.h"
+#include "registry.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -112,6 +113,7 @@ typedef struct bench_ctx {
     __nv_bfloat16 *H;
     float *logits;
     int64_t *tokens;
+    int64_t *rule_tokens; /* MAXB x 4 (without replacement, K = 4) */
     unsigned *sink;
     int64_t V, D, B;
     fls_row_params rows[MAXB];
@@ -147,8 +149,16 @@ enum {
     E_GROUPED,
     E_GROUPED_CHUNKED,
     E_FUSED_GRAPH,
+    /* the rule family (opt-in: --engines rule_...) */
+    E_RULE_MINP,
+    E_RULE_TOPK,
+    E_RULE_TOPP,
+    E_RULE_KP,
+    E_RULE_NSIGMA,
+    E_RULE_WR,
     E_COUNT
 };
+#define E_RULE_FIRST E_RULE_MINP
 static const char *engine_names[E_COUNT] = {"floor",
                                             "cublas",
                                             "cublas_graph",
@@ -167,7 +177,31 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "fused_wgmma_n64",
                                             "fused_grouped",
                                             "grouped_chunked",
-                                            "fused_graph"};
+                                            "fused_graph",
+                                            "rule_minp005",
+                                            "rule_topk50",
+                                            "rule_topp09",
+                                            "rule_k50_p09",
+                                            "rule_nsigma1",
+                                            "rule_wr4"};
+
+/* The request's rows of rule engine e (every row alike). */
+static void bench_rule_rows(int e, int64_t B, fls_request *req)
+{
+    static fls_row_rule rr[MAXB];
+    for (int64_t b = 0; b < B; b++) {
+        fls_row_rule *r = &rr[b];
+        r->value[FLS_FILTER_MIN_P] = e == E_RULE_MINP ? 0.05 : 0.0;
+        r->value[FLS_FILTER_TOP_K] = e == E_RULE_TOPK || e == E_RULE_KP ? 50.0 : 0.0;
+        r->value[FLS_FILTER_TOP_P] = e == E_RULE_TOPP || e == E_RULE_KP ? 0.9 : 1.0;
+        r->value[FLS_FILTER_TOP_NSIGMA] = e == E_RULE_NSIGMA ? 1.0 : 0.0;
+        r->K = e == E_RULE_WR ? 4 : 1;
+    }
+    req->rule = rr;
+    req->K = e == E_RULE_WR ? 4 : 1;
+    req->needs =
+        e == E_RULE_NSIGMA ? FLS_NEED_MOMENTS : (e == E_RULE_MINP || e == E_RULE_WR ? 0u : FLS_NEED_TOP);
+}
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
 {
@@ -197,6 +231,11 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     o.no_skip = engine == E_CHUNKED_NS || engine == E_LOGITS_NS;
     o.gemm_only = engine == E_CHUNK_GEMM;
     o.seg_cap5 = engine == E_CHUNKED_CAP5;
+    if (engine >= E_RULE_FIRST) {
+        bench_rule_rows(engine, b->B, &req);
+        out.tokens = b->rule_tokens;
+        return fls_cuda_run(b->ctx, &W, &H, NULL, &req, &out, &o);
+    }
     if (engine == E_LOGITS || engine == E_LOGITS_NS) {
         /* the sampler alone on the B x V fp32 logits the cuBLAS engine left (HBM) */
         fls_matrix L = {b->logits, FLS_DTYPE_F32, b->B, b->V, b->V};
@@ -393,7 +432,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
 
     int want[E_COUNT];
     for (int e = 0; e < E_COUNT; e++)
-        want[e] = engines_s == NULL;
+        want[e] = engines_s == NULL && e < E_RULE_FIRST;
     if (engines_s) {
         const char *p = engines_s;
         while (*p) {
@@ -454,6 +493,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         goto fail;
     CK(cudaMalloc((void **)&b.sink, 16));
     CK(cudaMalloc((void **)&b.tokens, sizeof(int64_t) * MAXB));
+    CK(cudaMalloc((void **)&b.rule_tokens, sizeof(int64_t) * MAXB * 4));
     if (want[E_FUSED_GRAPH]) {
         fls_context_config acfg;
         fls_context_config_default(&acfg);
@@ -632,6 +672,10 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                    med[E_UGUMBEL], med[E_UMULT], med[E_GROUPED], med[E_GROUPED_CHUNKED], med[fe],
                    med[fe] / cub, med[E_GROUPED] > 0 ? med[E_GROUPED] / cub : -1.0, med[fe] / med[E_FLOOR],
                    flops / (med[fe] * 1e-3) / 1e12, fe == E_WGMMA ? "wgmma" : "chunk", agree, (long long)b.B);
+            for (int e = E_RULE_FIRST; e < E_COUNT; e++)
+                if (med[e] >= 0)
+                    printf("      %-14s %9.3f ms  %6.3fx fused  %6.3fx cublas\n", engine_names[e], med[e],
+                           med[e] / med[fe], med[e] / cub);
             if (fp) {
                 for (int e = 0; e <= E_COUNT; e++) {
                     int ee = e == E_COUNT ? fe : e;
@@ -685,6 +729,7 @@ fail:
     cudaFree(b.H);
     cudaFree(b.logits);
     cudaFree(b.tokens);
+    cudaFree(b.rule_tokens);
     cudaFree(b.sink);
     if (b.ev)
         for (long i = 0; i < 2 * reps; i++)

@@ -215,6 +215,25 @@ FLS_HD void fls_lsef_merge(fls_lsef *a, float m, float s)
     a->m = M;
 }
 
+/* Chan et al.'s merge of two (count, mean, sum of squared deviations)
+ * partials of disjoint token sets: b into a. */
+FLS_HD void fls_moments_merge(double *n_a, double *mean_a, double *m2_a, double n_b, double mean_b,
+                              double m2_b)
+{
+    if (n_b == 0.0)
+        return;
+    if (*n_a == 0.0) {
+        *n_a = n_b;
+        *mean_a = mean_b;
+        *m2_a = m2_b;
+        return;
+    }
+    const double n = *n_a + n_b, d = mean_b - *mean_a;
+    *mean_a += d * n_b / n;
+    *m2_a += m2_b + d * d * *n_a * n_b / n;
+    *n_a = n;
+}
+
 /* The log-sum-exp of a merged partial; greedy rows (T = 0) report the max,
  * the limit of T log sum exp(l / T). */
 FLS_HD double fls_lse_value(double m, double s, int greedy)

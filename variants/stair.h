@@ -189,4 +189,35 @@ FLS_HD int32_t fls_stair_select(const fls_stair *s, float c, int32_t k, int32_t 
     return m;
 }
 
+/* The outputs of one draw from the picked support tokens (x, v), best key
+ * first (the selection above): tokens, and each position's log-probability
+ * given the positions before it (0 for greedy rows; positions past the
+ * picks: -1 and 0). m is the row's max, lse its support's log-sum-exp. */
+FLS_HD void fls_write_draw(const float *px, const int64_t *pv, int32_t n, int64_t K, int greedy, double m,
+                           double lse, int64_t *tok, float *lp)
+{
+    double removed = 0.0;
+    const double Z = exp(lse - m);
+    for (int64_t j = 0; j < K; j++) {
+        if (j >= n) {
+            tok[j] = -1;
+            lp[j] = 0.0f;
+            continue;
+        }
+        tok[j] = pv[j];
+        if (greedy) {
+            lp[j] = 0.0f;
+        } else if (j == 0) {
+            lp[j] = (float)((double)px[j] - lse);
+        } else {
+            const double e = exp((double)px[j] - m);
+            double rem = Z - removed;
+            rem = rem > e ? rem : e; /* rounding: never less than the token's own mass */
+            lp[j] = (float)((double)px[j] - m - log(rem));
+        }
+        if (!greedy)
+            removed += exp((double)px[j] - m);
+    }
+}
+
 #endif /* FLS_VARIANT_STAIR_H */

@@ -191,7 +191,7 @@ static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked no-skip", 1},
     {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel", 0},
 };
-#define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+#define N_CFGS  ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
 /* The fls_cuda_run options of configuration k. */
 static fls_cuda_opts cfg_opts(int k)
@@ -759,6 +759,332 @@ done:
     fls_device_free(dW);
     fls_device_free(dH);
     fls_device_free(dt);
+}
+
+/* ---- the rule family on the CUDA engine ---- */
+
+typedef struct rule_spec {
+    const char *name;
+    int64_t top_k, wr;
+    float top_p, min_p;
+    double nsigma; /* the registry's top-nsigma (0: off) */
+    int per_row;   /* per-row values (row b: the scalar's variations, some rows off) */
+} rule_spec;
+
+static const rule_spec k_rules[] = {
+    {"min-p=0.05", 0, 0, 1.0f, 0.05f, 0.0, 0},    {"top-k=50", 50, 0, 1.0f, 0.0f, 0.0, 0},
+    {"top-p=0.9", 0, 0, 0.9f, 0.0f, 0.0, 0},      {"top-nsigma=1", 0, 0, 1.0f, 0.0f, 1.0, 0},
+    {"all", 100, 0, 0.95f, 0.02f, 2.0, 0},        {"wr=4", 0, 4, 1.0f, 0.0f, 0.0, 0},
+    {"wr=4,top-k=20", 20, 4, 1.0f, 0.0f, 0.0, 0}, {"top-k=1", 1, 0, 1.0f, 0.0f, 0.0, 0},
+    {"top-k=2000", 2000, 0, 1.0f, 0.0f, 0.0, 0},  {"per-row", 40, 3, 0.8f, 0.1f, 0.0, 1},
+};
+#define N_RULES (sizeof k_rules / sizeof k_rules[0])
+
+/* per-row arrays for a rule_spec (freed by the caller) */
+typedef struct rule_rows {
+    int64_t *k, *wr;
+    float *p, *mp, *T;
+} rule_rows;
+
+static void rule_params(const rule_spec *r, int64_t B, fls_params *p, rule_rows *rr, float T)
+{
+    fls_params_default(p);
+    memset(rr, 0, sizeof *rr);
+    p->temperature_value = T;
+    p->top_k = r->top_k;
+    p->top_p = r->top_p;
+    p->min_p = r->min_p;
+    p->without_replacement_k = r->wr;
+    if (r->nsigma > 0.0) {
+        p->filter = "top-nsigma";
+        p->filter_value = r->nsigma;
+    }
+    if (!r->per_row)
+        return;
+    rr->k = malloc(8 * (size_t)B);
+    rr->wr = malloc(8 * (size_t)B);
+    rr->p = malloc(4 * (size_t)B);
+    rr->mp = malloc(4 * (size_t)B);
+    rr->T = malloc(4 * (size_t)B);
+    for (int64_t b = 0; b < B; b++) {
+        rr->k[b] = b % 3 == 0 ? 0 : r->top_k + b;
+        rr->wr[b] = 1 + b % r->wr;
+        rr->p[b] = b % 4 == 1 ? 1.0f : r->top_p + 0.01f * (float)(b % 5);
+        rr->mp[b] = b % 5 == 2 ? 0.0f : r->min_p;
+        rr->T[b] = b % 7 == 3 ? 0.0f : 0.6f + 0.1f * (float)(b % 6); /* greedy rows too */
+    }
+    p->row_top_k = rr->k;
+    p->row_without_replacement_k = rr->wr;
+    p->row_top_p = rr->p;
+    p->row_min_p = rr->mp;
+    p->temperature = rr->T;
+}
+
+static void rule_rows_free(rule_rows *rr)
+{
+    free(rr->k);
+    free(rr->wr);
+    free(rr->p);
+    free(rr->mp);
+    free(rr->T);
+}
+
+/* Row b's logits: flat N(0,1)-like, peaked, half masked, quantized (ties at
+ * the k-th value and at the nucleus boundary), or a single finite token. */
+static void rule_logits(float *L, int64_t B, int64_t V, int64_t ld)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t v = 0; v < V; v++) {
+            const double u = rndu() + rndu() + rndu() - 1.5;
+            float x;
+            switch (b % 5) {
+            case 0:
+                x = (float)(2.0 * u);
+                break;
+            case 1:
+                x = (float)(8.0 * u) + (v % 997 == 5 ? 12.0f : 0.0f);
+                break;
+            case 2:
+                x = v % 2 ? -INFINITY : (float)(3.0 * u);
+                break;
+            case 3:
+                x = (float)(int)(rndu() * 8.0);
+                break;
+            default:
+                x = v == V / 3 ? 1.0f : -INFINITY;
+                break;
+            }
+            L[b * ld + v] = x;
+        }
+}
+
+/* Every rule on the same fp32 logits: the CUDA engine's tokens equal the
+ * CPU engine's (100%), logprobs and logsumexp to float rounding; rows the
+ * statistics cannot decide and overflowed staircases (forced with
+ * FLS_CUDA_STAIR_CAP) give the same tokens. */
+static void test_rules_logits(void)
+{
+    const int64_t Vs[3] = {151936, 1000, 1};
+    g_rng = 8080;
+    int failed = 0;
+    for (int vi = 0; vi < 3 && !failed; vi++) {
+        const int64_t V = Vs[vi], B = V == 1 ? 3 : 15, ld = V + 3, draws = V == 1 ? 2 : 4;
+        float *L = malloc(sizeof(float) * (size_t)(B * ld));
+        const size_t nmax = (size_t)(B * draws * 4);
+        int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
+        float *lpc = malloc(4 * nmax), *lpg = malloc(4 * nmax), lsc[16], lsg[16];
+        CHECK(L && tc && tg && lpc && lpg, "memory");
+        rule_logits(L, B, V, ld);
+        void *dL = to_dev(L, sizeof(float) * (size_t)(B * ld)), *dt = NULL, *dlp = NULL, *dls = NULL;
+        fls_cuda_malloc(&dt, 8 * nmax);
+        fls_cuda_malloc(&dlp, 4 * nmax);
+        fls_cuda_malloc(&dls, 4 * 16);
+        CHECK(dL && dt && dlp && dls, "device memory");
+        for (int force = 0; force < 2 && !failed; force++) {
+            if (force)
+                setenv("FLS_CUDA_STAIR_CAP", "2", 1); /* most staircases overflow: the exact reference */
+            for (size_t ri = 0; ri < N_RULES && !failed; ri++) {
+                const rule_spec *r = &k_rules[ri];
+                if (r->top_k > V || r->wr > V || (force && ri % 3 != 0))
+                    continue;
+                fls_params p;
+                rule_rows rr;
+                rule_params(r, B, &p, &rr, 0.9f);
+                p.seed = 31 + ri;
+                p.draws = draws;
+                const int64_t K = r->wr ? r->wr : 1, n = B * draws * K;
+                fls_matrix Lm = {L, FLS_DTYPE_F32, B, V, ld}, dLm = {dL, FLS_DTYPE_F32, B, V, ld};
+                fls_outputs oc = {tc, lsc, lpc}, og = {(int64_t *)dt, (float *)dls, (float *)dlp};
+                fls_counters c0, c1;
+                fls_counters_default(&c0);
+                fls_counters_default(&c1);
+                fls_context_counters(g_gpu, &c0);
+                fls_status sc = fls_sample_logits(g_cpu, &Lm, &p, &oc);
+                fls_status sg = fls_sample_logits(g_gpu, &dLm, &p, &og);
+                fls_context_counters(g_gpu, &c1);
+                rule_rows_free(&rr);
+                if (sc != FLS_OK || sg != FLS_OK) {
+                    failf("V=%lld %s: cpu %s, cuda %s", (long long)V, r->name, fls_status_string(sc),
+                          fls_status_string(sg));
+                    failed = 1;
+                    break;
+                }
+                fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
+                fls_cuda_memcpy(lpg, dlp, 4 * (size_t)n, 0);
+                fls_cuda_memcpy(lsg, dls, 4 * (size_t)B, 0);
+                int64_t same = 0;
+                double dlp_max = 0.0, dls_max = 0.0;
+                for (int64_t i = 0; i < n; i++) {
+                    same += tc[i] == tg[i];
+                    const double e = fabs((double)lpc[i] - (double)lpg[i]) / (1.0 + fabs((double)lpc[i]));
+                    dlp_max = e > dlp_max ? e : dlp_max;
+                }
+                for (int64_t b = 0; b < B; b++) {
+                    const double e = fabs((double)lsc[b] - (double)lsg[b]) / (1.0 + fabs((double)lsc[b]));
+                    dls_max = e > dls_max ? e : dls_max;
+                }
+                printf(
+                    "    RULES V=%-6lld %-14s%s tokens %lld/%lld identical, second pass %llu rows, max rel "
+                    "diff logprob %.2g logsumexp %.2g\n",
+                    (long long)V, r->name, force ? " (staircase cap 2)" : "", (long long)same, (long long)n,
+                    (unsigned long long)(c1.second_pass_rows - c0.second_pass_rows), dlp_max, dls_max);
+                if (same != n || dlp_max > 1e-5 || dls_max > 1e-6) {
+                    failf("V=%lld %s: the CUDA engine differs from the CPU engine", (long long)V, r->name);
+                    failed = 1;
+                }
+            }
+            unsetenv("FLS_CUDA_STAIR_CAP");
+        }
+        free(L);
+        free(tc);
+        free(tg);
+        free(lpc);
+        free(lpg);
+        fls_cuda_free(dL);
+        fls_cuda_free(dt);
+        fls_cuda_free(dlp);
+        fls_cuda_free(dls);
+    }
+}
+
+/* Bad rows and bad requests: an error, and nothing written. */
+static void test_rules_errors(void)
+{
+    const int64_t B = 4, V = 4099, draws = 2;
+    g_rng = 77;
+    float *L = malloc(sizeof(float) * (size_t)(B * V));
+    CHECK(L, "memory");
+    for (int64_t i = 0; i < B * V; i++)
+        L[i] = (float)(rndu() * 6.0 - 3.0);
+    void *dL = to_dev(L, sizeof(float) * (size_t)(B * V)), *dt = NULL;
+    fls_cuda_malloc(&dt, 8 * (size_t)(B * draws));
+    CHECK(dL && dt, "device memory");
+    int64_t guard[8], back[8];
+    for (int i = 0; i < 8; i++)
+        guard[i] = -7;
+    fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, V};
+    fls_outputs og = {(int64_t *)dt, NULL, NULL};
+    struct {
+        const char *what;
+        int64_t row, tok;
+        float val, T;
+        int64_t k;
+        float p;
+        int method, on_device;
+        fls_status want;
+    } cases[] = {
+        {"NaN logit, top-k", 2, 77, NAN, 1.0f, 5, 1.0f, FLS_METHOD_FUSED, 0, FLS_ERR_NAN},
+        {"+inf logit, top-p", 1, 4098, INFINITY, 1.0f, 0, 0.9f, FLS_METHOD_FUSED, 0, FLS_ERR_NAN},
+        {"l/T overflows, top-k", 0, 3, 3e38f, 0.5f, 5, 1.0f, FLS_METHOD_FUSED, 0, FLS_ERR_TEMPERATURE},
+        {"all masked row, top-p", 3, -1, -INFINITY, 1.0f, 0, 0.5f, FLS_METHOD_FUSED, 0, FLS_ERR_ALL_MASKED},
+        {"top-k > V", -1, 0, 0.0f, 1.0f, V + 1, 1.0f, FLS_METHOD_FUSED, 0, FLS_ERR_PARAM},
+        {"top-p = 0", -1, 0, 0.0f, 1.0f, 0, 0.0f, FLS_METHOD_FUSED, 0, FLS_ERR_PARAM},
+        {"multinomial + top-k", -1, 0, 0.0f, 1.0f, 5, 1.0f, FLS_METHOD_UNFUSED_MULTINOMIAL, 0,
+         FLS_ERR_UNSUPPORTED},
+        {"params on the device + top-k", -1, 0, 0.0f, 1.0f, 5, 1.0f, FLS_METHOD_FUSED, 1,
+         FLS_ERR_UNSUPPORTED},
+    };
+    float *dT = NULL;
+    fls_cuda_malloc((void **)&dT, 4 * (size_t)B);
+    float ones[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    fls_cuda_memcpy(dT, ones, sizeof ones, 1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *bad = NULL;
+        if (cases[c].row >= 0) {
+            bad = malloc(sizeof(float) * (size_t)V);
+            CHECK(bad, "memory");
+            memcpy(bad, L + cases[c].row * V, sizeof(float) * (size_t)V);
+            for (int64_t v = 0; v < V; v++)
+                if (cases[c].tok < 0 || v == cases[c].tok)
+                    bad[v] = cases[c].val;
+            fls_cuda_memcpy((float *)dL + cases[c].row * V, bad, sizeof(float) * (size_t)V, 1);
+        }
+        fls_cuda_memcpy(dt, guard, 8 * (size_t)(B * draws), 1);
+        fls_params p;
+        fls_params_default(&p);
+        p.draws = draws;
+        p.temperature_value = cases[c].T;
+        p.top_k = cases[c].k;
+        p.top_p = cases[c].p;
+        p.method = (fls_method)cases[c].method;
+        if (cases[c].on_device) {
+            p.params_on_device = 1;
+            p.temperature = dT;
+        }
+        fls_status st = fls_sample_logits(g_gpu, &dLm, &p, &og);
+        fls_cuda_memcpy(back, dt, 8 * (size_t)(B * draws), 0);
+        int kept = 1;
+        for (int64_t i = 0; i < B * draws; i++)
+            kept &= back[i] == -7;
+        printf("    RULE ERROR %-30s -> %s, outputs %s\n", cases[c].what, fls_status_string(st),
+               kept ? "untouched" : "WRITTEN");
+        if (bad) {
+            fls_cuda_memcpy((float *)dL + cases[c].row * V, L + cases[c].row * V, sizeof(float) * (size_t)V,
+                            1);
+            free(bad);
+        }
+        CHECK(st == cases[c].want && kept, "%s: %s (want %s), outputs %s", cases[c].what,
+              fls_status_string(st), fls_status_string(cases[c].want), kept ? "untouched" : "written");
+    }
+    fls_cuda_free(dT);
+    fls_cuda_free(dL);
+    fls_cuda_free(dt);
+    free(L);
+}
+
+/* Random bf16 at D = 4096, V = 151936, the fused call: agreement of each
+ * rule's tokens with the CPU engine (the logits of cuBLAS and of the CPU
+ * round differently; tokens differ only where that moves a decision). */
+static void test_rules_agreement_fused(void)
+{
+    const int64_t V = 151936, D = 4096, B = g_quick ? 4 : 16, draws = 4;
+    g_rng = 4343;
+    void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
+    void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
+    const size_t nmax = (size_t)(B * draws * 4);
+    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
+    void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(B * D) * 2) : NULL,
+         *dt = NULL;
+    fls_cuda_malloc(&dt, 8 * nmax);
+    if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
+        failf("memory");
+        goto done;
+    }
+    for (size_t ri = 0; ri < N_RULES; ri++) {
+        const rule_spec *r = &k_rules[ri];
+        fls_params p;
+        rule_rows rr;
+        rule_params(r, B, &p, &rr, 0.7f);
+        p.seed = 5 + ri;
+        p.draws = draws;
+        const int64_t n = B * draws * (r->wr ? r->wr : 1);
+        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+        fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+        fls_outputs oc = {tc, NULL, NULL}, og = {(int64_t *)dt, NULL, NULL};
+        fls_status sc = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
+        rule_rows_free(&rr);
+        if (sc != FLS_OK || sg != FLS_OK) {
+            failf("%s: cpu %s, cuda %s", r->name, fls_status_string(sc), fls_status_string(sg));
+            break;
+        }
+        fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
+        int64_t same = 0;
+        for (int64_t i = 0; i < n; i++)
+            same += tc[i] == tg[i];
+        printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%)\n", (long long)D,
+               (long long)V, r->name, (long long)same, (long long)n, 100.0 * (double)same / (double)n);
+        if (same * 100 < n * 99)
+            failf("%s: agreement below 99%%", r->name);
+    }
+done:
+    free(W);
+    free(H);
+    free(tc);
+    free(tg);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dt);
 }
 
 /* first_draw: draws 9..39 of a run on every GPU configuration (and from
@@ -2095,6 +2421,9 @@ int main(int argc, char **argv)
     run_test("temperature_overflow_is_an_error", test_temperature_overflow);
     run_test("fused_bad_values_are_errors", test_fused_bad_values);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
+    run_test("rules_logits_identical_to_cpu", test_rules_logits);
+    run_test("rules_errors_write_nothing", test_rules_errors);
+    run_test("rules_agreement_fused_bf16_4096x151936", test_rules_agreement_fused);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);
 #ifdef FLS_HAVE_AUDIT
     run_test("stats_audit_cuda_engine", test_audit);

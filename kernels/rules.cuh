@@ -1,0 +1,101 @@
+/*
+ * rules.cuh — the rule family on the CUDA engine (kernels/rules.cu): the
+ * device form of the CPU engine's one-pass statistics, over fp32 logits in
+ * device memory (the caller's, or a block of rows the engine computed with
+ * cuBLAS). The semantics are the headers of variants/ (topc.h, stair.h,
+ * filters.h, registry.h), called from device code; nothing is restated.
+ *
+ * A row is cut into P parts of S tokens; one warp folds a part into
+ *   - its log-sum-exp partial and moments (double) and its input errors,
+ *   - its top list (fls_topc, capacity top_cap; none when 0),
+ *   - one K-staircase per draw of the pass (fls_stair, capacity stair_cap),
+ * with the contract's noise. Parts merge in a fixed binary tree (the lists
+ * and staircases are partition-independent; the partials' rounding is the
+ * tree's). Then one thread per row runs the filter chain on the merged
+ * statistics (fls_filter_chain): a cutoff, or "undecided" (the engine
+ * decides those rows from the row's full logits on the host with the CPU
+ * engine's code, cpu_rule_reference_cut_lse), and one thread per (row, draw)
+ * selects the K best keys of the support from its staircase. A staircase
+ * that overflowed sends its row to the CPU engine's exact reference.
+ */
+#ifndef FLS_RULES_CUH
+#define FLS_RULES_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* A part's (then, merged, a row's) partial statistics. */
+struct fls_rpart {
+    double lse_m, lse_s; /* log-sum-exp partial of the finite tempered logits */
+    double n, mean, m2;  /* their moments (when a filter needs them) */
+    unsigned bad;        /* FLS_RBAD_* */
+    unsigned pad_;
+};
+
+#define FLS_RBAD_NAN  1u /* a NaN or +inf logit */
+#define FLS_RBAD_TEMP 2u /* a finite logit whose l / T overflows */
+
+/* A row's state after the decision (fls_rule_decide). */
+enum fls_rcode : int {
+    FLS_RC_OK = 0,         /* cut and lse hold the row's cutoff and support log-sum-exp */
+    FLS_RC_SECOND = 1,     /* the statistics cannot decide: the full row decides (host) */
+    FLS_RC_NAN = 2,        /* a NaN or +inf logit */
+    FLS_RC_TEMP = 3,       /* l / T overflowed */
+    FLS_RC_ALL_MASKED = 4, /* no finite logit, or an empty selection */
+};
+
+/* One block of rows [r0, r0 + nb) of a call: device pointers. */
+struct fls_rule_dev {
+    const float *L; /* logits of row r0 + i at L + i * ldl */
+    int64_t ldl;
+    int nb;          /* rows in the block */
+    int r0;          /* the block's first row in the call */
+    int64_t V;       /* vocabulary */
+    int P;           /* states per row in global memory (one per block in shared-memory mode) */
+    int Pw;          /* warp parts per row: warp part p folds tokens [p S, (p + 1) S) */
+    int64_t S;       /* tokens per warp part (a multiple of 64) */
+    int rw;          /* warps per block */
+    int smem;        /* the warps' states live in shared memory and merge in the block first */
+    int64_t top_cap; /* 0: no top list */
+    int32_t stair_cap;
+    int64_t K;        /* tokens per draw in the output */
+    int moments;      /* a filter needs the moments */
+    int need_s;       /* the log-sum-exp's sum is needed (top-p, logsumexp / logprobs); else only the max */
+    const float *gup; /* the Gumbel bound table (fls_gumbel_bound.h, device) or NULL: every key exact */
+    int want_lse;
+    int nd;                     /* draws of the pass */
+    uint32_t draw0;             /* the call's draw index of the pass's first draw */
+    uint32_t first_draw;        /* the noise's draw index of the call's draw 0 */
+    int64_t draws;              /* the call's draws */
+    const fls_row_params *rows; /* [B] (the call's) */
+    const fls_row_rule *rule;   /* [B] */
+    fls_rpart *part;            /* [nb * P] */
+    char *top;                  /* [nb * P] lists of fls_topc_bytes(top_cap) */
+    char *stair;                /* [(nb * P) * nd] staircases of fls_stair_bytes(stair_cap) */
+    float *cut;                 /* [B] */
+    double *lse;                /* [B] */
+    int *code;                  /* [B] fls_rcode */
+    int *overflow;              /* [B] a staircase of the row overflowed */
+    int32_t *pick;              /* [nb * nd * K] */
+    float *px;                  /* [nb * nd * K] */
+    int64_t *pv;                /* [nb * nd * K] */
+    int64_t *tok;               /* [B * draws * K] staged tokens */
+    float *lp;                  /* [B * draws * K] staged log-probabilities */
+};
+
+/* Shared memory a block may take (the H200 allows 227 KB; leave room). */
+#define FLS_RSMEM_MAX (200 << 10)
+/* The bytes of one warp's states (list in the first pass, nd staircases). */
+size_t fls_rule_smem_bytes(const fls_rule_dev &d, int first);
+
+/* The parts of a pass (first: also the statistics; later passes only the
+ * staircases), their merge, and (first pass) the decision. */
+cudaError_t fls_rule_launch_fold(const fls_rule_dev &d, int first, cudaStream_t st);
+/* Each (row, draw) of the pass from its staircase, for rows decided. */
+cudaError_t fls_rule_launch_select(const fls_rule_dev &d, cudaStream_t st);
+/* out[i] = (float)in[i] for n values. */
+cudaError_t fls_rule_launch_to_float(const double *in, float *out, int64_t n, cudaStream_t st);
+
+#endif /* FLS_RULES_CUH */
