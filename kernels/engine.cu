@@ -556,6 +556,23 @@ static fls_status fls_rule_down(cudaStream_t str, void *dst, const void *src, si
     return ce == cudaSuccess ? FLS_OK : fls_from_cuda(ce);
 }
 
+/* Row i of the block on the host: its tempered logits into x and its
+ * merged partial (the engine's second pass and exact reference inputs). */
+static fls_status fls_rule_row_inputs(cudaStream_t str, const fls_rule_dev &d, int64_t i, float T, float *x,
+                                      cpu_part *part)
+{
+    fls_rpart pt;
+    fls_status st = fls_rule_down(str, &pt, d.part + (size_t)i * d.P, sizeof pt);
+    if (st == FLS_OK)
+        st = fls_rule_row_host(str, d.L, d.ldl, i, d.V, T, x);
+    part->lse.m = pt.lse_m;
+    part->lse.s = pt.lse_s;
+    part->n = pt.n;
+    part->mean = pt.mean;
+    part->m2 = pt.m2;
+    return st;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -700,18 +717,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                     const int64_t b = r0 + i;
                     if (code[b] != FLS_RC_SECOND)
                         continue;
-                    fls_rpart pt;
-                    st = fls_rule_down(str, &pt, d.part + (size_t)i * d.P, sizeof pt);
-                    if (st == FLS_OK)
-                        st = fls_rule_row_host(str, d.L, d.ldl, i, V, req->rows[b].temperature, x);
+                    cpu_part part;
+                    st = fls_rule_row_inputs(str, d, i, req->rows[b].temperature, x, &part);
                     if (st != FLS_OK)
                         break;
-                    cpu_part part;
-                    part.lse.m = pt.lse_m;
-                    part.lse.s = pt.lse_s;
-                    part.n = pt.n;
-                    part.mean = pt.mean;
-                    part.m2 = pt.m2;
                     float c;
                     double l;
                     const int r = cpu_rule_reference_cut_lse(&rc, b, x, &part, &c, &l);
@@ -740,18 +749,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             const int64_t b = r0 + i;
             if (!ovf[b] || code[b] != FLS_RC_OK)
                 continue;
-            fls_rpart pt;
-            st = fls_rule_down(str, &pt, d.part + (size_t)i * d.P, sizeof pt);
-            if (st == FLS_OK)
-                st = fls_rule_row_host(str, d.L, d.ldl, i, V, req->rows[b].temperature, x);
+            cpu_part part;
+            st = fls_rule_row_inputs(str, d, i, req->rows[b].temperature, x, &part);
             if (st != FLS_OK)
                 break;
-            cpu_part part;
-            part.lse.m = pt.lse_m;
-            part.lse.s = pt.lse_s;
-            part.n = pt.n;
-            part.mean = pt.mean;
-            part.m2 = pt.m2;
             double l;
             const int r = cpu_rule_reference_row(&rc, b, x, &part, ck.gumbel, htok, hlp, &l);
             if (r != FLS_OK) {

@@ -60,16 +60,7 @@ __device__ __forceinline__ void fls_rstair_thr(fls_stair *s, fls_rwarp &w)
     if (s->n < s->K)
         return;
     const fls_stair_entry *e = fls_stair_entries(s);
-    if (!s->wok) {
-        s->wk = e[0].key;
-        s->wv = e[0].v;
-        for (int32_t j = 1; j < s->K; j++)
-            if (fls_key_beats(s->wk, s->wv, e[j].key, e[j].v)) {
-                s->wk = e[j].key;
-                s->wv = e[j].v;
-            }
-        s->wok = 1;
-    }
+    fls_stair_weakest(s);
     w.sk = 1;
     w.kx = e[s->K - 1].x;
     w.kv = e[s->K - 1].v;

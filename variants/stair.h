@@ -128,6 +128,23 @@ FLS_HD void fls_stair_push(fls_stair *s, float x, float key, int64_t v)
     s->n = w;
 }
 
+/* Caches in (wk, wv) the weakest key among the first K entries (n >= K):
+ * a token ranked after the K-th entry whose key loses to it cannot enter. */
+FLS_HD void fls_stair_weakest(fls_stair *s)
+{
+    if (s->wok)
+        return;
+    const fls_stair_entry *e = fls_stair_entries(s);
+    s->wk = e[0].key;
+    s->wv = e[0].v;
+    for (int32_t j = 1; j < s->K; j++)
+        if (fls_key_beats(s->wk, s->wv, e[j].key, e[j].v)) {
+            s->wk = e[j].key;
+            s->wv = e[j].v;
+        }
+    s->wok = 1;
+}
+
 /* The tokens v0.. of a span with tempered logits x and keys: a cheap test
  * rejects a token ranked after the K-th entry that none of the first K
  * entries' keys lose to (the common case), the rest go through push. */
@@ -138,16 +155,7 @@ FLS_HD void fls_stair_push_span(fls_stair *s, const float *x, const float *key, 
             const fls_stair_entry *e = fls_stair_entries(s);
             const fls_stair_entry *k = &e[s->K - 1];
             if (!fls_rank_before(x[i], v0 + i, k->x, k->v)) {
-                if (!s->wok) { /* the weakest key among the first K entries */
-                    s->wk = e[0].key;
-                    s->wv = e[0].v;
-                    for (int32_t j = 1; j < s->K; j++)
-                        if (fls_key_beats(s->wk, s->wv, e[j].key, e[j].v)) {
-                            s->wk = e[j].key;
-                            s->wv = e[j].v;
-                        }
-                    s->wok = 1;
-                }
+                fls_stair_weakest(s);
                 if (fls_key_beats(s->wk, s->wv, key[i], v0 + i))
                     continue;
             }
