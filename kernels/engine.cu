@@ -516,8 +516,8 @@ static int64_t fls_rule_top_cap(const fls_request *req, const cpu_rule_ctx *rc, 
         const double k = req->rule[b].value[FLS_FILTER_TOP_K], p = req->rule[b].value[FLS_FILTER_TOP_P];
         if (k > (double)cap && k <= 65536.0)
             cap = (int64_t)k;
-        /* a nucleus or a support's log-sum-exp that top-k does not bound */
-        if ((fls_top_k_off(k) || k > (double)floor_cap) &&
+        /* a nucleus or a support's log-sum-exp that no top-k bounds */
+        if (fls_top_k_off(k) &&
             (!fls_top_p_off(p) || (want_lse && fls_temperature_noisy(req->rows[b].temperature))))
             cap = cap > floor_cap ? cap : floor_cap;
     }
@@ -637,7 +637,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         d.cut = c.take<float>((size_t)B);
         d.lse = c.take<double>((size_t)B);
         d.code = c.take<int>((size_t)B);
-        d.overflow = c.take<int>((size_t)B);
         d.pick = c.take<int32_t>((size_t)(nb * nd * K));
         d.px = c.take<float>((size_t)(nb * nd * K));
         d.pv = c.take<int64_t>((size_t)(nb * nd * K));
@@ -664,9 +663,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.nd = (int)nd;
     {
         /* shared-memory mode when a warp's states fit: 8 warps a block, merged in the block */
-        const size_t wb = fls_rule_smem_bytes(d, 1);
+        const size_t wb = fls_rule_warp_bytes(d, 1);
         int64_t rw = (int64_t)(FLS_RSMEM_MAX / wb);
         rw = rw > 8 ? 8 : rw;
+        /* FLS_CUDA_RULE_GLOBAL=1 (tests): the global-memory path of lists too large for shared memory */
         d.smem = rw >= 1 && getenv("FLS_CUDA_RULE_GLOBAL") == NULL;
         d.rw = d.smem ? (int)rw : 4;
         d.P = d.smem ? (int)((P + rw - 1) / rw) : (int)P;
@@ -684,11 +684,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.rule = rule_d;
 
     int *code = (int *)malloc((size_t)B * sizeof(int));
-    int *ovf = (int *)malloc((size_t)B * sizeof(int));
     float *x = (float *)malloc((size_t)V * sizeof(float));
     int64_t *htok = (int64_t *)malloc((size_t)(draws * K) * sizeof(int64_t));
     float *hlp = (float *)malloc((size_t)(draws * K) * sizeof(float));
-    if (!code || !ovf || !x || !htok || !hlp)
+    if (!code || !x || !htok || !hlp)
         st = FLS_ERR_OUT_OF_MEMORY;
     uint64_t redone = 0;
     for (int64_t r0 = 0; r0 < B && st == FLS_OK; r0 += nb) {
@@ -723,7 +722,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                         break;
                     float c;
                     double l;
-                    const int r = cpu_rule_reference_cut_lse(&rc, b, x, &part, &c, &l);
+                    const int r = cpu_rule_reference_cut_lse(&rc, b, x, &part, &c, &l, NULL);
                     if (r != FLS_OK) {
                         st = (fls_status)r;
                         break;
@@ -742,13 +741,12 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         }
         /* rows whose staircase overflowed: the CPU engine's exact reference */
         if (st == FLS_OK)
-            st = fls_rule_down(str, ovf + r0, d.overflow + r0, (size_t)nbc * sizeof(int));
-        if (st == FLS_OK)
             st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
         for (int64_t i = 0; i < nbc && st == FLS_OK; i++) {
             const int64_t b = r0 + i;
-            if (!ovf[b] || code[b] != FLS_RC_OK)
+            if (code[b] != FLS_RC_OVERFLOW)
                 continue;
+            code[b] = FLS_RC_OK;
             cpu_part part;
             st = fls_rule_row_inputs(str, d, i, req->rows[b].temperature, x, &part);
             if (st != FLS_OK)
@@ -796,7 +794,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     if (req->second_pass_rows)
         *req->second_pass_rows += redone;
     free(code);
-    free(ovf);
     free(x);
     free(htok);
     free(hlp);

@@ -68,14 +68,6 @@ __device__ __forceinline__ void fls_rstair_thr(fls_stair *s, fls_rwarp &w)
     w.wv = s->wv;
 }
 
-/* The bytes of a warp's states in shared memory: its list (first pass) and
- * its staircases. */
-__host__ __device__ __forceinline__ size_t fls_rwbytes(const fls_rule_dev &d, int first)
-{
-    return (first && d.top_cap > 0 ? fls_topc_bytes(d.top_cap) : 0) +
-           (size_t)d.nd * fls_stair_bytes(d.stair_cap);
-}
-
 /* Copies n bytes (a multiple of 16, 16-aligned) with the threads [t0, t0 + nt). */
 __device__ __forceinline__ void fls_rcopy(void *dst, const void *src, size_t n, int t, int nt)
 {
@@ -129,7 +121,7 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
     fls_topc *tc;
     char *st0;
     if (d.smem) {
-        char *base = fls_rdyn + (size_t)wi * fls_rwbytes(d, first);
+        char *base = fls_rdyn + (size_t)wi * fls_rule_warp_bytes(d, first);
         tc = first && d.top_cap > 0 ? (fls_topc *)base : NULL;
         st0 = base + (tc ? fls_topc_bytes(d.top_cap) : 0);
     } else {
@@ -293,7 +285,7 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
     if (first && lane == 0)
         spart[wi] = pt;
     __syncthreads();
-    const size_t wb = fls_rwbytes(d, first), tb = tc ? fls_topc_bytes(d.top_cap) : 0;
+    const size_t wb = fls_rule_warp_bytes(d, first), tb = tc ? fls_topc_bytes(d.top_cap) : 0;
     for (int s = 1; s < d.rw; s *= 2) {
         if (lane == 0 && wi % (2 * s) == 0 && wi + s < d.rw) {
             char *a = fls_rdyn + (size_t)wi * wb, *o = fls_rdyn + (size_t)(wi + s) * wb;
@@ -372,7 +364,6 @@ __global__ void fls_rule_decide_kernel(fls_rule_dev d)
         return;
     const int b = d.r0 + i;
     const fls_rpart pt = d.part[(int64_t)i * d.P];
-    d.overflow[b] = 0;
     d.cut[b] = -INFINITY;
     d.lse[b] = pt.lse_m;
     if (pt.bad & FLS_RBAD_NAN) {
@@ -429,7 +420,7 @@ __global__ void fls_rule_select_kernel(fls_rule_dev d)
         return;
     const fls_stair *s = fls_rstair(d, (int64_t)i * d.P, j);
     if (s->overflow) {
-        d.overflow[b] = 1; /* the row goes to the exact reference */
+        d.code[b] = FLS_RC_OVERFLOW; /* the row goes to the exact reference */
         return;
     }
     const int64_t Kb = d.rule[b].K;
@@ -462,14 +453,9 @@ __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n
         out[t] = (float)in[t];
 }
 
-size_t fls_rule_smem_bytes(const fls_rule_dev &d, int first)
-{
-    return fls_rwbytes(d, first);
-}
-
 cudaError_t fls_rule_launch_fold(const fls_rule_dev &d, int first, cudaStream_t st)
 {
-    const size_t wb = fls_rwbytes(d, first);
+    const size_t wb = fls_rule_warp_bytes(d, first);
     const size_t dyn = d.smem ? (size_t)d.rw * wb : 0;
     cudaError_t e =
         cudaFuncSetAttribute(fls_rule_part_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
@@ -478,7 +464,8 @@ cudaError_t fls_rule_launch_fold(const fls_rule_dev &d, int first, cudaStream_t 
         fls_rule_part_kernel<<<grid, d.rw * 32, dyn, st>>>(d, first);
         e = cudaGetLastError();
     }
-    const bool msmem = 2 * wb <= FLS_RSMEM_MAX;
+    /* the tree across blocks in shared memory too, unless the states live in global memory */
+    const bool msmem = d.smem && 2 * wb <= FLS_RSMEM_MAX;
     if (msmem && e == cudaSuccess)
         e = cudaFuncSetAttribute(fls_rule_merge_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)(2 * wb));

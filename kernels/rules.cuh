@@ -25,6 +25,8 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "stair.h"
+#include "topc.h"
 
 /* A part's (then, merged, a row's) partial statistics. */
 struct fls_rpart {
@@ -44,6 +46,7 @@ enum fls_rcode : int {
     FLS_RC_NAN = 2,        /* a NaN or +inf logit */
     FLS_RC_TEMP = 3,       /* l / T overflowed */
     FLS_RC_ALL_MASKED = 4, /* no finite logit, or an empty selection */
+    FLS_RC_OVERFLOW = 5,   /* a staircase of the row overflowed: the exact reference decides every draw */
 };
 
 /* One block of rows [r0, r0 + nb) of a call: device pointers. */
@@ -77,7 +80,6 @@ struct fls_rule_dev {
     float *cut;                 /* [B] */
     double *lse;                /* [B] */
     int *code;                  /* [B] fls_rcode */
-    int *overflow;              /* [B] a staircase of the row overflowed */
     int32_t *pick;              /* [nb * nd * K] */
     float *px;                  /* [nb * nd * K] */
     int64_t *pv;                /* [nb * nd * K] */
@@ -87,8 +89,12 @@ struct fls_rule_dev {
 
 /* Shared memory a block may take (the H200 allows 227 KB; leave room). */
 #define FLS_RSMEM_MAX (200 << 10)
-/* The bytes of one warp's states (list in the first pass, nd staircases). */
-size_t fls_rule_smem_bytes(const fls_rule_dev &d, int first);
+/* The bytes of one warp's states: its list (first pass) and its nd staircases. */
+static inline __host__ __device__ size_t fls_rule_warp_bytes(const fls_rule_dev &d, int first)
+{
+    return (first && d.top_cap > 0 ? fls_topc_bytes(d.top_cap) : 0) +
+           (size_t)d.nd * fls_stair_bytes(d.stair_cap);
+}
 
 /* The parts of a pass (first: also the statistics; later passes only the
  * staircases), their merge, and (first pass) the decision. */

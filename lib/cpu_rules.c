@@ -409,18 +409,8 @@ static fls_top_entry *reference_stats(const float *x, int64_t V, const cpu_part 
 
 int cpu_rule_reference_cut(const cpu_rule_ctx *rc, int64_t b, const float *x, float *c)
 {
-    fls_filter_stats st;
-    cpu_part own;
-    fls_top_entry *all = reference_stats(x, rc->req->vocab, NULL, 1, &st, &own);
-    if (!all)
-        return FLS_ERR_OUT_OF_MEMORY;
-    int r = FLS_OK;
-    if (st.m == -INFINITY)
-        r = FLS_ERR_ALL_MASKED;
-    else if (fls_filter_chain(&st, rc->req->rule[b].value, c) != FLS_CUT_OK)
-        r = FLS_ERR_INTERNAL; /* complete statistics always decide */
-    free(all);
-    return r;
+    double l;
+    return cpu_rule_reference_cut_lse(rc, b, x, NULL, c, &l, NULL);
 }
 
 int cpu_rule_reference_row(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
@@ -504,7 +494,7 @@ done:
 }
 
 int cpu_rule_reference_cut_lse(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
-                               float *c, double *lse)
+                               float *c, double *lse, double *m)
 {
     const fls_request *req = rc->req;
     const int greedy = !fls_temperature_noisy(req->rows[b].temperature);
@@ -525,6 +515,8 @@ int cpu_rule_reference_cut_lse(const cpu_rule_ctx *rc, int64_t b, const float *x
     else if (greedy)
         l = st.m;
     *lse = l;
+    if (m)
+        *m = st.m;
     free(all);
     return r;
 }
@@ -536,11 +528,9 @@ int cpu_rule_second_pass_row(const cpu_rule_ctx *rc, int64_t b, const float *x, 
     if (!cands || !req->rule)
         return cpu_rule_reference_row(rc, b, x, part, gumbel, tok, lp, lse);
     float c;
-    double l;
-    int r = cpu_rule_reference_cut_lse(rc, b, x, part, &c, &l);
+    double l, m;
+    int r = cpu_rule_reference_cut_lse(rc, b, x, part, &c, &l, &m);
     if (r == FLS_OK) {
-        /* the max: the part's, as reference_stats takes it */
-        const double m = part ? part->lse.m : fls_lse_span(x, req->vocab).m;
         r = fam_select(rc, b, c, m, l, cands, tok, lp);
         if (r == FLS_OK)
             *lse = l;

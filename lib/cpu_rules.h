@@ -95,10 +95,11 @@ int cpu_rule_second_pass_row(const cpu_rule_ctx *rc, int64_t b, const float *x, 
 
 /* The support cutoff *c and the support's log-sum-exp *lse (the max for a
  * greedy row) of row b from its full tempered logits x and merged partial
- * (computed from x when NULL): the second pass's decision, shared by the
- * engines. FLS_OK, FLS_ERR_ALL_MASKED or FLS_ERR_OUT_OF_MEMORY. */
+ * (computed from x when NULL), and the row's max *m (m may be NULL): the
+ * second pass's decision, shared by the engines. FLS_OK,
+ * FLS_ERR_ALL_MASKED or FLS_ERR_OUT_OF_MEMORY. */
 int cpu_rule_reference_cut_lse(const cpu_rule_ctx *rc, int64_t b, const float *x, const cpu_part *part,
-                               float *c, double *lse);
+                               float *c, double *lse, double *m);
 
 /* The support cutoff of row b from its full tempered logits (the
  * multinomial baseline's filters): *c, or FLS_ERR_ALL_MASKED / OUT_OF_MEMORY. */

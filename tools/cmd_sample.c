@@ -338,8 +338,6 @@ static void explain_unsupported(fls_engine engine, fls_method method, const cli_
         cli_error(
             "the CUDA engine runs the rule family with the Gumbel methods (docs/RULES.md): use --method "
             "fused or unfused-gumbel, or --device cpu for the multinomial baseline's filters");
-    else if (engine == FLS_ENGINE_CUDA && (cli_rule_filters(rule) || rule->wr_k > 0) && streaming)
-        cli_error("streams take no rules (docs/GROUPED.md)");
     else if (engine == FLS_ENGINE_CUDA && streaming && method == FLS_METHOD_GROUPED)
         cli_error(
             "streaming on the GPU takes group sizes up to 4096 (--group-size): use --device cpu for larger "

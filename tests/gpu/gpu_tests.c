@@ -880,9 +880,14 @@ static void test_rules_logits(void)
         fls_cuda_malloc(&dlp, 4 * nmax);
         fls_cuda_malloc(&dls, 4 * 16);
         CHECK(dL && dt && dlp && dls, "device memory");
-        for (int force = 0; force < 2 && !failed; force++) {
-            if (force)
-                setenv("FLS_CUDA_STAIR_CAP", "2", 1); /* most staircases overflow: the exact reference */
+        /* force 1: most staircases overflow (the exact reference); 2: the states in global memory
+         * (the path of lists too large for shared memory) */
+        static const char *force_name[3] = {"", " (staircase cap 2)", " (global-memory states)"};
+        for (int force = 0; force < 3 && !failed; force++) {
+            if (force == 1)
+                setenv("FLS_CUDA_STAIR_CAP", "2", 1);
+            if (force == 2)
+                setenv("FLS_CUDA_RULE_GLOBAL", "1", 1);
             for (size_t ri = 0; ri < N_RULES && !failed; ri++) {
                 const rule_spec *r = &k_rules[ri];
                 if (r->top_k > V || r->wr > V || (force && ri % 3 != 0))
@@ -926,7 +931,7 @@ static void test_rules_logits(void)
                 printf(
                     "    RULES V=%-6lld %-14s%s tokens %lld/%lld identical, second pass %llu rows, max rel "
                     "diff logprob %.2g logsumexp %.2g\n",
-                    (long long)V, r->name, force ? " (staircase cap 2)" : "", (long long)same, (long long)n,
+                    (long long)V, r->name, force_name[force], (long long)same, (long long)n,
                     (unsigned long long)(c1.second_pass_rows - c0.second_pass_rows), dlp_max, dls_max);
                 if (same != n || dlp_max > 1e-5 || dls_max > 1e-6) {
                     failf("V=%lld %s: the CUDA engine differs from the CPU engine", (long long)V, r->name);
@@ -934,6 +939,7 @@ static void test_rules_logits(void)
                 }
             }
             unsetenv("FLS_CUDA_STAIR_CAP");
+            unsetenv("FLS_CUDA_RULE_GLOBAL");
         }
         free(L);
         free(tc);
@@ -952,10 +958,8 @@ static void test_rules_errors(void)
 {
     const int64_t B = 4, V = 4099, draws = 2;
     g_rng = 77;
-    float *L = malloc(sizeof(float) * (size_t)(B * V));
+    float *L = make_rand_matrix(B, V, V, FLS_DTYPE_F32, 3.0f);
     CHECK(L, "memory");
-    for (int64_t i = 0; i < B * V; i++)
-        L[i] = (float)(rndu() * 6.0 - 3.0);
     void *dL = to_dev(L, sizeof(float) * (size_t)(B * V)), *dt = NULL;
     fls_cuda_malloc(&dt, 8 * (size_t)(B * draws));
     CHECK(dL && dt, "device memory");
