@@ -573,6 +573,34 @@ static fls_status fls_rule_row_inputs(cudaStream_t str, const fls_rule_dev &d, i
     return st;
 }
 
+/* Row i of the block, undecided by its statistics: its cutoff and support
+ * log-sum-exp from its full row on the host (the CPU engine's second pass),
+ * uploaded with its code. */
+static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, const cpu_rule_ctx *rc,
+                                      int64_t i, float **xp, int *code)
+{
+    const int64_t b = d.r0 + i;
+    if (!*xp && !(*xp = (float *)malloc((size_t)d.V * sizeof(float))))
+        return FLS_ERR_OUT_OF_MEMORY;
+    float *x = *xp;
+    cpu_part part;
+    fls_status st = fls_rule_row_inputs(str, d, i, rc->req->rows[b].temperature, x, &part);
+    if (st != FLS_OK)
+        return st;
+    float c;
+    double l;
+    const int r = cpu_rule_reference_cut_lse(rc, b, x, &part, &c, &l, NULL);
+    if (r != FLS_OK)
+        return (fls_status)r;
+    code[b] = FLS_RC_OK;
+    st = fls_rule_up(str, d.cut + b, &c, sizeof c);
+    if (st == FLS_OK)
+        st = fls_rule_up(str, d.lse + b, &l, sizeof l);
+    if (st == FLS_OK)
+        st = fls_rule_up(str, d.code + b, &code[b], sizeof(int));
+    return st;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -597,13 +625,28 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     const char *cap_env = getenv("FLS_CUDA_STAIR_CAP"); /* tests: force overflows (any cap, same tokens) */
     if (cap_env && atoi(cap_env) > 0)
         stair_cap = atoi(cap_env);
-    const size_t topb = top_cap > 0 ? fls_topc_bytes(top_cap) : 0, sb = fls_stair_bytes(stair_cap);
     /* rows per block: fused calls hold a block's logits (at most 512 MiB) */
     int64_t nb = B;
     if (!L) {
         nb = ((int64_t)512 << 20) / (4 * V);
         nb = nb < 1 ? 1 : (nb > B ? B : nb);
     }
+    /* the threshold-first path (rules.cuh) unless a limit or a test forces the staircases */
+    /* chunks of cf x FLS_FCK tokens: about 8 blocks per multiprocessor at least */
+    int64_t cf = 1;
+    while (cf < 16 && (V + 2 * cf * FLS_FCK - 1) / (2 * cf * FLS_FCK) * nb >= 1056)
+        cf *= 2;
+    const int64_t nchunk = (V + cf * FLS_FCK - 1) / (cf * FLS_FCK);
+    /* group maxima: at least 4 per entry of the top list where the groups allow */
+    int gsz = FLS_FCK;
+    while (gsz > 64 && nchunk * cf * FLS_FCK / gsz < 4 * top_cap)
+        gsz /= 2;
+    const int64_t M = nchunk * cf * FLS_FCK / gsz;
+    const int fast = !cap_env && getenv("FLS_CUDA_RULE_GLOBAL") == NULL &&
+                     getenv("FLS_CUDA_RULE_STAIR") == NULL && K <= FLS_FKMAX && top_cap <= FLS_FTOP &&
+                     V < ((int64_t)1 << 32) - 1 && M <= 4096 &&
+                     (size_t)(nb * draws * nchunk * K) * sizeof(fls_stair_entry) <= ((size_t)256 << 20);
+    const size_t topb = top_cap > 0 && !fast ? fls_topc_bytes(top_cap) : 0, sb = fls_stair_bytes(stair_cap);
     /* parts: about 8192 warps a block, at least 1024 tokens a part, multiples of 64 */
     int64_t P = (8192 + nb - 1) / nb, Pmax = (V + 1023) / 1024;
     P = P > Pmax ? Pmax : P;
@@ -616,11 +659,15 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         S *= 2;
         P = (V + S - 1) / S;
     }
+    if (fast)
+        P = nchunk;
     int64_t nd = ((int64_t)256 << 20) / (int64_t)((size_t)(nb * P) * sb);
     /* a warp's states in shared memory: about 24 KB of staircases */
     const int64_t nd_smem = (int64_t)(((size_t)24 << 10) > topb + sb ? (((size_t)24 << 10) - topb) / sb : 1);
     nd = nd > nd_smem ? nd_smem : nd;
     nd = nd < 1 ? 1 : (nd > draws ? draws : nd);
+    if (fast)
+        nd = draws; /* every draw in one pass, no staircases */
 
     fls_row_params *rows_d = NULL;
     fls_row_rule *rule_d = NULL;
@@ -629,11 +676,13 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     float *buf = NULL;
     for (int pass = 0; pass < 2; pass++) {
         fls_carve c = {pass ? s->ws : NULL, 0};
-        rows_d = c.take<fls_row_params>((size_t)B);
-        rule_d = c.take<fls_row_rule>((size_t)B);
+        /* rows and rules adjacent: one upload */
+        char *up = c.take<char>((size_t)B * (sizeof(fls_row_params) + sizeof(fls_row_rule)));
+        rows_d = (fls_row_params *)up;
+        rule_d = up ? (fls_row_rule *)(up + (size_t)B * sizeof(fls_row_params)) : NULL;
         d.part = c.take<fls_rpart>((size_t)(nb * P));
         d.top = topb ? c.take<char>((size_t)(nb * P) * topb) : NULL;
-        d.stair = c.take<char>((size_t)(nb * P * nd) * sb);
+        d.stair = fast ? NULL : c.take<char>((size_t)(nb * P * nd) * sb);
         d.cut = c.take<float>((size_t)B);
         d.lse = c.take<double>((size_t)B);
         d.code = c.take<int>((size_t)B);
@@ -642,6 +691,15 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         d.pv = c.take<int64_t>((size_t)(nb * nd * K));
         d.tok = c.take<int64_t>((size_t)(B * draws * K));
         d.lp = c.take<float>((size_t)(B * draws * K));
+        d.lsedev = c.take<int>((size_t)B);
+        if (fast) {
+            d.gmax = top_cap > 0 ? c.take<float>((size_t)(nb * M)) : NULL;
+            d.thr = c.take<float>((size_t)nb);
+            d.ccount = c.take<unsigned>((size_t)nb);
+            d.cand = top_cap > 0 ? c.take<unsigned long long>((size_t)nb * FLS_FCCAP) : NULL;
+            d.sel = c.take<fls_stair_entry>((size_t)(nb * draws * nchunk * K));
+            d.lsep = c.take<double>((size_t)(nb * nchunk));
+        }
         buf = L ? NULL : c.take<float>((size_t)(nb * V));
         if (pass == 0) {
             fls_status st = fls_ensure_ws(s, c.off);
@@ -650,18 +708,34 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         }
     }
     cudaStream_t str = s->stream;
-    fls_status st = fls_rule_up(str, rows_d, req->rows, (size_t)B * sizeof(fls_row_params));
-    if (st == FLS_OK)
-        st = fls_rule_up(str, rule_d, req->rule, (size_t)B * sizeof(fls_row_rule));
-    if (st != FLS_OK)
-        return st;
+    fls_status st;
+    {
+        const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
+        char *h = (char *)malloc(rb + ub);
+        if (!h)
+            return FLS_ERR_OUT_OF_MEMORY;
+        memcpy(h, req->rows, rb);
+        memcpy(h + rb, req->rule, ub);
+        st = fls_rule_up(str, rows_d, h, rb + ub);
+        free(h);
+        if (st != FLS_OK)
+            return st;
+    }
     d.V = V;
     d.Pw = (int)P;
     d.S = S;
     d.top_cap = top_cap;
     d.stair_cap = stair_cap;
     d.nd = (int)nd;
-    {
+    d.nchunk = (int)nchunk;
+    d.cf = (int)cf;
+    d.gsz = gsz;
+    d.M = (int)M;
+    if (fast) {
+        d.smem = 0;
+        d.rw = 8;
+        d.P = (int)P;
+    } else {
         /* shared-memory mode when a warp's states fit: 8 warps a block, merged in the block */
         const size_t wb = fls_rule_warp_bytes(d, 1);
         int64_t rw = (int64_t)(FLS_RSMEM_MAX / wb);
@@ -684,10 +758,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.rule = rule_d;
 
     int *code = (int *)malloc((size_t)B * sizeof(int));
-    float *x = (float *)malloc((size_t)V * sizeof(float));
-    int64_t *htok = (int64_t *)malloc((size_t)(draws * K) * sizeof(int64_t));
-    float *hlp = (float *)malloc((size_t)(draws * K) * sizeof(float));
-    if (!code || !x || !htok || !hlp)
+    /* host rows for the rows the host decides, allocated at the first */
+    float *x = NULL;
+    int64_t *htok = NULL;
+    float *hlp = NULL;
+    if (!code)
         st = FLS_ERR_OUT_OF_MEMORY;
     uint64_t redone = 0;
     for (int64_t r0 = 0; r0 < B && st == FLS_OK; r0 += nb) {
@@ -705,39 +780,47 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.L = buf;
             d.ldl = V;
         }
+        if (fast) {
+            /* decide, select, one download of the codes; rows the host
+             * decides are selected again (the others give the same picks) */
+            d.nd = (int)draws;
+            d.draw0 = 0;
+            if (st == FLS_OK)
+                st = fls_from_cuda(fls_rule_launch_fast_decide(d, str));
+            if (st == FLS_OK)
+                st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
+            if (st == FLS_OK)
+                st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+            int again = 0;
+            for (int64_t i = 0; i < nbc && st == FLS_OK; i++)
+                if (code[r0 + i] == FLS_RC_SECOND) {
+                    st = fls_rule_second_row(str, d, &rc, i, &x, code);
+                    redone++;
+                    again = 1;
+                }
+            if (st == FLS_OK && again)
+                st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
+            if (st == FLS_OK && again)
+                st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+            continue;
+        }
         for (int64_t db = 0; db < draws && st == FLS_OK; db += nd) {
             d.nd = (int)(draws - db < nd ? draws - db : nd);
             d.draw0 = (uint32_t)db;
-            st = fls_from_cuda(fls_rule_launch_fold(d, db == 0, str));
+            st = fls_from_cuda(fast ? fls_rule_launch_fast_decide(d, str)
+                                    : fls_rule_launch_fold(d, db == 0, str));
             if (st == FLS_OK && db == 0) {
                 /* the rows the statistics left undecided: their full row, on the host */
                 st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
-                for (int64_t i = 0; i < nbc && st == FLS_OK; i++) {
-                    const int64_t b = r0 + i;
-                    if (code[b] != FLS_RC_SECOND)
-                        continue;
-                    cpu_part part;
-                    st = fls_rule_row_inputs(str, d, i, req->rows[b].temperature, x, &part);
-                    if (st != FLS_OK)
-                        break;
-                    float c;
-                    double l;
-                    const int r = cpu_rule_reference_cut_lse(&rc, b, x, &part, &c, &l, NULL);
-                    if (r != FLS_OK) {
-                        st = (fls_status)r;
-                        break;
+                for (int64_t i = 0; i < nbc && st == FLS_OK; i++)
+                    if (code[r0 + i] == FLS_RC_SECOND) {
+                        st = fls_rule_second_row(str, d, &rc, i, &x, code);
+                        redone++;
                     }
-                    code[b] = FLS_RC_OK;
-                    st = fls_rule_up(str, d.cut + b, &c, sizeof c);
-                    if (st == FLS_OK)
-                        st = fls_rule_up(str, d.lse + b, &l, sizeof l);
-                    if (st == FLS_OK)
-                        st = fls_rule_up(str, d.code + b, &code[b], sizeof(int));
-                    redone++;
-                }
             }
             if (st == FLS_OK)
-                st = fls_from_cuda(fls_rule_launch_select(d, str));
+                st = fls_from_cuda(fast ? fls_rule_launch_fast_select(d, str)
+                                        : fls_rule_launch_select(d, str));
         }
         /* rows whose staircase overflowed: the CPU engine's exact reference */
         if (st == FLS_OK)
@@ -747,6 +830,16 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             if (code[b] != FLS_RC_OVERFLOW)
                 continue;
             code[b] = FLS_RC_OK;
+            if (!x)
+                x = (float *)malloc((size_t)V * sizeof(float));
+            if (!htok)
+                htok = (int64_t *)malloc((size_t)(draws * K) * sizeof(int64_t));
+            if (!hlp)
+                hlp = (float *)malloc((size_t)(draws * K) * sizeof(float));
+            if (!x || !htok || !hlp) {
+                st = FLS_ERR_OUT_OF_MEMORY;
+                break;
+            }
             cpu_part part;
             st = fls_rule_row_inputs(str, d, i, req->rows[b].temperature, x, &part);
             if (st != FLS_OK)

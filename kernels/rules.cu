@@ -99,6 +99,81 @@ __device__ __forceinline__ void fls_rpart_merge(fls_rpart &a, const fls_rpart &b
     a.bad |= b.bad;
 }
 
+/* A thread's running statistics of the finite tempered logits it saw. */
+struct fls_racc {
+    double lm, ls, mn, mmean, mm2;
+    float fm; /* the max, when only the max is needed (a float's max is the double's) */
+    unsigned bad;
+};
+
+__device__ __forceinline__ void fls_racc_init(fls_racc &a)
+{
+    a.lm = -INFINITY;
+    a.ls = a.mn = a.mmean = a.mm2 = 0.0;
+    a.fm = -INFINITY;
+    a.bad = 0;
+}
+
+/* One token: its logit l and tempered logit x (an in-range token). */
+__device__ __forceinline__ void fls_racc_token(fls_racc &a, const fls_rule_dev &d, float l, float x)
+{
+    if (fls_bad_logit(l))
+        a.bad |= FLS_RBAD_NAN;
+    else if (fls_temper_overflows(l, x))
+        a.bad |= FLS_RBAD_TEMP;
+    if (x > -INFINITY && x < INFINITY) {
+        const double xd = x;
+        if (!d.need_s) {
+            a.fm = x > a.fm ? x : a.fm; /* the max alone (the sum stays 0, unused) */
+        } else if (xd > a.lm) {
+            a.ls = a.ls * exp(a.lm - xd) + 1.0;
+            a.lm = xd;
+        } else {
+            a.ls += exp(xd - a.lm);
+        }
+        if (d.moments) {
+            a.mn += 1.0;
+            const double delta = xd - a.mmean;
+            a.mmean += delta / a.mn;
+            a.mm2 += delta * (xd - a.mmean);
+        }
+    }
+}
+
+/* The warp's partials into lane 0, in a fixed order (every lane returns
+ * its value; lane 0's is the warp's). */
+__device__ __forceinline__ fls_rpart fls_racc_warp(fls_racc a, int lane)
+{
+    if (a.fm > a.lm)
+        a.lm = a.fm; /* max-only mode: lm stayed -inf */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double om = __shfl_down_sync(FLS_FULL_MASK, a.lm, o),
+                     os = __shfl_down_sync(FLS_FULL_MASK, a.ls, o);
+        const double on = __shfl_down_sync(FLS_FULL_MASK, a.mn, o),
+                     omean = __shfl_down_sync(FLS_FULL_MASK, a.mmean, o);
+        const double om2 = __shfl_down_sync(FLS_FULL_MASK, a.mm2, o);
+        if (lane < o) {
+            fls_lse l;
+            l.m = a.lm;
+            l.s = a.ls;
+            fls_lse_merge(&l, om, os);
+            a.lm = l.m;
+            a.ls = l.s;
+            fls_moments_merge(&a.mn, &a.mmean, &a.mm2, on, omean, om2);
+        }
+    }
+    fls_rpart pt;
+    pt.lse_m = a.lm;
+    pt.lse_s = a.ls;
+    pt.n = a.mn;
+    pt.mean = a.mmean;
+    pt.m2 = a.mm2;
+    pt.bad = __reduce_or_sync(FLS_FULL_MASK, a.bad);
+    pt.pad_ = 0;
+    return pt;
+}
+
 __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev d, int first)
 {
     extern __shared__ __align__(16) char fls_rdyn[];
@@ -138,8 +213,8 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
             fls_stair_init((fls_stair *)(st0 + (size_t)j * sb), (int32_t)d.K, d.stair_cap);
     }
     __syncwarp();
-    double lm = -INFINITY, ls = 0.0, mn = 0.0, mmean = 0.0, mm2 = 0.0;
-    unsigned bad = 0;
+    fls_racc acc;
+    fls_racc_init(acc);
     float dropmax = -INFINITY;
     const float *row = d.L + (size_t)i * d.ldl;
     for (int64_t base = v_begin; base < v_end; base += 64) {
@@ -151,29 +226,8 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
             in[e] = v + e < v_end;
             const float l = in[e] ? row[v + e] : -INFINITY;
             x[e] = fls_temper(l, T);
-            if (first && in[e]) {
-                if (fls_bad_logit(l))
-                    bad |= FLS_RBAD_NAN;
-                else if (fls_temper_overflows(l, x[e]))
-                    bad |= FLS_RBAD_TEMP;
-                if (x[e] > -INFINITY && x[e] < INFINITY) {
-                    const double xd = x[e];
-                    if (!d.need_s) {
-                        lm = xd > lm ? xd : lm; /* the max alone (the sum stays 0, unused) */
-                    } else if (xd > lm) {
-                        ls = ls * exp(lm - xd) + 1.0;
-                        lm = xd;
-                    } else {
-                        ls += exp(xd - lm);
-                    }
-                    if (d.moments) {
-                        mn += 1.0;
-                        const double delta = xd - mmean;
-                        mmean += delta / mn;
-                        mm2 += delta * (xd - mmean);
-                    }
-                }
-            }
+            if (first && in[e])
+                fls_racc_token(acc, d, l, x[e]);
         }
         if (tc) {
             bool c[2];
@@ -245,33 +299,8 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
     }
     fls_rpart pt;
     if (first) {
-        /* the lanes' partials into lane 0, in a fixed order */
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const double om = __shfl_down_sync(FLS_FULL_MASK, lm, o),
-                         os = __shfl_down_sync(FLS_FULL_MASK, ls, o);
-            const double on = __shfl_down_sync(FLS_FULL_MASK, mn, o),
-                         omean = __shfl_down_sync(FLS_FULL_MASK, mmean, o);
-            const double om2 = __shfl_down_sync(FLS_FULL_MASK, mm2, o);
-            if (lane < o) {
-                fls_lse a;
-                a.m = lm;
-                a.s = ls;
-                fls_lse_merge(&a, om, os);
-                lm = a.m;
-                ls = a.s;
-                fls_moments_merge(&mn, &mmean, &mm2, on, omean, om2);
-            }
-        }
-        bad = __reduce_or_sync(FLS_FULL_MASK, bad);
+        pt = fls_racc_warp(acc, lane);
         dropmax = fls_warp_maxf(dropmax);
-        pt.lse_m = lm;
-        pt.lse_s = ls;
-        pt.n = mn;
-        pt.mean = mmean;
-        pt.m2 = mm2;
-        pt.bad = bad;
-        pt.pad_ = 0;
         if (lane == 0 && tc && dropmax > tc->dropped)
             tc->dropped = dropmax;
     }
@@ -356,16 +385,19 @@ __global__ void fls_rule_merge_smem_kernel(fls_rule_dev d, int first, int stride
     fls_rcopy(fls_rstair(d, qa, 0), a + tb, (size_t)d.nd * sb, threadIdx.x, blockDim.x);
 }
 
-/* One thread per row: the cutoff and the support's log-sum-exp. */
-__global__ void fls_rule_decide_kernel(fls_rule_dev d)
+/* Row b's decision from its merged statistics pt and its top list (rank
+ * order; NULL: none kept, nothing is known beyond m and the moments): the
+ * cutoff and the support's log-sum-exp, or the row's code. dev_lse: a
+ * support larger than the list has its log-sum-exp summed on the device
+ * (lsedev[b] = 1) instead of sending the row to the host. */
+__device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpart &pt,
+                                    const fls_top_entry *top, const double *w, int64_t ntop, float dropped,
+                                    int dev_lse)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= d.nb)
-        return;
-    const int b = d.r0 + i;
-    const fls_rpart pt = d.part[(int64_t)i * d.P];
     d.cut[b] = -INFINITY;
     d.lse[b] = pt.lse_m;
+    if (d.lsedev)
+        d.lsedev[b] = 0;
     if (pt.bad & FLS_RBAD_NAN) {
         d.code[b] = FLS_RC_NAN;
         return;
@@ -386,26 +418,39 @@ __global__ void fls_rule_decide_kernel(fls_rule_dev d)
     st.mom_n = pt.n;
     st.mom_mean = pt.mean;
     st.mom_m2 = pt.m2;
-    st.top = NULL;
-    st.ntop = 0;
-    st.dropped = INFINITY; /* no list kept: nothing is known beyond m and the moments */
-    fls_topc *t = fls_rtop(d, (int64_t)i * d.P);
-    if (t) {
-        fls_topc_sort(t);
-        st.top = fls_topc_entries(t);
-        st.ntop = t->n;
-        st.dropped = t->dropped;
-    }
+    st.top = top;
+    st.ntop = top ? ntop : 0;
+    st.dropped = top ? dropped : INFINITY;
+    st.w = top ? w : NULL;
     float c;
     double l = 0.0;
-    if (fls_filter_chain(&st, d.rule[b].value, &c) != FLS_CUT_OK ||
-        (d.want_lse && !greedy && fls_support_lse(&st, c, 0, &l) != FLS_CUT_OK)) {
+    if (fls_filter_chain(&st, d.rule[b].value, &c) != FLS_CUT_OK) {
         d.code[b] = FLS_RC_SECOND;
         return;
+    }
+    if (d.want_lse && !greedy && fls_support_lse(&st, c, 0, &l) != FLS_CUT_OK) {
+        if (!dev_lse) {
+            d.code[b] = FLS_RC_SECOND;
+            return;
+        }
+        d.lsedev[b] = 1; /* summed over the support by the select kernels */
     }
     d.cut[b] = c;
     d.lse[b] = greedy ? st.m : l;
     d.code[b] = FLS_RC_OK;
+}
+
+/* One thread per row: the staircase path's decision. */
+__global__ void fls_rule_decide_kernel(fls_rule_dev d)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= d.nb)
+        return;
+    fls_topc *t = fls_rtop(d, (int64_t)i * d.P);
+    if (t)
+        fls_topc_sort(t);
+    fls_rule_decide_row(d, d.r0 + i, d.part[(int64_t)i * d.P], t ? fls_topc_entries(t) : NULL, NULL,
+                        t ? t->n : 0, t ? t->dropped : INFINITY, 0);
 }
 
 /* One thread per (row, draw of the pass): the K best keys of the support. */
@@ -497,4 +542,567 @@ cudaError_t fls_rule_launch_to_float(const double *in, float *out, int64_t n, cu
         return cudaSuccess;
     fls_rule_to_float_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(in, out, n);
     return cudaGetLastError();
+}
+
+/* ---- the threshold-first path ---- */
+
+/* Token k (0 .. 8 cf - 1) of thread t in chunk c (cf sub-chunks of
+ * FLS_FCK tokens, folded one after the other): in each sub-chunk, warp
+ * w = t / 32 folds 256 consecutive tokens in 4 steps of 64, lane l the
+ * pair (2l, 2l + 1) of each step (a Philox pair). */
+__device__ __forceinline__ int64_t fls_ftoken(const fls_rule_dev &d, int c, int t, int k)
+{
+    return (int64_t)c * d.cf * FLS_FCK + (k >> 3) * FLS_FCK + (t >> 5) * 256 + ((k & 7) >> 1) * 64 +
+           2 * (t & 31) + (k & 1);
+}
+
+/* Token v's tempered logit if it is in the support {x >= cut}, else -inf. */
+__device__ __forceinline__ float fls_fsupport(const fls_rule_dev &d, const float *row, int64_t v, float T,
+                                              float cut)
+{
+    const float x = v < d.V ? fls_temper(row[v], T) : -INFINITY;
+    return x > -INFINITY && x >= cut ? x : -INFINITY;
+}
+
+/* Ordered 64-bit rank key: larger is earlier in rank order (larger x, then
+ * lower index); x == 0 as +0 (the rank order does not tell -0 from +0). */
+__device__ __forceinline__ unsigned long long fls_frank(float x, int64_t v)
+{
+    const uint32_t u = __float_as_uint(x + 0.0f);
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)o << 32) | (0xffffffffu - (uint32_t)v);
+}
+
+__device__ __forceinline__ float fls_frank_x(unsigned long long k)
+{
+    const uint32_t o = (uint32_t)(k >> 32);
+    return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+
+/* Sorts a[0, n) (n a power of two) into descending order with the block. */
+template <typename T> __device__ void fls_bitonic_desc(T *a, int n)
+{
+    for (int k = 2; k <= n; k *= 2)
+        for (int j = k / 2; j > 0; j /= 2) {
+            for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
+                const int lo = 2 * j * (t / j) + t % j, hi = lo + j;
+                const bool desc = (lo & k) == 0;
+                const T x = a[lo], y = a[hi];
+                if (desc ? x < y : x > y) {
+                    a[lo] = y;
+                    a[hi] = x;
+                }
+            }
+            __syncthreads();
+        }
+}
+
+/* Each chunk: its statistics and, for a top list, its group maxima. */
+__global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
+{
+    __shared__ fls_rpart sp[8];
+    __shared__ float gw[16 * 8]; /* each sub-chunk's 256-token warp maxima */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
+    const float T = d.rows[b].temperature;
+    const float *row = d.L + (size_t)i * d.ldl;
+    fls_racc acc;
+    fls_racc_init(acc);
+    for (int s = 0; s < d.cf; s++) {
+        float l[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int64_t v = fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k);
+            l[k] = v < d.V ? row[v] : -INFINITY;
+        }
+        float g = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int64_t v = fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k);
+            if (v < d.V) {
+                const float x = fls_temper(l[k], T);
+                fls_racc_token(acc, d, l[k], x);
+                if (x < INFINITY)
+                    g = fmaxf(g, x);
+            }
+            if (d.top_cap > 0 && d.gsz < 256 && (k & 1) && ((k >> 1) + 1) % (d.gsz / 64) == 0) {
+                /* a group of gsz / 64 steps of 64 tokens done */
+                g = fls_warp_maxf(g);
+                if (lane == 0)
+                    d.gmax[(int64_t)i * d.M + (v - 2 * lane - 1) / d.gsz] = g;
+                g = -INFINITY;
+            }
+        }
+        if (d.top_cap > 0 && d.gsz >= 256) {
+            g = fls_warp_maxf(g);
+            if (lane == 0)
+                gw[8 * s + w] = g;
+        }
+    }
+    const fls_rpart pt = fls_racc_warp(acc, lane);
+    if (lane == 0)
+        sp[w] = pt;
+    __syncthreads();
+    if (d.top_cap > 0 && d.gsz >= 256) {
+        /* groups of gsz / 256 warp maxima */
+        const int per = d.gsz / 256, ng = 8 * d.cf / per;
+        for (int q = threadIdx.x; q < ng; q += blockDim.x) {
+            float g = gw[q * per];
+            for (int r = 1; r < per; r++)
+                g = fmaxf(g, gw[q * per + r]);
+            d.gmax[(int64_t)i * d.M + (int64_t)blockIdx.x * ng + q] = g;
+        }
+    }
+    if (threadIdx.x == 0) {
+        fls_rpart a = sp[0];
+        for (int k = 1; k < 8; k++)
+            fls_rpart_merge(a, sp[k]);
+        d.part[(int64_t)i * d.P + blockIdx.x] = a;
+    }
+}
+
+/* One block per row: the chunks' statistics merged (into part i * P), then
+ * the decision, or (top list) the candidates' threshold. */
+__global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
+{
+    extern __shared__ __align__(16) char fls_rdyn[];
+    __shared__ fls_rpart sp[512];
+    const int i = blockIdx.x, b = d.r0 + i, t = threadIdx.x;
+    fls_rpart a;
+    a.lse_m = -INFINITY;
+    a.lse_s = a.n = a.mean = a.m2 = 0.0;
+    a.bad = a.pad_ = 0;
+    for (int c = t; c < d.nchunk; c += blockDim.x)
+        fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
+    sp[t] = a;
+    __syncthreads();
+    for (int s = 256; s > 0; s >>= 1) {
+        if (t < s)
+            fls_rpart_merge(sp[t], sp[t + s]);
+        __syncthreads();
+    }
+    const fls_rpart pt = sp[0];
+    if (t == 0)
+        d.part[(int64_t)i * d.P] = pt;
+    const bool pending = d.top_cap > 0 && !(pt.bad & (FLS_RBAD_NAN | FLS_RBAD_TEMP)) && pt.lse_m > -INFINITY;
+    if (!pending) {
+        if (t == 0)
+            fls_rule_decide_row(d, b, pt, NULL, NULL, 0, INFINITY, 1);
+        return;
+    }
+    /* t: the C-th largest group maximum (-inf when fewer groups: every
+     * finite token), the value whose count of larger maxima is below C and
+     * whose count of larger or equal ones is not */
+    float *gm = (float *)fls_rdyn;
+    const int M4 = (d.M + 3) / 4;
+    for (int k = t; k < 4 * M4; k += blockDim.x)
+        gm[k] = k < d.M ? d.gmax[(int64_t)i * d.M + k] : NAN; /* NaN: never counted */
+    if (t == 0) {
+        d.thr[i] = -INFINITY;
+        d.ccount[i] = 0;
+        d.code[b] = FLS_RC_PENDING;
+    }
+    __syncthreads();
+    if (d.M < d.top_cap)
+        return;
+    const float4 *g4 = (const float4 *)gm;
+    for (int k = t; k < d.M; k += blockDim.x) {
+        const float y = gm[k];
+        int gt = 0, ge = 0;
+        for (int q = 0; q < M4; q++) {
+            const float4 a = g4[q];
+            gt += (a.x > y) + (a.y > y) + (a.z > y) + (a.w > y);
+            ge += (a.x >= y) + (a.y >= y) + (a.z >= y) + (a.w >= y);
+        }
+        if (gt < d.top_cap && ge >= d.top_cap)
+            d.thr[i] = y; /* every thread that finds it writes the same value */
+    }
+}
+
+/* The tokens x >= thr of the pending rows, into the row's candidates. */
+__global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
+{
+    const int lane = threadIdx.x & 31, i = blockIdx.y, b = d.r0 + i;
+    if (d.code[b] != FLS_RC_PENDING)
+        return;
+    const float T = d.rows[b].temperature, thr = d.thr[i];
+    const float *row = d.L + (size_t)i * d.ldl;
+    for (int s = 0; s < d.cf; s++) {
+        float x[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, thr);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const bool c = x[k] > -INFINITY;
+            const unsigned m = __ballot_sync(FLS_FULL_MASK, c);
+            if (!m)
+                continue;
+            unsigned base = 0;
+            if (lane == 0)
+                base = atomicAdd(&d.ccount[i], (unsigned)__popc(m));
+            base = __shfl_sync(FLS_FULL_MASK, base, 0);
+            const unsigned pos = base + (unsigned)__popc(m & ((1u << lane) - 1u));
+            if (c && pos < FLS_FCCAP)
+                d.cand[(int64_t)i * FLS_FCCAP + pos] =
+                    fls_frank(x[k], fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k));
+        }
+    }
+}
+
+/* One block per pending row: its candidates sorted into the exact top list,
+ * then the decision. */
+__global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
+{
+    extern __shared__ __align__(16) char fls_rdyn[];
+    const int i = blockIdx.x, b = d.r0 + i;
+    if (d.code[b] != FLS_RC_PENDING)
+        return;
+    const unsigned n = d.ccount[i];
+    if (n > FLS_FCCAP) {
+        if (threadIdx.x == 0) {
+            d.code[b] = FLS_RC_SECOND; /* massive ties: the host decides from the full row */
+            d.cut[b] = -INFINITY;
+            d.lsedev[b] = 0;
+        }
+        return;
+    }
+    unsigned long long *k = (unsigned long long *)fls_rdyn;
+    fls_top_entry *e = (fls_top_entry *)(k + FLS_FCCAP);
+    int n2 = 64;
+    while (n2 < (int)n)
+        n2 *= 2;
+    for (int j = threadIdx.x; j < n2; j += blockDim.x)
+        k[j] = j < (int)n ? d.cand[(int64_t)i * FLS_FCCAP + j] : 0ull;
+    __syncthreads();
+    fls_bitonic_desc(k, n2);
+    const int64_t ntop = (int64_t)n < d.top_cap ? (int64_t)n : d.top_cap;
+    double *wt = (double *)(e + FLS_FTOP);
+    const double m = d.part[(int64_t)i * d.P].lse_m;
+    for (int j = threadIdx.x; j < ntop; j += blockDim.x) {
+        e[j].x = fls_frank_x(k[j]);
+        e[j].pad_ = 0;
+        e[j].v = (int64_t)(0xffffffffu - (uint32_t)k[j]);
+        wt[j] = exp((double)e[j].x - m);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* every token not in the list is ranked after it: the next candidate,
+         * or (all candidates kept) below the threshold */
+        const float thr = d.thr[i];
+        const float dropped = (int64_t)n > d.top_cap ? fls_frank_x(k[d.top_cap])
+                              : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
+                                                     : -INFINITY;
+        fls_rule_decide_row(d, b, d.part[(int64_t)i * d.P], e, wt, ntop, dropped, 1);
+    }
+}
+
+/* The first of two (key, token) by fls_key_beats; token -1: none. */
+struct fls_fbest {
+    float key, x;
+    long long v;
+};
+
+__device__ __forceinline__ bool fls_fbeats(const fls_fbest &a, const fls_fbest &b)
+{
+    return a.v >= 0 && (b.v < 0 || fls_key_beats(a.key, a.v, b.key, b.v));
+}
+
+__device__ __forceinline__ fls_fbest fls_fbest_warp(fls_fbest a)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        fls_fbest o2;
+        o2.key = __shfl_xor_sync(FLS_FULL_MASK, a.key, o);
+        o2.x = __shfl_xor_sync(FLS_FULL_MASK, a.x, o);
+        o2.v = __shfl_xor_sync(FLS_FULL_MASK, a.v, o);
+        if (fls_fbeats(o2, a))
+            a = o2;
+    }
+    return a;
+}
+
+/* Inserts c into the best-first list l (empty slots: v < 0) keeping its k
+ * best; every index static, so the list stays in registers. */
+template <int N> __device__ __forceinline__ void fls_flist_push(fls_fbest (&l)[N], int k, const fls_fbest &c)
+{
+    bool bt[N];
+#pragma unroll
+    for (int q = 0; q < N; q++)
+        bt[q] = q < k && fls_fbeats(c, l[q]);
+#pragma unroll
+    for (int q = N - 1; q >= 0; q--)
+        if (bt[q])
+            l[q] = q > 0 && bt[q > 0 ? q - 1 : 0] ? l[q > 0 ? q - 1 : 0] : c;
+}
+
+/* Drops the list's head. */
+template <int N> __device__ __forceinline__ void fls_flist_pop(fls_fbest (&l)[N])
+{
+#pragma unroll
+    for (int q = 0; q + 1 < N; q++)
+        l[q] = l[q + 1];
+    l[N - 1].v = -1;
+    l[N - 1].key = l[N - 1].x = -INFINITY;
+}
+
+template <int N> __device__ __forceinline__ void fls_flist_init(fls_fbest (&l)[N])
+{
+#pragma unroll
+    for (int q = 0; q < N; q++) {
+        l[q].v = -1;
+        l[q].key = l[q].x = -INFINITY;
+    }
+}
+
+/* The key of the list's k-th entry (-inf while it has fewer). */
+template <int N> __device__ __forceinline__ float fls_flist_kth(const fls_fbest (&l)[N], int k)
+{
+    float r = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < N; q++)
+        if (q == k - 1 && l[q].v >= 0)
+            r = l[q].key;
+    return r;
+}
+
+/* Each (chunk, draw): the K best keys of the chunk's support; and, where
+ * the support's log-sum-exp is summed here, the chunk's sum. */
+template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel(fls_rule_dev d)
+{
+    __shared__ fls_fbest sw[8];
+    __shared__ double sz[8];
+    __shared__ long long swv;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
+    if (d.code[b] != FLS_RC_OK)
+        return;
+    const fls_row_params rp = d.rows[b];
+    const float T = rp.temperature, cut = d.cut[b];
+    const bool noisy = fls_temperature_noisy(T);
+    const int Kb = (int)d.rule[b].K;
+    const float *row = d.L + (size_t)i * d.ldl;
+    bool any = false;
+    double z = 0.0;
+    const double m = d.part[(int64_t)i * d.P].lse_m;
+    const int lsedev = d.lsedev[b];
+    for (int s = 0; s < d.cf; s++) {
+        float x[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, cut);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (x[k] > -INFINITY) {
+                any = true;
+                if (lsedev)
+                    z += exp((double)x[k] - m);
+            }
+    }
+    if (lsedev) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            z += __shfl_down_sync(FLS_FULL_MASK, z, o);
+        if (lane == 0)
+            sz[w] = z;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double a = 0.0;
+            for (int k = 0; k < 8; k++)
+                a += sz[k];
+            d.lsep[(int64_t)i * d.nchunk + blockIdx.x] = a;
+        }
+    }
+    any = __syncthreads_or(any);
+    for (int j = 0; j < d.draws; j++) {
+        fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
+        if (!any) {
+            for (int r = threadIdx.x; r < Kb; r += blockDim.x) {
+                out[r].x = -INFINITY;
+                out[r].key = -INFINITY;
+                out[r].v = -1;
+            }
+            continue;
+        }
+        fls_fbest l[KM];
+        fls_flist_init(l);
+        /* one token per draw: a key below thr is beaten by a lane of the
+         * warp, so it cannot be the chunk's best, and its log is skipped when
+         * the bound of its noise's bucket shows it (as the fused kernels do;
+         * lists of K > 1 keys per lane are too short a sample to gain) */
+        float thr = -INFINITY;
+        for (int s = 0; s < d.cf; s++) {
+            float x[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, cut);
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                if (!(x[2 * p] > -INFINITY || x[2 * p + 1] > -INFINITY))
+                    continue;
+                const int64_t v0 = fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + 2 * p);
+                uint4 r = make_uint4(0, 0, 0, 0);
+                if (noisy)
+                    r = fls_philox_pair(rp.seed, rp.offset, d.first_draw + (uint32_t)j, (uint64_t)v0);
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float xe = x[2 * p + e];
+                    if (!(xe > -INFINITY))
+                        continue;
+                    fls_fbest c;
+                    c.x = xe;
+                    c.v = v0 + e;
+                    if (noisy) {
+                        const uint64_t bits = fls_pair_bits(r, (uint64_t)(v0 + e));
+                        if (KM == 1 && d.gup && __fadd_rn(xe, d.gup[bits >> FLS_GB_SHIFT]) < thr)
+                            continue; /* fl(x + g) <= fl(x + up[bucket]) < thr */
+                        c.key = fls_temperature_key(xe, fls_gumbel_dev(bits), T);
+                    } else {
+                        c.key = xe;
+                    }
+                    fls_flist_push(l, Kb, c);
+                }
+                if (KM == 1)
+                    thr = fmaxf(thr, fls_flist_kth(l, Kb));
+            }
+            if (KM == 1)
+                thr = fls_warp_maxf(thr);
+        }
+        /* Kb rounds: the block's best head, popped from its thread's list */
+        for (int r = 0; r < Kb; r++) {
+            const fls_fbest bw = fls_fbest_warp(l[0]);
+            if (lane == 0)
+                sw[w] = bw;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                fls_fbest best = sw[0];
+                for (int k = 1; k < 8; k++)
+                    if (fls_fbeats(sw[k], best))
+                        best = sw[k];
+                out[r].x = best.x;
+                out[r].key = best.key;
+                out[r].v = best.v;
+                swv = best.v;
+            }
+            __syncthreads();
+            if (l[0].v >= 0 && l[0].v == swv) /* the winner's thread pops it */
+                fls_flist_pop(l);
+            __syncthreads();
+        }
+    }
+}
+
+/* One warp per (row, draw): the K best of the chunks' picks, written. */
+template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(fls_rule_dev d)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= (int64_t)d.nb * d.draws)
+        return;
+    const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
+    if (d.code[b] != FLS_RC_OK)
+        return;
+    const int Kb = (int)d.rule[b].K;
+    const double m = d.part[(int64_t)i * d.P].lse_m;
+    double lse = d.lse[b];
+    if (d.lsedev[b]) {
+        double z = 0.0;
+        for (int c = lane; c < d.nchunk; c += 32)
+            z += d.lsep[(int64_t)i * d.nchunk + c];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            z += __shfl_down_sync(FLS_FULL_MASK, z, o);
+        z = __shfl_sync(FLS_FULL_MASK, z, 0);
+        lse = m + log(z);
+        if (j == 0 && lane == 0)
+            d.lse[b] = lse;
+    }
+    const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nchunk * d.K;
+    fls_fbest l[KM];
+    fls_flist_init(l);
+    for (int c = lane; c < d.nchunk; c += 32)
+        for (int r = 0; r < Kb; r++) {
+            const fls_stair_entry &e = in[(int64_t)c * d.K + r];
+            if (e.v < 0)
+                break;
+            fls_fbest f;
+            f.x = e.x;
+            f.key = e.key;
+            f.v = e.v;
+            fls_flist_push(l, Kb, f);
+        }
+    float px[KM];
+    int64_t pv[KM];
+    int got = 0;
+#pragma unroll
+    for (int r = 0; r < KM; r++) {
+        if (r >= Kb)
+            break;
+        const fls_fbest bw = fls_fbest_warp(l[0]);
+        if (bw.v < 0)
+            break;
+        if (l[0].v == bw.v)
+            fls_flist_pop(l);
+        px[r] = bw.x;
+        pv[r] = bw.v;
+        got = r + 1;
+    }
+    if (lane != 0)
+        return;
+    if (got == 0) {
+        d.code[b] = FLS_RC_ALL_MASKED;
+        return;
+    }
+    const size_t o = ((size_t)b * d.draws + j) * d.K;
+    const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
+    fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o);
+    for (int64_t k = Kb; k < d.K; k++) { /* past this row's own K */
+        d.tok[o + k] = -1;
+        d.lp[o + k] = 0.0f;
+    }
+}
+
+cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
+{
+    const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
+    fls_rfast_stats_kernel<<<grid, 256, 0, st>>>(d);
+    cudaError_t e = cudaGetLastError();
+    const size_t gb = d.top_cap > 0 ? (size_t)(d.M + 3) / 4 * 16 : 0;
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fls_rfast_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gb);
+    if (e == cudaSuccess) {
+        fls_rfast_row_kernel<<<(unsigned)d.nb, 512, gb, st>>>(d);
+        e = cudaGetLastError();
+    }
+    if (d.top_cap > 0 && e == cudaSuccess) {
+        fls_rfast_collect_kernel<<<grid, 256, 0, st>>>(d);
+        const size_t lb = (size_t)FLS_FCCAP * 8 + (size_t)FLS_FTOP * (sizeof(fls_top_entry) + sizeof(double));
+        e = cudaGetLastError();
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(fls_rfast_list_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)lb);
+        if (e == cudaSuccess) {
+            fls_rfast_list_kernel<<<(unsigned)d.nb, 256, lb, st>>>(d);
+            e = cudaGetLastError();
+        }
+    }
+    return e;
+}
+
+cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
+{
+    /* lists of one entry where every row draws one token (fewer registers) */
+    const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
+    if (d.K == 1)
+        fls_rfast_select_kernel<1><<<grid, 256, 0, st>>>(d);
+    else
+        fls_rfast_select_kernel<FLS_FKMAX><<<grid, 256, 0, st>>>(d);
+    cudaError_t e = cudaGetLastError();
+    const unsigned fb = (unsigned)(((int64_t)d.nb * d.draws + 3) / 4);
+    if (e == cudaSuccess) {
+        if (d.K == 1)
+            fls_rfast_final_kernel<1><<<fb, 128, 0, st>>>(d);
+        else
+            fls_rfast_final_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
+        e = cudaGetLastError();
+    }
+    return e;
 }

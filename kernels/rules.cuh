@@ -17,6 +17,10 @@
  * engine's code, cpu_rule_reference_cut_lse), and one thread per (row, draw)
  * selects the K best keys of the support from its staircase. A staircase
  * that overflowed sends its row to the CPU engine's exact reference.
+ *
+ * That is the staircase path. The default is the threshold-first path
+ * (fls_rule_launch_fast_*, below): the same decision from statistics with no
+ * per-token state, then noise only on the support.
  */
 #ifndef FLS_RULES_CUH
 #define FLS_RULES_CUH
@@ -47,6 +51,7 @@ enum fls_rcode : int {
     FLS_RC_TEMP = 3,       /* l / T overflowed */
     FLS_RC_ALL_MASKED = 4, /* no finite logit, or an empty selection */
     FLS_RC_OVERFLOW = 5,   /* a staircase of the row overflowed: the exact reference decides every draw */
+    FLS_RC_PENDING = 6,    /* threshold-first path: the row waits for its top list */
 };
 
 /* One block of rows [r0, r0 + nb) of a call: device pointers. */
@@ -85,7 +90,26 @@ struct fls_rule_dev {
     int64_t *pv;                /* [nb * nd * K] */
     int64_t *tok;               /* [B * draws * K] staged tokens */
     float *lp;                  /* [B * draws * K] staged log-probabilities */
+    /* the threshold-first path (fls_rule_launch_fast_*; P = nchunk there) */
+    int nchunk;               /* chunks (blocks) per row */
+    int cf;                   /* sub-chunks of FLS_FCK tokens per chunk */
+    int gsz;                  /* tokens per group maximum: 64, 128 or 256 */
+    int M;                    /* group maxima per row */
+    float *gmax;              /* [nb * M] */
+    float *thr;               /* [nb] the candidates' threshold */
+    unsigned *ccount;         /* [nb] */
+    unsigned long long *cand; /* [nb * FLS_FCCAP] candidates: ordered x, then ~v */
+    fls_stair_entry *sel;     /* [nb * draws * nchunk * K] each chunk's K best keys of the support */
+    double *lsep;             /* [nb * nchunk] each chunk's sum of exp(x - m) over the support */
+    int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
 };
+
+/* The threshold-first path's sizes: tokens per chunk (one block), the
+ * candidates a row may hold for its top list, the largest top list and K. */
+#define FLS_FCK   2048
+#define FLS_FCCAP 8192
+#define FLS_FTOP  2048
+#define FLS_FKMAX 8
 
 /* Shared memory a block may take (the H200 allows 227 KB; leave room). */
 #define FLS_RSMEM_MAX (200 << 10)
@@ -101,6 +125,21 @@ static inline __host__ __device__ size_t fls_rule_warp_bytes(const fls_rule_dev 
 cudaError_t fls_rule_launch_fold(const fls_rule_dev &d, int first, cudaStream_t st);
 /* Each (row, draw) of the pass from its staircase, for rows decided. */
 cudaError_t fls_rule_launch_select(const fls_rule_dev &d, cudaStream_t st);
+/*
+ * The threshold-first path (rows whose K <= FLS_FKMAX and top list <=
+ * FLS_FTOP): no per-token state. One pass folds each chunk's statistics
+ * (and group maxima); per row, the merge and, when a top list is needed,
+ * the C-th largest group maximum t (a lower bound of the row's C-th value,
+ * so {x >= t} holds the list), the tokens x >= t collected and sorted into
+ * the exact top list; the decision (fls_filter_chain) as above. Then only
+ * the support {x >= cut} is drawn: each chunk's K best keys per draw, then
+ * per (row, draw) the K best of those (the staircase's answer, computed
+ * directly). A row with more than FLS_FCCAP candidates (massive ties) goes
+ * to the host like an undecided one.
+ */
+cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st);
+cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st);
+
 /* out[i] = (float)in[i] for n values. */
 cudaError_t fls_rule_launch_to_float(const double *in, float *out, int64_t n, cudaStream_t st);
 

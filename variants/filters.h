@@ -38,7 +38,14 @@ typedef struct fls_filter_stats {
     const fls_top_entry *top; /* rank order */
     int64_t ntop;
     float dropped;
+    const double *w; /* NULL, or w[i] = exp((double)top[i].x - m) computed ahead (by many threads) */
 } fls_filter_stats;
+
+/* exp(x_i - m) of the list's entry i: the same value either way. */
+FLS_HD double fls_top_w(const fls_filter_stats *st, int64_t i)
+{
+    return st->w ? st->w[i] : exp((double)st->top[i].x - st->m);
+}
 
 /* What a filter needs the engine to gather beyond m and the log-sum-exp. */
 #define FLS_NEED_TOP     1u /* the top list */
@@ -144,7 +151,7 @@ FLS_HD int fls_top_p_cut(const fls_filter_stats *st, double p, float c_prev, flo
         if (!(c_prev > st->dropped))
             return FLS_CUT_UNDECIDED;
         for (int64_t i = 0; i < st->ntop && st->top[i].x >= c_prev; i++)
-            Z += exp((double)st->top[i].x - st->m);
+            Z += fls_top_w(st, i);
     }
     const double target = p * Z;
     double A = 0.0; /* the mass of the tokens strictly more probable than the group */
@@ -158,7 +165,7 @@ FLS_HD int fls_top_p_cut(const fls_filter_stats *st, double p, float c_prev, flo
         }
         last = xg;
         for (; i < st->ntop && st->top[i].x == xg; i++)
-            A += exp((double)xg - st->m);
+            A += fls_top_w(st, i);
     }
     if (st->dropped > -INFINITY && !(c_prev > st->dropped))
         return FLS_CUT_UNDECIDED; /* the head goes on beyond the list */
@@ -184,7 +191,7 @@ FLS_HD int fls_support_lse(const fls_filter_stats *st, float c, int greedy, doub
         return FLS_CUT_UNDECIDED;
     double Z = 0.0;
     for (int64_t i = 0; i < st->ntop && st->top[i].x >= c; i++)
-        Z += exp((double)st->top[i].x - st->m);
+        Z += fls_top_w(st, i);
     *lse = st->m + log(Z);
     return FLS_CUT_OK;
 }

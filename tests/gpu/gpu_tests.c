@@ -880,17 +880,21 @@ static void test_rules_logits(void)
         fls_cuda_malloc(&dlp, 4 * nmax);
         fls_cuda_malloc(&dls, 4 * 16);
         CHECK(dL && dt && dlp && dls, "device memory");
-        /* force 1: most staircases overflow (the exact reference); 2: the states in global memory
-         * (the path of lists too large for shared memory) */
-        static const char *force_name[3] = {"", " (staircase cap 2)", " (global-memory states)"};
-        for (int force = 0; force < 3 && !failed; force++) {
+        /* force 0: the threshold-first path; 1: the staircase path, most staircases overflow (the
+         * exact reference); 2: staircase states in global memory (the path of lists too large
+         * for shared memory); 3: the staircase path in shared memory */
+        static const char *force_name[4] = {"", " (staircase cap 2)", " (global-memory states)",
+                                            " (staircases)"};
+        for (int force = 0; force < 4 && !failed; force++) {
             if (force == 1)
                 setenv("FLS_CUDA_STAIR_CAP", "2", 1);
             if (force == 2)
                 setenv("FLS_CUDA_RULE_GLOBAL", "1", 1);
+            if (force == 3)
+                setenv("FLS_CUDA_RULE_STAIR", "1", 1);
             for (size_t ri = 0; ri < N_RULES && !failed; ri++) {
                 const rule_spec *r = &k_rules[ri];
-                if (r->top_k > V || r->wr > V || (force && ri % 3 != 0))
+                if (r->top_k > V || r->wr > V || ((force == 1 || force == 2) && ri % 3 != 0))
                     continue;
                 fls_params p;
                 rule_rows rr;
@@ -940,6 +944,7 @@ static void test_rules_logits(void)
             }
             unsetenv("FLS_CUDA_STAIR_CAP");
             unsetenv("FLS_CUDA_RULE_GLOBAL");
+            unsetenv("FLS_CUDA_RULE_STAIR");
         }
         free(L);
         free(tc);
