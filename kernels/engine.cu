@@ -699,6 +699,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.cand = top_cap > 0 ? c.take<unsigned long long>((size_t)nb * FLS_FCCAP) : NULL;
             d.sel = c.take<fls_stair_entry>((size_t)(nb * draws * nchunk * K));
             d.lsep = c.take<double>((size_t)(nb * nchunk));
+            d.nsup = c.take<int>((size_t)nb);
         }
         buf = L ? NULL : c.take<float>((size_t)(nb * V));
         if (pass == 0) {

@@ -681,8 +681,10 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
         __syncthreads();
     }
     const fls_rpart pt = sp[0];
-    if (t == 0)
+    if (t == 0) {
         d.part[(int64_t)i * d.P] = pt;
+        d.nsup[i] = -1; /* the select pass reads the row */
+    }
     const bool pending = d.top_cap > 0 && !(pt.bad & (FLS_RBAD_NAN | FLS_RBAD_TEMP)) && pt.lse_m > -INFINITY;
     if (!pending) {
         if (t == 0)
@@ -794,6 +796,17 @@ __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
                                                      : -INFINITY;
         fls_rule_decide_row(d, b, d.part[(int64_t)i * d.P], e, wt, ntop, dropped, 1);
     }
+    __syncthreads();
+    /* a support within the candidates ({x >= cut} with cut >= thr, its
+     * log-sum-exp known): its sorted keys stay for the draws (nsup) */
+    const float cut = d.cut[b];
+    if (d.code[b] != FLS_RC_OK || d.lsedev[b] || !(cut >= d.thr[i]))
+        return;
+    for (int j = threadIdx.x; j < (int)n; j += blockDim.x) {
+        d.cand[(int64_t)i * FLS_FCCAP + j] = k[j];
+        if (fls_frank_x(k[j]) >= cut && (j + 1 == (int)n || !(fls_frank_x(k[j + 1]) >= cut)))
+            d.nsup[i] = j + 1;
+    }
 }
 
 /* The first of two (key, token) by fls_key_beats; token -1: none. */
@@ -873,7 +886,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     __shared__ double sz[8];
     __shared__ long long swv;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK)
+    if (d.code[b] != FLS_RC_OK || d.nsup[i] >= 0)
         return;
     const fls_row_params rp = d.rows[b];
     const float T = rp.temperature, cut = d.cut[b];
@@ -991,6 +1004,45 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
 }
 
 /* One warp per (row, draw): the K best of the chunks' picks, written. */
+/* The warp's (row b, draw j): the Kb best of the lanes' lists, written
+ * with the row's max m and support log-sum-exp lse (lane 0 writes). */
+template <int KM>
+__device__ void fls_fwarp_write(const fls_rule_dev &d, int b, int j, int Kb, fls_fbest (&l)[KM], double m,
+                                double lse)
+{
+    const int lane = threadIdx.x & 31;
+    float px[KM];
+    int64_t pv[KM];
+    int got = 0;
+#pragma unroll
+    for (int r = 0; r < KM; r++) {
+        if (r >= Kb)
+            break;
+        const fls_fbest bw = fls_fbest_warp(l[0]);
+        if (bw.v < 0)
+            break;
+        if (l[0].v == bw.v)
+            fls_flist_pop(l);
+        px[r] = bw.x;
+        pv[r] = bw.v;
+        got = r + 1;
+    }
+    if (lane != 0)
+        return;
+    if (got == 0) {
+        d.code[b] = FLS_RC_ALL_MASKED;
+        return;
+    }
+    const size_t o = ((size_t)b * d.draws + j) * d.K;
+    const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
+    fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o);
+    for (int64_t k = Kb; k < d.K; k++) { /* past this row's own K */
+        d.tok[o + k] = -1;
+        d.lp[o + k] = 0.0f;
+    }
+}
+
+/* One warp per (row, draw): the K best of the chunks' picks, written. */
 template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(fls_rule_dev d)
 {
     const int lane = threadIdx.x & 31;
@@ -998,7 +1050,7 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
     if (t >= (int64_t)d.nb * d.draws)
         return;
     const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK)
+    if (d.code[b] != FLS_RC_OK || (d.nsup && d.nsup[i] >= 0))
         return;
     const int Kb = (int)d.rule[b].K;
     const double m = d.part[(int64_t)i * d.P].lse_m;
@@ -1029,35 +1081,39 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
             f.v = e.v;
             fls_flist_push(l, Kb, f);
         }
-    float px[KM];
-    int64_t pv[KM];
-    int got = 0;
-#pragma unroll
-    for (int r = 0; r < KM; r++) {
-        if (r >= Kb)
-            break;
-        const fls_fbest bw = fls_fbest_warp(l[0]);
-        if (bw.v < 0)
-            break;
-        if (l[0].v == bw.v)
-            fls_flist_pop(l);
-        px[r] = bw.x;
-        pv[r] = bw.v;
-        got = r + 1;
-    }
-    if (lane != 0)
+    fls_fwarp_write(d, b, j, Kb, l, m, lse);
+}
+
+/* One warp per (row, draw) of the rows whose support lies in their sorted
+ * candidates (nsup >= 0): the support's keys from that list alone, written. */
+template <int KM> __global__ void __launch_bounds__(128) fls_rfast_csel_kernel(fls_rule_dev d)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= (int64_t)d.nb * d.draws)
         return;
-    if (got == 0) {
-        d.code[b] = FLS_RC_ALL_MASKED;
+    const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
+    if (d.code[b] != FLS_RC_OK || d.nsup[i] < 0)
         return;
+    const fls_row_params rp = d.rows[b];
+    const float T = rp.temperature;
+    const bool noisy = fls_temperature_noisy(T);
+    const int Kb = (int)d.rule[b].K;
+    const unsigned long long *sup = d.cand + (int64_t)i * FLS_FCCAP;
+    fls_fbest l[KM];
+    fls_flist_init(l);
+    for (int q = lane; q < d.nsup[i]; q += 32) {
+        fls_fbest c;
+        c.x = fls_frank_x(sup[q]);
+        c.v = (int64_t)(0xffffffffu - (uint32_t)sup[q]);
+        c.key = c.x;
+        if (noisy) {
+            const uint4 r = fls_philox_pair(rp.seed, rp.offset, d.first_draw + (uint32_t)j, (uint64_t)c.v);
+            c.key = fls_temperature_key(c.x, fls_gumbel_dev(fls_pair_bits(r, (uint64_t)c.v)), T);
+        }
+        fls_flist_push(l, Kb, c);
     }
-    const size_t o = ((size_t)b * d.draws + j) * d.K;
-    const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
-    fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o);
-    for (int64_t k = Kb; k < d.K; k++) { /* past this row's own K */
-        d.tok[o + k] = -1;
-        d.lp[o + k] = 0.0f;
-    }
+    fls_fwarp_write(d, b, j, Kb, l, d.part[(int64_t)i * d.P].lse_m, d.lse[b]);
 }
 
 cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
@@ -1102,6 +1158,13 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
             fls_rfast_final_kernel<1><<<fb, 128, 0, st>>>(d);
         else
             fls_rfast_final_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess && d.top_cap > 0) {
+        if (d.K == 1)
+            fls_rfast_csel_kernel<1><<<fb, 128, 0, st>>>(d);
+        else
+            fls_rfast_csel_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
         e = cudaGetLastError();
     }
     return e;

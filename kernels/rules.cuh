@@ -102,6 +102,7 @@ struct fls_rule_dev {
     fls_stair_entry *sel;     /* [nb * draws * nchunk * K] each chunk's K best keys of the support */
     double *lsep;             /* [nb * nchunk] each chunk's sum of exp(x - m) over the support */
     int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
+    int *nsup;                /* [nb] >= 0: the support is the first nsup of the sorted candidates */
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the
