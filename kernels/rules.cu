@@ -564,6 +564,16 @@ __device__ __forceinline__ float fls_fsupport(const fls_rule_dev &d, const float
     return x > -INFINITY && x >= cut ? x : -INFINITY;
 }
 
+/* The thread's 8 tokens of sub-chunk s of its chunk: their tempered logits
+ * where they are at or above cut, else -inf. */
+__device__ __forceinline__ void fls_fload8(const fls_rule_dev &d, const float *row, int s, float T, float cut,
+                                           float (&x)[8])
+{
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, cut);
+}
+
 /* Ordered 64-bit rank key: larger is earlier in rank order (larger x, then
  * lower index); x == 0 as +0 (the rank order does not tell -0 from +0). */
 __device__ __forceinline__ unsigned long long fls_frank(float x, int64_t v)
@@ -730,9 +740,7 @@ __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
     const float *row = d.L + (size_t)i * d.ldl;
     for (int s = 0; s < d.cf; s++) {
         float x[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, thr);
+        fls_fload8(d, row, s, T, thr, x);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const bool c = x[k] > -INFINITY;
@@ -899,9 +907,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     const int lsedev = d.lsedev[b];
     for (int s = 0; s < d.cf; s++) {
         float x[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, cut);
+        fls_fload8(d, row, s, T, cut, x);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             if (x[k] > -INFINITY) {
@@ -944,9 +950,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         float thr = -INFINITY;
         for (int s = 0; s < d.cf; s++) {
             float x[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, cut);
+            fls_fload8(d, row, s, T, cut, x);
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 if (!(x[2 * p] > -INFINITY || x[2 * p + 1] > -INFINITY))
@@ -1003,7 +1007,6 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     }
 }
 
-/* One warp per (row, draw): the K best of the chunks' picks, written. */
 /* The warp's (row b, draw j): the Kb best of the lanes' lists, written
  * with the row's max m and support log-sum-exp lse (lane 0 writes). */
 template <int KM>
@@ -1042,7 +1045,31 @@ __device__ void fls_fwarp_write(const fls_rule_dev &d, int b, int j, int Kb, fls
     }
 }
 
-/* One warp per (row, draw): the K best of the chunks' picks, written. */
+/* The lane's share of the support's keys of row i, draw j, from the row's
+ * sorted candidates (its first nsup entries are the support). */
+template <int KM>
+__device__ void fls_fcand_keys(const fls_rule_dev &d, int i, int b, int j, int Kb, fls_fbest (&l)[KM])
+{
+    const fls_row_params rp = d.rows[b];
+    const float T = rp.temperature;
+    const bool noisy = fls_temperature_noisy(T);
+    const unsigned long long *sup = d.cand + (int64_t)i * FLS_FCCAP;
+    for (int q = threadIdx.x & 31; q < d.nsup[i]; q += 32) {
+        fls_fbest c;
+        c.x = fls_frank_x(sup[q]);
+        c.v = (int64_t)(0xffffffffu - (uint32_t)sup[q]);
+        c.key = c.x;
+        if (noisy) {
+            const uint4 r = fls_philox_pair(rp.seed, rp.offset, d.first_draw + (uint32_t)j, (uint64_t)c.v);
+            c.key = fls_temperature_key(c.x, fls_gumbel_dev(fls_pair_bits(r, (uint64_t)c.v)), T);
+        }
+        fls_flist_push(l, Kb, c);
+    }
+}
+
+/* One warp per (row, draw): the K best of the chunks' picks, or (a support
+ * within the sorted candidates, nsup >= 0) of the support's keys drawn from
+ * that list alone; written. */
 template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(fls_rule_dev d)
 {
     const int lane = threadIdx.x & 31;
@@ -1050,10 +1077,17 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
     if (t >= (int64_t)d.nb * d.draws)
         return;
     const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK || (d.nsup && d.nsup[i] >= 0))
+    if (d.code[b] != FLS_RC_OK)
         return;
     const int Kb = (int)d.rule[b].K;
     const double m = d.part[(int64_t)i * d.P].lse_m;
+    fls_fbest l[KM];
+    fls_flist_init(l);
+    if (d.nsup[i] >= 0) {
+        fls_fcand_keys(d, i, b, j, Kb, l);
+        fls_fwarp_write(d, b, j, Kb, l, m, d.lse[b]);
+        return;
+    }
     double lse = d.lse[b];
     if (d.lsedev[b]) {
         double z = 0.0;
@@ -1068,8 +1102,6 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
             d.lse[b] = lse;
     }
     const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nchunk * d.K;
-    fls_fbest l[KM];
-    fls_flist_init(l);
     for (int c = lane; c < d.nchunk; c += 32)
         for (int r = 0; r < Kb; r++) {
             const fls_stair_entry &e = in[(int64_t)c * d.K + r];
@@ -1082,38 +1114,6 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
             fls_flist_push(l, Kb, f);
         }
     fls_fwarp_write(d, b, j, Kb, l, m, lse);
-}
-
-/* One warp per (row, draw) of the rows whose support lies in their sorted
- * candidates (nsup >= 0): the support's keys from that list alone, written. */
-template <int KM> __global__ void __launch_bounds__(128) fls_rfast_csel_kernel(fls_rule_dev d)
-{
-    const int lane = threadIdx.x & 31;
-    const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (t >= (int64_t)d.nb * d.draws)
-        return;
-    const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK || d.nsup[i] < 0)
-        return;
-    const fls_row_params rp = d.rows[b];
-    const float T = rp.temperature;
-    const bool noisy = fls_temperature_noisy(T);
-    const int Kb = (int)d.rule[b].K;
-    const unsigned long long *sup = d.cand + (int64_t)i * FLS_FCCAP;
-    fls_fbest l[KM];
-    fls_flist_init(l);
-    for (int q = lane; q < d.nsup[i]; q += 32) {
-        fls_fbest c;
-        c.x = fls_frank_x(sup[q]);
-        c.v = (int64_t)(0xffffffffu - (uint32_t)sup[q]);
-        c.key = c.x;
-        if (noisy) {
-            const uint4 r = fls_philox_pair(rp.seed, rp.offset, d.first_draw + (uint32_t)j, (uint64_t)c.v);
-            c.key = fls_temperature_key(c.x, fls_gumbel_dev(fls_pair_bits(r, (uint64_t)c.v)), T);
-        }
-        fls_flist_push(l, Kb, c);
-    }
-    fls_fwarp_write(d, b, j, Kb, l, d.part[(int64_t)i * d.P].lse_m, d.lse[b]);
 }
 
 cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
@@ -1160,12 +1160,6 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
             fls_rfast_final_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
         e = cudaGetLastError();
     }
-    if (e == cudaSuccess && d.top_cap > 0) {
-        if (d.K == 1)
-            fls_rfast_csel_kernel<1><<<fb, 128, 0, st>>>(d);
-        else
-            fls_rfast_csel_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
-        e = cudaGetLastError();
-    }
+
     return e;
 }
