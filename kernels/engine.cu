@@ -647,27 +647,29 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                      V < ((int64_t)1 << 32) - 1 && M <= 4096 &&
                      (size_t)(nb * draws * nchunk * K) * sizeof(fls_stair_entry) <= ((size_t)256 << 20);
     const size_t topb = top_cap > 0 && !fast ? fls_topc_bytes(top_cap) : 0, sb = fls_stair_bytes(stair_cap);
-    /* parts: about 8192 warps a block, at least 1024 tokens a part, multiples of 64 */
-    int64_t P = (8192 + nb - 1) / nb, Pmax = (V + 1023) / 1024;
-    P = P > Pmax ? Pmax : P;
-    P = P < 1 ? 1 : P;
-    int64_t S = (V + P - 1) / P;
-    S = (S + 63) / 64 * 64;
-    P = (V + S - 1) / S;
-    /* the state of a block, the lists at most 256 MiB: fewer parts otherwise */
-    while (P > 1 && (size_t)(nb * P) * topb > ((size_t)256 << 20)) {
-        S *= 2;
+    /* the parts of a row (threshold first: its chunks) and the draws of a pass */
+    int64_t P = nchunk, S = 0, nd = draws;
+    if (!fast) {
+        /* about 8192 warps a block, at least 1024 tokens a part, multiples of 64 */
+        const int64_t Pmax = (V + 1023) / 1024;
+        P = (8192 + nb - 1) / nb;
+        P = P > Pmax ? Pmax : P;
+        P = P < 1 ? 1 : P;
+        S = (V + P - 1) / P;
+        S = (S + 63) / 64 * 64;
         P = (V + S - 1) / S;
+        /* the state of a block, the lists at most 256 MiB: fewer parts otherwise */
+        while (P > 1 && (size_t)(nb * P) * topb > ((size_t)256 << 20)) {
+            S *= 2;
+            P = (V + S - 1) / S;
+        }
+        nd = ((int64_t)256 << 20) / (int64_t)((size_t)(nb * P) * sb);
+        /* a warp's states in shared memory: about 24 KB of staircases */
+        const int64_t nd_smem =
+            (int64_t)(((size_t)24 << 10) > topb + sb ? (((size_t)24 << 10) - topb) / sb : 1);
+        nd = nd > nd_smem ? nd_smem : nd;
+        nd = nd < 1 ? 1 : (nd > draws ? draws : nd);
     }
-    if (fast)
-        P = nchunk;
-    int64_t nd = ((int64_t)256 << 20) / (int64_t)((size_t)(nb * P) * sb);
-    /* a warp's states in shared memory: about 24 KB of staircases */
-    const int64_t nd_smem = (int64_t)(((size_t)24 << 10) > topb + sb ? (((size_t)24 << 10) - topb) / sb : 1);
-    nd = nd > nd_smem ? nd_smem : nd;
-    nd = nd < 1 ? 1 : (nd > draws ? draws : nd);
-    if (fast)
-        nd = draws; /* every draw in one pass, no staircases */
 
     fls_row_params *rows_d = NULL;
     fls_row_rule *rule_d = NULL;
@@ -686,9 +688,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         d.cut = c.take<float>((size_t)B);
         d.lse = c.take<double>((size_t)B);
         d.code = c.take<int>((size_t)B);
-        d.pick = c.take<int32_t>((size_t)(nb * nd * K));
-        d.px = c.take<float>((size_t)(nb * nd * K));
-        d.pv = c.take<int64_t>((size_t)(nb * nd * K));
+        if (!fast) { /* the staircases' picks */
+            d.pick = c.take<int32_t>((size_t)(nb * nd * K));
+            d.px = c.take<float>((size_t)(nb * nd * K));
+            d.pv = c.take<int64_t>((size_t)(nb * nd * K));
+        }
         d.tok = c.take<int64_t>((size_t)(B * draws * K));
         d.lp = c.take<float>((size_t)(B * draws * K));
         d.lsedev = c.take<int>((size_t)B);
@@ -732,11 +736,8 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.cf = (int)cf;
     d.gsz = gsz;
     d.M = (int)M;
-    if (fast) {
-        d.smem = 0;
-        d.rw = 8;
-        d.P = (int)P;
-    } else {
+    d.P = (int)P;
+    if (!fast) {
         /* shared-memory mode when a warp's states fit: 8 warps a block, merged in the block */
         const size_t wb = fls_rule_warp_bytes(d, 1);
         int64_t rw = (int64_t)(FLS_RSMEM_MAX / wb);
@@ -784,8 +785,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         if (fast) {
             /* decide, select, one download of the codes; rows the host
              * decides are selected again (the others give the same picks) */
-            d.nd = (int)draws;
-            d.draw0 = 0;
             if (st == FLS_OK)
                 st = fls_from_cuda(fls_rule_launch_fast_decide(d, str));
             if (st == FLS_OK)

@@ -99,23 +99,19 @@ __device__ __forceinline__ void fls_rpart_merge(fls_rpart &a, const fls_rpart &b
     a.bad |= b.bad;
 }
 
-/* A thread's running statistics of the finite tempered logits it saw. */
-struct fls_racc {
-    double lm, ls, mn, mmean, mm2;
-    float fm; /* the max, when only the max is needed (a float's max is the double's) */
-    unsigned bad;
-};
-
-__device__ __forceinline__ void fls_racc_init(fls_racc &a)
+/* The statistics of no token (the merge's identity). */
+__device__ __forceinline__ fls_rpart fls_rpart_empty(void)
 {
-    a.lm = -INFINITY;
-    a.ls = a.mn = a.mmean = a.mm2 = 0.0;
-    a.fm = -INFINITY;
-    a.bad = 0;
+    fls_rpart a;
+    a.lse_m = -INFINITY;
+    a.lse_s = a.n = a.mean = a.m2 = 0.0;
+    a.bad = a.pad_ = 0;
+    return a;
 }
 
-/* One token: its logit l and tempered logit x (an in-range token). */
-__device__ __forceinline__ void fls_racc_token(fls_racc &a, const fls_rule_dev &d, float l, float x)
+/* One token into a thread's running statistics: its logit l and tempered
+ * logit x (an in-range token). */
+__device__ __forceinline__ void fls_rpart_token(fls_rpart &a, const fls_rule_dev &d, float l, float x)
 {
     if (fls_bad_logit(l))
         a.bad |= FLS_RBAD_NAN;
@@ -124,54 +120,40 @@ __device__ __forceinline__ void fls_racc_token(fls_racc &a, const fls_rule_dev &
     if (x > -INFINITY && x < INFINITY) {
         const double xd = x;
         if (!d.need_s) {
-            a.fm = x > a.fm ? x : a.fm; /* the max alone (the sum stays 0, unused) */
-        } else if (xd > a.lm) {
-            a.ls = a.ls * exp(a.lm - xd) + 1.0;
-            a.lm = xd;
+            a.lse_m = xd > a.lse_m ? xd : a.lse_m; /* the max alone (the sum stays 0, unused) */
+        } else if (xd > a.lse_m) {
+            a.lse_s = a.lse_s * exp(a.lse_m - xd) + 1.0;
+            a.lse_m = xd;
         } else {
-            a.ls += exp(xd - a.lm);
+            a.lse_s += exp(xd - a.lse_m);
         }
         if (d.moments) {
-            a.mn += 1.0;
-            const double delta = xd - a.mmean;
-            a.mmean += delta / a.mn;
-            a.mm2 += delta * (xd - a.mmean);
+            a.n += 1.0;
+            const double delta = xd - a.mean;
+            a.mean += delta / a.n;
+            a.m2 += delta * (xd - a.mean);
         }
     }
 }
 
-/* The warp's partials into lane 0, in a fixed order (every lane returns
- * its value; lane 0's is the warp's). */
-__device__ __forceinline__ fls_rpart fls_racc_warp(fls_racc a, int lane)
+/* The warp's statistics into lane 0, in a fixed tree (lane 0's result is
+ * the warp's). */
+__device__ __forceinline__ fls_rpart fls_rpart_warp(fls_rpart a, int lane)
 {
-    if (a.fm > a.lm)
-        a.lm = a.fm; /* max-only mode: lm stayed -inf */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        const double om = __shfl_down_sync(FLS_FULL_MASK, a.lm, o),
-                     os = __shfl_down_sync(FLS_FULL_MASK, a.ls, o);
-        const double on = __shfl_down_sync(FLS_FULL_MASK, a.mn, o),
-                     omean = __shfl_down_sync(FLS_FULL_MASK, a.mmean, o);
-        const double om2 = __shfl_down_sync(FLS_FULL_MASK, a.mm2, o);
-        if (lane < o) {
-            fls_lse l;
-            l.m = a.lm;
-            l.s = a.ls;
-            fls_lse_merge(&l, om, os);
-            a.lm = l.m;
-            a.ls = l.s;
-            fls_moments_merge(&a.mn, &a.mmean, &a.mm2, on, omean, om2);
-        }
+        fls_rpart b;
+        b.lse_m = __shfl_down_sync(FLS_FULL_MASK, a.lse_m, o);
+        b.lse_s = __shfl_down_sync(FLS_FULL_MASK, a.lse_s, o);
+        b.n = __shfl_down_sync(FLS_FULL_MASK, a.n, o);
+        b.mean = __shfl_down_sync(FLS_FULL_MASK, a.mean, o);
+        b.m2 = __shfl_down_sync(FLS_FULL_MASK, a.m2, o);
+        b.bad = __shfl_down_sync(FLS_FULL_MASK, a.bad, o);
+        b.pad_ = 0;
+        if (lane < o)
+            fls_rpart_merge(a, b);
     }
-    fls_rpart pt;
-    pt.lse_m = a.lm;
-    pt.lse_s = a.ls;
-    pt.n = a.mn;
-    pt.mean = a.mmean;
-    pt.m2 = a.mm2;
-    pt.bad = __reduce_or_sync(FLS_FULL_MASK, a.bad);
-    pt.pad_ = 0;
-    return pt;
+    return a;
 }
 
 __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev d, int first)
@@ -213,8 +195,7 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
             fls_stair_init((fls_stair *)(st0 + (size_t)j * sb), (int32_t)d.K, d.stair_cap);
     }
     __syncwarp();
-    fls_racc acc;
-    fls_racc_init(acc);
+    fls_rpart acc = fls_rpart_empty();
     float dropmax = -INFINITY;
     const float *row = d.L + (size_t)i * d.ldl;
     for (int64_t base = v_begin; base < v_end; base += 64) {
@@ -227,7 +208,7 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
             const float l = in[e] ? row[v + e] : -INFINITY;
             x[e] = fls_temper(l, T);
             if (first && in[e])
-                fls_racc_token(acc, d, l, x[e]);
+                fls_rpart_token(acc, d, l, x[e]);
         }
         if (tc) {
             bool c[2];
@@ -299,7 +280,7 @@ __global__ void __launch_bounds__(FLS_RW * 32) fls_rule_part_kernel(fls_rule_dev
     }
     fls_rpart pt;
     if (first) {
-        pt = fls_racc_warp(acc, lane);
+        pt = fls_rpart_warp(acc, lane);
         dropmax = fls_warp_maxf(dropmax);
         if (lane == 0 && tc && dropmax > tc->dropped)
             tc->dropped = dropmax;
@@ -396,8 +377,7 @@ __device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpar
 {
     d.cut[b] = -INFINITY;
     d.lse[b] = pt.lse_m;
-    if (d.lsedev)
-        d.lsedev[b] = 0;
+    d.lsedev[b] = 0;
     if (pt.bad & FLS_RBAD_NAN) {
         d.code[b] = FLS_RC_NAN;
         return;
@@ -484,11 +464,8 @@ __global__ void fls_rule_select_kernel(fls_rule_dev d)
     }
     const size_t o = ((size_t)b * d.draws + d.draw0 + j) * d.K;
     const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
+    /* positions from n (<= the row's K) to K: -1 and 0 */
     fls_write_draw(px, pv, n, d.K, greedy, d.part[(int64_t)i * d.P].lse_m, d.lse[b], d.tok + o, d.lp + o);
-    for (int64_t k = Kb; k < d.K; k++) { /* past this row's own K */
-        d.tok[o + k] = -1;
-        d.lp[o + k] = 0.0f;
-    }
 }
 
 __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n)
@@ -590,14 +567,14 @@ __device__ __forceinline__ float fls_frank_x(unsigned long long k)
 }
 
 /* Sorts a[0, n) (n a power of two) into descending order with the block. */
-template <typename T> __device__ void fls_bitonic_desc(T *a, int n)
+__device__ void fls_bitonic_desc(unsigned long long *a, int n)
 {
     for (int k = 2; k <= n; k *= 2)
         for (int j = k / 2; j > 0; j /= 2) {
             for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
                 const int lo = 2 * j * (t / j) + t % j, hi = lo + j;
                 const bool desc = (lo & k) == 0;
-                const T x = a[lo], y = a[hi];
+                const unsigned long long x = a[lo], y = a[hi];
                 if (desc ? x < y : x > y) {
                     a[lo] = y;
                     a[hi] = x;
@@ -615,8 +592,7 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
     const float T = d.rows[b].temperature;
     const float *row = d.L + (size_t)i * d.ldl;
-    fls_racc acc;
-    fls_racc_init(acc);
+    fls_rpart acc = fls_rpart_empty();
     for (int s = 0; s < d.cf; s++) {
         float l[8];
 #pragma unroll
@@ -630,7 +606,7 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
             const int64_t v = fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k);
             if (v < d.V) {
                 const float x = fls_temper(l[k], T);
-                fls_racc_token(acc, d, l[k], x);
+                fls_rpart_token(acc, d, l[k], x);
                 if (x < INFINITY)
                     g = fmaxf(g, x);
             }
@@ -648,7 +624,7 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
                 gw[8 * s + w] = g;
         }
     }
-    const fls_rpart pt = fls_racc_warp(acc, lane);
+    const fls_rpart pt = fls_rpart_warp(acc, lane);
     if (lane == 0)
         sp[w] = pt;
     __syncthreads();
@@ -677,10 +653,7 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     extern __shared__ __align__(16) char fls_rdyn[];
     __shared__ fls_rpart sp[512];
     const int i = blockIdx.x, b = d.r0 + i, t = threadIdx.x;
-    fls_rpart a;
-    a.lse_m = -INFINITY;
-    a.lse_s = a.n = a.mean = a.m2 = 0.0;
-    a.bad = a.pad_ = 0;
+    fls_rpart a = fls_rpart_empty();
     for (int c = t; c < d.nchunk; c += blockDim.x)
         fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
     sp[t] = a;
@@ -1038,11 +1011,7 @@ __device__ void fls_fwarp_write(const fls_rule_dev &d, int b, int j, int Kb, fls
     }
     const size_t o = ((size_t)b * d.draws + j) * d.K;
     const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
-    fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o);
-    for (int64_t k = Kb; k < d.K; k++) { /* past this row's own K */
-        d.tok[o + k] = -1;
-        d.lp[o + k] = 0.0f;
-    }
+    fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o); /* from got to K: -1 and 0 */
 }
 
 /* The lane's share of the support's keys of row i, draw j, from the row's
@@ -1088,8 +1057,10 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
         fls_fwarp_write(d, b, j, Kb, l, m, d.lse[b]);
         return;
     }
-    double lse = d.lse[b];
-    if (d.lsedev[b]) {
+    double lse;
+    if (!d.lsedev[b]) {
+        lse = d.lse[b];
+    } else {
         double z = 0.0;
         for (int c = lane; c < d.nchunk; c += 32)
             z += d.lsep[(int64_t)i * d.nchunk + c];

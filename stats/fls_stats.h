@@ -303,6 +303,15 @@ double fls_stats_cells_power(const double *Q, int K, int64_t n, double alpha);
  * [2, 8]). */
 int fls_stats_equal_cells_for(int64_t n);
 int fls_stats_pair_side(int64_t pairs);
+/* One cell's exact binomial test as a power model for fls_stats_smallest_n:
+ * the cell has mass m0 under the reference and m1 under the alternative, a
+ * call draws B tokens; the power of the level-alpha test after N calls is
+ * fls_stats_binom_power(N B, m0, m1, alpha). */
+typedef struct fls_stats_cell_alt {
+    double m0, m1, alpha;
+    int64_t B;
+} fls_stats_cell_alt;
+double fls_stats_cell_alt_power(const void *alt, int64_t N);
 /* Smallest N >= 1 with power(ctx, N) >= target (power nondecreasing in N):
  * doubling from lo, then bisection; -1 beyond 2^36. */
 int64_t fls_stats_smallest_n(double (*power)(const void *ctx, int64_t N), const void *ctx, double target,

@@ -335,6 +335,12 @@ int fls_stats_pair_side(int64_t pairs)
     return k > 8 ? 8 : k < 2 ? 2 : k;
 }
 
+double fls_stats_cell_alt_power(const void *alt, int64_t N)
+{
+    const fls_stats_cell_alt *a = alt;
+    return fls_stats_binom_power(N * a->B, a->m0, a->m1, a->alpha);
+}
+
 int64_t fls_stats_smallest_n(double (*power)(const void *ctx, int64_t N), const void *ctx, double target,
                              int64_t lo)
 {

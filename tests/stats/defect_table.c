@@ -164,20 +164,20 @@ int main(int argc, char **argv)
            "| what stays invisible |\n|---|---|---|---|---|---|---|\n");
     const int reps = g_reps;
     {
-        gal_tail_ctx t = {m15, r24 - 2.0 * r24_se, g_alpha, d.in.B};
-        int64_t N = fls_stats_smallest_n(gal_tail_power, &t, FLS_STATS_POWER, GAL_MIN_N);
+        fls_stats_cell_alt t = gal_tail_alt(m15, r24 - 2.0 * r24_se, g_alpha, d.in.B);
+        int64_t N = fls_stats_smallest_n(fls_stats_cell_alt_power, &t, FLS_STATS_POWER, GAL_MIN_N);
         row("Gumbel noise from 24-bit uniforms (G <= 16.64)", "deep", "tail15",
             "exact binomial, measured deficit", N, rate(GAL_DEEP, sampler_gumbel24, N, "tail15", reps, 1000),
             rate(GAL_DEEP, sampler_gumbel24, N / 4, "tail15", reps, 2000),
             "rows with no mass beyond ~16 nats (24-bit uniforms lose < 2% at 15 nats, 10% at 16)");
-        gal_tail_ctx c15 = {m15, 1.0, g_alpha, d.in.B};
-        N = fls_stats_smallest_n(gal_tail_power, &c15, FLS_STATS_POWER, GAL_MIN_N);
+        fls_stats_cell_alt c15 = gal_tail_alt(m15, 1.0, g_alpha, d.in.B);
+        N = fls_stats_smallest_n(fls_stats_cell_alt_power, &c15, FLS_STATS_POWER, GAL_MIN_N);
         row("tokens > 15 nats below the head dropped", "deep", "tail15", "exact binomial", N,
             rate(GAL_DEEP, sampler_cut15, N, "tail15", reps, 3000),
             rate(GAL_DEEP, sampler_cut15, N / 4, "tail15", reps, 4000),
             "a cut below a row's deepest tokens removes nothing");
-        gal_tail_ctx c17 = {m15, m18 / m15, g_alpha, d.in.B};
-        N = fls_stats_smallest_n(gal_tail_power, &c17, FLS_STATS_POWER, GAL_MIN_N);
+        fls_stats_cell_alt c17 = gal_tail_alt(m15, m18 / m15, g_alpha, d.in.B);
+        N = fls_stats_smallest_n(fls_stats_cell_alt_power, &c17, FLS_STATS_POWER, GAL_MIN_N);
         row("tokens > 18 nats below the head dropped", "deep", "tail15", "exact binomial", N,
             rate(GAL_DEEP, sampler_cut18, N, "tail15", reps, 5000),
             rate(GAL_DEEP, sampler_cut18, N / 4, "tail15", reps, 6000),

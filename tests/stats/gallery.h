@@ -160,18 +160,13 @@ static void gal_pair_cells_same(const double *p, int64_t V, int K, double *Q)
 }
 
 /* The power models of the stated N (fls_stats_smallest_n): a tail test's exact
- * binomial (mass m, the defect keeping a fraction 1 - r of it), the global
- * test against known wrong probabilities q, and a pairs test whose pairs are
- * always one token. */
-typedef struct gal_tail_ctx {
-    double m, r, alpha;
-    int64_t B;
-} gal_tail_ctx;
-
-static double gal_tail_power(const void *c, int64_t N)
+ * binomial (fls_stats_cell_alt_power: mass m, the defect keeping a fraction
+ * 1 - r of it), the global test against known wrong probabilities q, and a
+ * pairs test whose pairs are always one token. */
+static inline fls_stats_cell_alt gal_tail_alt(double m, double r, double alpha, int64_t B)
 {
-    const gal_tail_ctx *t = c;
-    return fls_stats_binom_power(N * t->B, t->m, t->m * (1.0 - t->r), t->alpha);
+    fls_stats_cell_alt a = {m, m * (1.0 - r), alpha, B};
+    return a;
 }
 
 typedef struct gal_cells_ctx {

@@ -814,17 +814,6 @@ int64_t mut_n_repeats(mut_scenario s, double alpha, double power, double *what)
     return N;
 }
 
-typedef struct bnd_ctx {
-    double m, m1, alpha;
-    int64_t B;
-} bnd_ctx;
-
-static double bnd_power(const void *c, int64_t N)
-{
-    const bnd_ctx *x = c;
-    return fls_stats_binom_power(N * x->B, x->m, x->m1, x->alpha);
-}
-
 int64_t mut_n_boundary(mut_scenario s, mut_probs_fn mutant, double alpha, double power, double *what,
                        double *what2)
 {
@@ -845,15 +834,15 @@ int64_t mut_n_boundary(mut_scenario s, mut_probs_fn mutant, double alpha, double
         if (fls_stats_probs_rule(l, in.V, (double)in.temps[0], &r, p, &sup) == FLS_OK &&
             mutant(&in, q) == FLS_OK) {
             /* identical rows: the rows' counts on the class sum to one binomial */
-            bnd_ctx c = {0.0, 0.0, alpha, in.B};
+            fls_stats_cell_alt c = {0.0, 0.0, alpha, in.B};
             for (int64_t v = 0; v < in.V; v++)
                 if (l[v] / (double)in.temps[0] == sup.cut) {
-                    c.m += p[v];
+                    c.m0 += p[v];
                     c.m1 += q[v];
                 }
-            N = fls_stats_smallest_n(bnd_power, &c, power, 1);
+            N = fls_stats_smallest_n(fls_stats_cell_alt_power, &c, power, 1);
             if (what)
-                *what = c.m;
+                *what = c.m0;
             if (what2)
                 *what2 = c.m1;
         }

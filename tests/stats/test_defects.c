@@ -74,11 +74,11 @@ static int64_t stated_n_tail(double r)
     gal_data d;
     gal_make(GAL_DEEP, &d);
     double *p = scenario_probs(&d);
-    gal_tail_ctx t = {fls_stats_tail_mass(p, d.in.V, 15.0), r, suite_alpha(), d.in.B};
-    int64_t N = fls_stats_smallest_n(gal_tail_power, &t, 1.0 - suite_alpha(), GAL_MIN_N);
+    fls_stats_cell_alt t = gal_tail_alt(fls_stats_tail_mass(p, d.in.V, 15.0), r, suite_alpha(), d.in.B);
+    int64_t N = fls_stats_smallest_n(fls_stats_cell_alt_power, &t, 1.0 - suite_alpha(), GAL_MIN_N);
     printf("deep: tail mass beyond 15 nats %.4g; deficit %.3f caught with power >= 1 - alpha at N %lld per "
            "row\n",
-           t.m, r, (long long)N);
+           t.m0, r, (long long)N);
     free(p);
     gal_free(&d);
     return N;
