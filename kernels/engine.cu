@@ -713,19 +713,16 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         }
     }
     cudaStream_t str = s->stream;
-    fls_status st;
-    {
-        const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
-        char *h = (char *)malloc(rb + ub);
-        if (!h)
-            return FLS_ERR_OUT_OF_MEMORY;
-        memcpy(h, req->rows, rb);
-        memcpy(h + rb, req->rule, ub);
-        st = fls_rule_up(str, rows_d, h, rb + ub);
-        free(h);
-        if (st != FLS_OK)
-            return st;
-    }
+    fls_status st = FLS_OK;
+    /* the rows' parameters, one upload (after the first block's matmul is
+     * queued: its staging then overlaps the matmul) */
+    const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
+    char *hup = (char *)malloc(rb + ub);
+    if (!hup)
+        return FLS_ERR_OUT_OF_MEMORY;
+    memcpy(hup, req->rows, rb);
+    memcpy(hup + rb, req->rule, ub);
+    int uploaded = 0;
     d.V = V;
     d.Pw = (int)P;
     d.S = S;
@@ -759,6 +756,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.rows = rows_d;
     d.rule = rule_d;
 
+    /* one block of rows on the threshold-first path: the outputs are
+     * committed on the device when every row is decided, so the call
+     * synchronises once (fls_rule_launch_commit) */
+    const int commit = fast && nb == B && B <= 4096;
+    int committed = 0;
     int *code = (int *)malloc((size_t)B * sizeof(int));
     /* host rows for the rows the host decides, allocated at the first */
     float *x = NULL;
@@ -782,26 +784,40 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.L = buf;
             d.ldl = V;
         }
+        d.vec = (uintptr_t)d.L % 16 == 0 && d.ldl % 4 == 0;
+        if (!uploaded && st == FLS_OK) {
+            st = fls_rule_up(str, rows_d, hup, rb + ub);
+            uploaded = 1;
+        }
         if (fast) {
             /* decide, select, one download of the codes; rows the host
              * decides are selected again (the others give the same picks) */
             if (st == FLS_OK)
                 st = fls_from_cuda(fls_rule_launch_fast_decide(d, str));
-            if (st == FLS_OK)
-                st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
-            if (st == FLS_OK)
-                st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
-            int again = 0;
-            for (int64_t i = 0; i < nbc && st == FLS_OK; i++)
-                if (code[r0 + i] == FLS_RC_SECOND) {
-                    st = fls_rule_second_row(str, d, &rc, i, &x, code);
-                    redone++;
-                    again = 1;
-                }
-            if (st == FLS_OK && again)
-                st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
-            if (st == FLS_OK && again)
-                st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+            for (int round = 0; round < 2 && st == FLS_OK; round++) {
+                if (st == FLS_OK)
+                    st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
+                if (st == FLS_OK && commit)
+                    st = fls_from_cuda(fls_rule_launch_commit(d.code, (int)B, d.tok, d.lp, d.lse,
+                                                              B * draws * K, out->tokens, out->logprobs,
+                                                              out->logsumexp, str));
+                if (st == FLS_OK)
+                    st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+                int again = 0;
+                for (int64_t i = 0; i < nbc && st == FLS_OK && round == 0; i++)
+                    if (code[r0 + i] == FLS_RC_SECOND) {
+                        st = fls_rule_second_row(str, d, &rc, i, &x, code);
+                        redone++;
+                        again = 1;
+                    }
+                if (!again)
+                    break;
+            }
+            if (st == FLS_OK && commit) {
+                committed = 1;
+                for (int64_t b = 0; b < B; b++)
+                    committed &= code[b] == FLS_RC_OK;
+            }
             continue;
         }
         for (int64_t db = 0; db < draws && st == FLS_OK; db += nd) {
@@ -871,7 +887,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                     break;
                 }
     }
-    if (st == FLS_OK) {
+    if (st == FLS_OK && !committed) {
         cudaError_t ce = cudaMemcpyAsync(out->tokens, d.tok, (size_t)(B * draws * K) * sizeof(int64_t),
                                          cudaMemcpyDeviceToDevice, str);
         if (ce == cudaSuccess && out->logprobs)
@@ -886,6 +902,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     }
     if (req->second_pass_rows)
         *req->second_pass_rows += redone;
+    free(hup);
     free(code);
     free(x);
     free(htok);

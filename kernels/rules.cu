@@ -475,6 +475,39 @@ __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n
         out[t] = (float)in[t];
 }
 
+/* The call's outputs from the staged ones, only when every row of the call
+ * is decided (code OK): a call with an error, or with a row the host must
+ * decide, writes nothing. Every block checks the codes itself. */
+__global__ void __launch_bounds__(256)
+    fls_rule_commit_kernel(const int *code, int B, const int64_t *tok, const float *lp, const double *lse,
+                           int64_t n, int64_t *otok, float *olp, float *olse)
+{
+    bool bad = false;
+    for (int k = threadIdx.x; k < B; k += blockDim.x)
+        bad |= code[k] != FLS_RC_OK;
+    if (__syncthreads_or(bad))
+        return;
+    const int64_t t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = t0; q < n; q += step) {
+        otok[q] = tok[q];
+        if (olp)
+            olp[q] = lp[q];
+    }
+    if (olse)
+        for (int64_t q = t0; q < B; q += step)
+            olse[q] = (float)lse[q];
+}
+
+cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
+                                   const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
+                                   cudaStream_t st)
+{
+    const int64_t nblk = (n > B ? n : B) / 256 + 1;
+    fls_rule_commit_kernel<<<(unsigned)(nblk < 64 ? nblk : 64), 256, 0, st>>>(code, B, tok, lp, lse, n, otok,
+                                                                              olp, olse);
+    return cudaGetLastError();
+}
+
 cudaError_t fls_rule_launch_fold(const fls_rule_dev &d, int first, cudaStream_t st)
 {
     const size_t wb = fls_rule_warp_bytes(d, first);
@@ -524,31 +557,70 @@ cudaError_t fls_rule_launch_to_float(const double *in, float *out, int64_t n, cu
 /* ---- the threshold-first path ---- */
 
 /* Token k (0 .. 8 cf - 1) of thread t in chunk c (cf sub-chunks of
- * FLS_FCK tokens, folded one after the other): in each sub-chunk, warp
- * w = t / 32 folds 256 consecutive tokens in 4 steps of 64, lane l the
- * pair (2l, 2l + 1) of each step (a Philox pair). */
+ * FLS_FCK tokens, one after the other): in each sub-chunk, thread t holds
+ * the 4 consecutive tokens 4t .. 4t + 3 of each half of 1024 (a warp reads
+ * 128 consecutive tokens at a time: two groups of 64, 16 lanes each); a
+ * pair (k even, k + 1) is a Philox pair (its first token even). */
 __device__ __forceinline__ int64_t fls_ftoken(const fls_rule_dev &d, int c, int t, int k)
 {
-    return (int64_t)c * d.cf * FLS_FCK + (k >> 3) * FLS_FCK + (t >> 5) * 256 + ((k & 7) >> 1) * 64 +
-           2 * (t & 31) + (k & 1);
+    return (int64_t)c * d.cf * FLS_FCK + (k >> 3) * FLS_FCK + ((k >> 2) & 1) * 1024 + 4 * t + (k & 3);
 }
 
-/* Token v's tempered logit if it is in the support {x >= cut}, else -inf. */
-__device__ __forceinline__ float fls_fsupport(const fls_rule_dev &d, const float *row, int64_t v, float T,
-                                              float cut)
+/* The thread's 8 logits of sub-chunk s of chunk c (-inf past V): two
+ * 16-byte loads where the rows allow (vec). */
+__device__ __forceinline__ void fls_fraw8(const fls_rule_dev &d, const float *row, int c, int s,
+                                          float (&l)[8])
 {
-    const float x = v < d.V ? fls_temper(row[v], T) : -INFINITY;
-    return x > -INFINITY && x >= cut ? x : -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t v0 = fls_ftoken(d, c, threadIdx.x, 8 * s + 4 * h);
+        if (d.vec && v0 + 3 < d.V) {
+            const float4 q = *(const float4 *)(row + v0);
+            l[4 * h] = q.x;
+            l[4 * h + 1] = q.y;
+            l[4 * h + 2] = q.z;
+            l[4 * h + 3] = q.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                l[4 * h + e] = v0 + e < d.V ? row[v0 + e] : -INFINITY;
+        }
+    }
+}
+
+/* A logit p whose tempered value is below c, found in a few steps down
+ * from c T (-inf when none is found): fls_temper is non-decreasing in l for
+ * T >= 0, so every l with fls_temper(l, T) >= c is > p. The passes test
+ * "l > p" first and divide only the tokens that pass. */
+__device__ __forceinline__ float fls_fpre(float c, float T)
+{
+    if (!(c > -INFINITY && c < INFINITY))
+        return -INFINITY;
+    float p = T == 0.0f ? c : __fmul_rn(c, T);
+    for (int q = 0; q < 64 && p > -INFINITY && p < INFINITY; q++) {
+        if (fls_temper(p, T) < c)
+            return p;
+        p = nextafterf(p, -INFINITY);
+    }
+    return -INFINITY;
 }
 
 /* The thread's 8 tokens of sub-chunk s of its chunk: their tempered logits
- * where they are at or above cut, else -inf. */
+ * where they are at or above cut, else -inf (pre = fls_fpre(cut, T)). */
 __device__ __forceinline__ void fls_fload8(const fls_rule_dev &d, const float *row, int s, float T, float cut,
-                                           float (&x)[8])
+                                           float pre, float (&x)[8])
 {
+    float l[8];
+    fls_fraw8(d, row, blockIdx.x, s, l);
 #pragma unroll
-    for (int k = 0; k < 8; k++)
-        x[k] = fls_fsupport(d, row, fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k), T, cut);
+    for (int k = 0; k < 8; k++) {
+        x[k] = -INFINITY;
+        if (l[k] > pre) {
+            const float t = fls_temper(l[k], T);
+            if (t > -INFINITY && t >= cut)
+                x[k] = t;
+        }
+    }
 }
 
 /* Ordered 64-bit rank key: larger is earlier in rank order (larger x, then
@@ -584,58 +656,99 @@ __device__ void fls_bitonic_desc(unsigned long long *a, int n)
         }
 }
 
-/* Each chunk: its statistics and, for a top list, its group maxima. */
+/* Each chunk: its statistics and, for a top list, its group maxima.
+ * fls_temper is non-decreasing in l (T >= 0), so a maximum of tempered
+ * logits is the tempered maximum of the logits: the maxima, the errors
+ * (a NaN or +inf logit; the largest finite |l| overflowing when divided)
+ * and the group maxima need no division per token. Only the sum of
+ * exp(x - m) (need_s) and the moments take each token's exact x: each
+ * sub-chunk of 8 tokens first raises the thread's maximum (one rescale),
+ * then adds 8 independent terms; its moments are shifted by its own
+ * maximum (a data point, so the shift costs at most a factor 9 in rounding)
+ * and merged into the thread's (fls_moments_merge). */
 __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
 {
     __shared__ fls_rpart sp[8];
-    __shared__ float gw[16 * 8]; /* each sub-chunk's 256-token warp maxima */
+    __shared__ float g64[16 * 32]; /* each sub-chunk's 64-token maxima of the logits */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
     const float T = d.rows[b].temperature;
     const float *row = d.L + (size_t)i * d.ldl;
+    float lmax = -INFINITY, amax = 0.0f;
+    bool nan = false;
     fls_rpart acc = fls_rpart_empty();
     for (int s = 0; s < d.cf; s++) {
         float l[8];
+        fls_fraw8(d, row, blockIdx.x, s, l);
+        float sm = -INFINITY;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const int64_t v = fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k);
-            l[k] = v < d.V ? row[v] : -INFINITY;
+            nan |= fls_bad_logit(l[k]);
+            sm = fmaxf(sm, l[k]);
+            const float a = fabsf(l[k]);
+            amax = fmaxf(amax, a < INFINITY ? a : 0.0f);
         }
-        float g = -INFINITY;
+        lmax = fmaxf(lmax, sm);
+        if (d.top_cap > 0) {
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int64_t v = fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k);
-            if (v < d.V) {
-                const float x = fls_temper(l[k], T);
-                fls_rpart_token(acc, d, l[k], x);
-                if (x < INFINITY)
-                    g = fmaxf(g, x);
-            }
-            if (d.top_cap > 0 && d.gsz < 256 && (k & 1) && ((k >> 1) + 1) % (d.gsz / 64) == 0) {
-                /* a group of gsz / 64 steps of 64 tokens done */
-                g = fls_warp_maxf(g);
-                if (lane == 0)
-                    d.gmax[(int64_t)i * d.M + (v - 2 * lane - 1) / d.gsz] = g;
-                g = -INFINITY;
+            for (int h = 0; h < 2; h++) {
+                float g = fmaxf(fmaxf(l[4 * h], l[4 * h + 1]), fmaxf(l[4 * h + 2], l[4 * h + 3]));
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1)
+                    g = fmaxf(g, __shfl_xor_sync(FLS_FULL_MASK, g, o));
+                if ((lane & 15) == 0)
+                    g64[32 * s + 16 * h + 2 * w + (lane >> 4)] = g;
             }
         }
-        if (d.top_cap > 0 && d.gsz >= 256) {
-            g = fls_warp_maxf(g);
-            if (lane == 0)
-                gw[8 * s + w] = g;
+        if (!(d.need_s || d.moments))
+            continue;
+        const float xm = fls_temper(sm, T); /* the sub-chunk's largest x */
+        if (!(xm > -INFINITY && xm < INFINITY))
+            continue; /* nothing finite (or an error of the row) */
+        float x[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            x[k] = fls_temper(l[k], T);
+        if (d.need_s) {
+            const double md = xm;
+            if (md > acc.lse_m) {
+                acc.lse_s = acc.lse_m > -INFINITY ? acc.lse_s * exp(acc.lse_m - md) : 0.0;
+                acc.lse_m = md;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                acc.lse_s += exp((double)x[k] - acc.lse_m); /* -inf: 0 */
+        }
+        if (d.moments) {
+            double n = 0.0, s1 = 0.0, s2 = 0.0;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (x[k] > -INFINITY) {
+                    const double dd = (double)x[k] - (double)xm;
+                    n += 1.0;
+                    s1 += dd;
+                    s2 += dd * dd;
+                }
+            const double q = s1 / n;
+            fls_moments_merge(&acc.n, &acc.mean, &acc.m2, n, (double)xm + q, fmax(s2 - s1 * q, 0.0));
         }
     }
+    if (!d.need_s) {
+        const float xm = fls_temper(lmax, T);
+        acc.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
+    }
+    acc.bad = (nan ? FLS_RBAD_NAN : 0u) | (isinf(fls_temper(amax, T)) ? FLS_RBAD_TEMP : 0u);
     const fls_rpart pt = fls_rpart_warp(acc, lane);
     if (lane == 0)
         sp[w] = pt;
     __syncthreads();
-    if (d.top_cap > 0 && d.gsz >= 256) {
-        /* groups of gsz / 256 warp maxima */
-        const int per = d.gsz / 256, ng = 8 * d.cf / per;
+    if (d.top_cap > 0) {
+        /* groups of gsz / 64 maxima of 64 tokens, tempered once */
+        const int per = d.gsz / 64, ng = 32 * d.cf / per;
         for (int q = threadIdx.x; q < ng; q += blockDim.x) {
-            float g = gw[q * per];
+            float g = g64[q * per];
             for (int r = 1; r < per; r++)
-                g = fmaxf(g, gw[q * per + r]);
-            d.gmax[(int64_t)i * d.M + (int64_t)blockIdx.x * ng + q] = g;
+                g = fmaxf(g, g64[q * per + r]);
+            d.gmax[(int64_t)i * d.M + (int64_t)blockIdx.x * ng + q] = fls_temper(g, T);
         }
     }
     if (threadIdx.x == 0) {
@@ -709,11 +822,11 @@ __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
     const int lane = threadIdx.x & 31, i = blockIdx.y, b = d.r0 + i;
     if (d.code[b] != FLS_RC_PENDING)
         return;
-    const float T = d.rows[b].temperature, thr = d.thr[i];
+    const float T = d.rows[b].temperature, thr = d.thr[i], pre = fls_fpre(thr, T);
     const float *row = d.L + (size_t)i * d.ldl;
     for (int s = 0; s < d.cf; s++) {
         float x[8];
-        fls_fload8(d, row, s, T, thr, x);
+        fls_fload8(d, row, s, T, thr, pre, x);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const bool c = x[k] > -INFINITY;
@@ -860,7 +973,8 @@ template <int N> __device__ __forceinline__ float fls_flist_kth(const fls_fbest 
 }
 
 /* Each (chunk, draw): the K best keys of the chunk's support; and, where
- * the support's log-sum-exp is summed here, the chunk's sum. */
+ * the support's log-sum-exp is summed here, the chunk's sum (in the first
+ * draw's pass). A chunk without support writes empty entries (v = -1). */
 template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel(fls_rule_dev d)
 {
     __shared__ fls_fbest sw[8];
@@ -870,60 +984,32 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     if (d.code[b] != FLS_RC_OK || d.nsup[i] >= 0)
         return;
     const fls_row_params rp = d.rows[b];
-    const float T = rp.temperature, cut = d.cut[b];
+    const float T = rp.temperature, cut = d.cut[b], pre = fls_fpre(cut, T);
     const bool noisy = fls_temperature_noisy(T);
     const int Kb = (int)d.rule[b].K;
     const float *row = d.L + (size_t)i * d.ldl;
-    bool any = false;
-    double z = 0.0;
     const double m = d.part[(int64_t)i * d.P].lse_m;
     const int lsedev = d.lsedev[b];
-    for (int s = 0; s < d.cf; s++) {
-        float x[8];
-        fls_fload8(d, row, s, T, cut, x);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (x[k] > -INFINITY) {
-                any = true;
-                if (lsedev)
-                    z += exp((double)x[k] - m);
-            }
-    }
-    if (lsedev) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            z += __shfl_down_sync(FLS_FULL_MASK, z, o);
-        if (lane == 0)
-            sz[w] = z;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double a = 0.0;
-            for (int k = 0; k < 8; k++)
-                a += sz[k];
-            d.lsep[(int64_t)i * d.nchunk + blockIdx.x] = a;
-        }
-    }
-    any = __syncthreads_or(any);
     for (int j = 0; j < d.draws; j++) {
         fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
-        if (!any) {
-            for (int r = threadIdx.x; r < Kb; r += blockDim.x) {
-                out[r].x = -INFINITY;
-                out[r].key = -INFINITY;
-                out[r].v = -1;
-            }
-            continue;
-        }
+        const bool sum = lsedev && j == 0;
+        double z = 0.0;
         fls_fbest l[KM];
         fls_flist_init(l);
-        /* one token per draw: a key below thr is beaten by a lane of the
-         * warp, so it cannot be the chunk's best, and its log is skipped when
-         * the bound of its noise's bucket shows it (as the fused kernels do;
-         * lists of K > 1 keys per lane are too short a sample to gain) */
+        /* a key below thr is beaten by K keys of the warp (a lane's K-th
+         * best is below the chunk's), so it cannot be among the chunk's K
+         * best, and its log is skipped when the bound of its noise's bucket
+         * shows it (as the fused kernels do) */
         float thr = -INFINITY;
         for (int s = 0; s < d.cf; s++) {
             float x[8];
-            fls_fload8(d, row, s, T, cut, x);
+            fls_fload8(d, row, s, T, cut, pre, x);
+            if (sum) {
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (x[k] > -INFINITY)
+                        z += exp((double)x[k] - m);
+            }
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 if (!(x[2 * p] > -INFINITY || x[2 * p + 1] > -INFINITY))
@@ -942,7 +1028,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
                     c.v = v0 + e;
                     if (noisy) {
                         const uint64_t bits = fls_pair_bits(r, (uint64_t)(v0 + e));
-                        if (KM == 1 && d.gup && __fadd_rn(xe, d.gup[bits >> FLS_GB_SHIFT]) < thr)
+                        if (d.gup && __fadd_rn(xe, d.gup[bits >> FLS_GB_SHIFT]) < thr)
                             continue; /* fl(x + g) <= fl(x + up[bucket]) < thr */
                         c.key = fls_temperature_key(xe, fls_gumbel_dev(bits), T);
                     } else {
@@ -950,11 +1036,23 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
                     }
                     fls_flist_push(l, Kb, c);
                 }
-                if (KM == 1)
-                    thr = fmaxf(thr, fls_flist_kth(l, Kb));
+                thr = fmaxf(thr, fls_flist_kth(l, Kb));
             }
-            if (KM == 1)
-                thr = fls_warp_maxf(thr);
+            thr = fls_warp_maxf(thr);
+        }
+        if (sum) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                z += __shfl_down_sync(FLS_FULL_MASK, z, o);
+            if (lane == 0)
+                sz[w] = z;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                double a = 0.0;
+                for (int k = 0; k < 8; k++)
+                    a += sz[k];
+                d.lsep[(int64_t)i * d.nchunk + blockIdx.x] = a;
+            }
         }
         /* Kb rounds: the block's best head, popped from its thread's list */
         for (int r = 0; r < Kb; r++) {
@@ -1120,6 +1218,8 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
     const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
     if (d.K == 1)
         fls_rfast_select_kernel<1><<<grid, 256, 0, st>>>(d);
+    else if (d.K <= 4)
+        fls_rfast_select_kernel<4><<<grid, 256, 0, st>>>(d);
     else
         fls_rfast_select_kernel<FLS_FKMAX><<<grid, 256, 0, st>>>(d);
     cudaError_t e = cudaGetLastError();
@@ -1127,6 +1227,8 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
     if (e == cudaSuccess) {
         if (d.K == 1)
             fls_rfast_final_kernel<1><<<fb, 128, 0, st>>>(d);
+        else if (d.K <= 4)
+            fls_rfast_final_kernel<4><<<fb, 128, 0, st>>>(d);
         else
             fls_rfast_final_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
         e = cudaGetLastError();

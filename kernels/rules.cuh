@@ -92,8 +92,9 @@ struct fls_rule_dev {
     float *lp;                  /* [B * draws * K] staged log-probabilities */
     /* the threshold-first path (fls_rule_launch_fast_*; P = nchunk there) */
     int nchunk;               /* chunks (blocks) per row */
+    int vec;                  /* rows 16-byte aligned (L and ldl): loads of 4 logits */
     int cf;                   /* sub-chunks of FLS_FCK tokens per chunk */
-    int gsz;                  /* tokens per group maximum: 64, 128 or 256 */
+    int gsz;                  /* tokens per group maximum: 64 to 2048 */
     int M;                    /* group maxima per row */
     float *gmax;              /* [nb * M] */
     float *thr;               /* [nb] the candidates' threshold */
@@ -140,6 +141,13 @@ cudaError_t fls_rule_launch_select(const fls_rule_dev &d, cudaStream_t st);
  */
 cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st);
 cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st);
+
+/* When every code of the call's B rows is FLS_RC_OK: otok[q] = tok[q] and
+ * (olp not NULL) olp[q] = lp[q] for q < n, (olse not NULL) olse[b] =
+ * (float)lse[b]; otherwise nothing is written. */
+cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
+                                   const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
+                                   cudaStream_t st);
 
 /* out[i] = (float)in[i] for n values. */
 cudaError_t fls_rule_launch_to_float(const double *in, float *out, int64_t n, cudaStream_t st);
