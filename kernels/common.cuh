@@ -43,6 +43,7 @@ enum fls_status_code : unsigned {
     FLS_SC_NAN = 1,         /* FLS_ERR_NAN */
     FLS_SC_ALL_MASKED = 2,  /* FLS_ERR_ALL_MASKED */
     FLS_SC_TEMPERATURE = 3, /* FLS_ERR_TEMPERATURE */
+    FLS_SC_UNSUPPORTED = 4, /* FLS_ERR_UNSUPPORTED: an async rule call with a row only the host can decide */
 };
 
 /* The device view of one request's workspace. */

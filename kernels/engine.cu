@@ -760,6 +760,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
      * committed on the device when every row is decided, so the call
      * synchronises once (fls_rule_launch_commit) */
     const int commit = fast && nb == B && B <= 4096;
+    /* such a call in async mode returns once queued: the commit kernel
+     * records its error (or a row only the host can decide) in the sticky
+     * word that fls_context_sync reads; other rule calls stay synchronous */
+    const int queue_only = commit && (s->async || opts.no_sync);
     int committed = 0;
     int *code = (int *)malloc((size_t)B * sizeof(int));
     /* host rows for the rows the host decides, allocated at the first */
@@ -798,9 +802,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 if (st == FLS_OK)
                     st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
                 if (st == FLS_OK && commit)
-                    st = fls_from_cuda(fls_rule_launch_commit(d.code, (int)B, d.tok, d.lp, d.lse,
-                                                              B * draws * K, out->tokens, out->logprobs,
-                                                              out->logsumexp, str));
+                    st = fls_from_cuda(fls_rule_launch_commit(
+                        d.code, (int)B, d.tok, d.lp, d.lse, B * draws * K, out->tokens, out->logprobs,
+                        out->logsumexp, queue_only ? s->sticky : NULL, str));
+                if (queue_only)
+                    break;
                 if (st == FLS_OK)
                     st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
                 int again = 0;
@@ -812,6 +818,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                     }
                 if (!again)
                     break;
+            }
+            if (queue_only) {
+                committed = 1;
+                continue;
             }
             if (st == FLS_OK && commit) {
                 committed = 1;
@@ -877,7 +887,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         }
     }
     /* the CPU engine's order: a NaN, then an overflow of l / T, then an empty row */
-    if (st == FLS_OK) {
+    if (st == FLS_OK && !queue_only) {
         const int order[3] = {FLS_RC_NAN, FLS_RC_TEMP, FLS_RC_ALL_MASKED};
         const fls_status as[3] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED};
         for (int k = 0; k < 3 && st == FLS_OK; k++)
@@ -1389,6 +1399,7 @@ extern "C" fls_status fls_cuda_sync(fls_context_t *ctx)
     return code == FLS_SC_NAN           ? FLS_ERR_NAN
            : code == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
            : code == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
+           : code == FLS_SC_UNSUPPORTED ? FLS_ERR_UNSUPPORTED
                                         : FLS_OK;
 }
 

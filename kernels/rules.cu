@@ -477,16 +477,40 @@ __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n
 
 /* The call's outputs from the staged ones, only when every row of the call
  * is decided (code OK): a call with an error, or with a row the host must
- * decide, writes nothing. Every block checks the codes itself. */
+ * decide, writes nothing. Every block checks the codes itself. sticky (an
+ * asynchronous call): block 0 records the call's error there, in the CPU
+ * engine's order (a NaN, an overflow of l / T, an empty row), or, when
+ * only rows for the host are left, FLS_SC_UNSUPPORTED. */
 __global__ void __launch_bounds__(256)
     fls_rule_commit_kernel(const int *code, int B, const int64_t *tok, const float *lp, const double *lse,
-                           int64_t n, int64_t *otok, float *olp, float *olse)
+                           int64_t n, int64_t *otok, float *olp, float *olse, unsigned *sticky)
 {
-    bool bad = false;
-    for (int k = threadIdx.x; k < B; k += blockDim.x)
-        bad |= code[k] != FLS_RC_OK;
-    if (__syncthreads_or(bad))
+    __shared__ unsigned seen;
+    if (threadIdx.x == 0)
+        seen = 0;
+    __syncthreads();
+    unsigned mine = 0;
+    for (int k = threadIdx.x; k < B; k += blockDim.x) {
+        const int c = code[k];
+        mine |= c == FLS_RC_OK           ? 0u
+                : c == FLS_RC_NAN        ? 1u
+                : c == FLS_RC_TEMP       ? 2u
+                : c == FLS_RC_ALL_MASKED ? 4u
+                                         : 8u;
+    }
+    if (mine)
+        atomicOr(&seen, mine);
+    __syncthreads();
+    if (seen) {
+        if (sticky && blockIdx.x == 0 && threadIdx.x == 0) {
+            const unsigned sc = (seen & 1u)   ? FLS_SC_NAN
+                                : (seen & 2u) ? FLS_SC_TEMPERATURE
+                                : (seen & 4u) ? FLS_SC_ALL_MASKED
+                                              : FLS_SC_UNSUPPORTED;
+            atomicCAS(sticky, 0u, sc);
+        }
         return;
+    }
     const int64_t t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t q = t0; q < n; q += step) {
         otok[q] = tok[q];
@@ -500,11 +524,11 @@ __global__ void __launch_bounds__(256)
 
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   cudaStream_t st)
+                                   unsigned *sticky, cudaStream_t st)
 {
     const int64_t nblk = (n > B ? n : B) / 256 + 1;
     fls_rule_commit_kernel<<<(unsigned)(nblk < 64 ? nblk : 64), 256, 0, st>>>(code, B, tok, lp, lse, n, otok,
-                                                                              olp, olse);
+                                                                              olp, olse, sticky);
     return cudaGetLastError();
 }
 
@@ -666,6 +690,66 @@ __device__ void fls_bitonic_desc(unsigned long long *a, int n)
  * then adds 8 independent terms; its moments are shifted by its own
  * maximum (a data point, so the shift costs at most a factor 9 in rounding)
  * and merged into the thread's (fls_moments_merge). */
+/* One sub-chunk s of 8 logits per thread into the thread's statistics
+ * (fls_rfast_stats_kernel). */
+__device__ __forceinline__ void fls_fstats8(const fls_rule_dev &d, float T, const float (&l)[8], int s,
+                                            float *g64, float &lmax, float &amax, bool &nan, fls_rpart &acc)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float sm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        nan |= fls_bad_logit(l[k]);
+        sm = fmaxf(sm, l[k]);
+        const float a = fabsf(l[k]);
+        amax = fmaxf(amax, a < INFINITY ? a : 0.0f);
+    }
+    lmax = fmaxf(lmax, sm);
+    if (d.top_cap > 0) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float g = fmaxf(fmaxf(l[4 * h], l[4 * h + 1]), fmaxf(l[4 * h + 2], l[4 * h + 3]));
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1)
+                g = fmaxf(g, __shfl_xor_sync(FLS_FULL_MASK, g, o));
+            if ((lane & 15) == 0)
+                g64[32 * s + 16 * h + 2 * w + (lane >> 4)] = g;
+        }
+    }
+    if (!(d.need_s || d.moments))
+        return;
+    const float xm = fls_temper(sm, T); /* the sub-chunk's largest x */
+    if (!(xm > -INFINITY && xm < INFINITY))
+        return; /* nothing finite (or an error of the row) */
+    float x[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        x[k] = fls_temper(l[k], T);
+    if (d.need_s) {
+        const double md = xm;
+        if (md > acc.lse_m) {
+            acc.lse_s = acc.lse_m > -INFINITY ? acc.lse_s * exp(acc.lse_m - md) : 0.0;
+            acc.lse_m = md;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc.lse_s += exp((double)x[k] - acc.lse_m); /* -inf: 0 */
+    }
+    if (d.moments) {
+        double n = 0.0, s1 = 0.0, s2 = 0.0;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (x[k] > -INFINITY) {
+                const double dd = (double)x[k] - (double)xm;
+                n += 1.0;
+                s1 += dd;
+                s2 += dd * dd;
+            }
+        const double q = s1 / n;
+        fls_moments_merge(&acc.n, &acc.mean, &acc.m2, n, (double)xm + q, fmax(s2 - s1 * q, 0.0));
+    }
+}
+
 __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
 {
     __shared__ fls_rpart sp[8];
@@ -676,61 +760,15 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     float lmax = -INFINITY, amax = 0.0f;
     bool nan = false;
     fls_rpart acc = fls_rpart_empty();
-    for (int s = 0; s < d.cf; s++) {
-        float l[8];
-        fls_fraw8(d, row, blockIdx.x, s, l);
-        float sm = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            nan |= fls_bad_logit(l[k]);
-            sm = fmaxf(sm, l[k]);
-            const float a = fabsf(l[k]);
-            amax = fmaxf(amax, a < INFINITY ? a : 0.0f);
-        }
-        lmax = fmaxf(lmax, sm);
-        if (d.top_cap > 0) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float g = fmaxf(fmaxf(l[4 * h], l[4 * h + 1]), fmaxf(l[4 * h + 2], l[4 * h + 3]));
-#pragma unroll
-                for (int o = 8; o > 0; o >>= 1)
-                    g = fmaxf(g, __shfl_xor_sync(FLS_FULL_MASK, g, o));
-                if ((lane & 15) == 0)
-                    g64[32 * s + 16 * h + 2 * w + (lane >> 4)] = g;
-            }
-        }
-        if (!(d.need_s || d.moments))
-            continue;
-        const float xm = fls_temper(sm, T); /* the sub-chunk's largest x */
-        if (!(xm > -INFINITY && xm < INFINITY))
-            continue; /* nothing finite (or an error of the row) */
-        float x[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            x[k] = fls_temper(l[k], T);
-        if (d.need_s) {
-            const double md = xm;
-            if (md > acc.lse_m) {
-                acc.lse_s = acc.lse_m > -INFINITY ? acc.lse_s * exp(acc.lse_m - md) : 0.0;
-                acc.lse_m = md;
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                acc.lse_s += exp((double)x[k] - acc.lse_m); /* -inf: 0 */
-        }
-        if (d.moments) {
-            double n = 0.0, s1 = 0.0, s2 = 0.0;
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (x[k] > -INFINITY) {
-                    const double dd = (double)x[k] - (double)xm;
-                    n += 1.0;
-                    s1 += dd;
-                    s2 += dd * dd;
-                }
-            const double q = s1 / n;
-            fls_moments_merge(&acc.n, &acc.mean, &acc.m2, n, (double)xm + q, fmax(s2 - s1 * q, 0.0));
-        }
+    /* two sub-chunks a step: their 4 loads in flight together (cf is 1 or even) */
+    for (int s = 0; s < d.cf; s += 2) {
+        float la[8], lb[8];
+        fls_fraw8(d, row, blockIdx.x, s, la);
+        if (s + 1 < d.cf)
+            fls_fraw8(d, row, blockIdx.x, s + 1, lb);
+        fls_fstats8(d, T, la, s, g64, lmax, amax, nan, acc);
+        if (s + 1 < d.cf)
+            fls_fstats8(d, T, lb, s + 1, g64, lmax, amax, nan, acc);
     }
     if (!d.need_s) {
         const float xm = fls_temper(lmax, T);
@@ -824,23 +862,38 @@ __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
         return;
     const float T = d.rows[b].temperature, thr = d.thr[i], pre = fls_fpre(thr, T);
     const float *row = d.L + (size_t)i * d.ldl;
-    for (int s = 0; s < d.cf; s++) {
-        float x[8];
-        fls_fload8(d, row, s, T, thr, pre, x);
+    /* two sub-chunks a step (their loads in flight together); a warp with no
+     * candidate among its 256 tokens goes on at once */
+    for (int s0 = 0; s0 < d.cf; s0 += 2) {
+        float x[2][8];
+        fls_fload8(d, row, s0, T, thr, pre, x[0]);
+        if (s0 + 1 < d.cf)
+            fls_fload8(d, row, s0 + 1, T, thr, pre, x[1]);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const bool c = x[k] > -INFINITY;
-            const unsigned m = __ballot_sync(FLS_FULL_MASK, c);
-            if (!m)
+        for (int h = 0; h < 2; h++) {
+            if (s0 + h >= d.cf)
+                break;
+            bool any = false;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                any |= x[h][k] > -INFINITY;
+            if (!__any_sync(FLS_FULL_MASK, any))
                 continue;
-            unsigned base = 0;
-            if (lane == 0)
-                base = atomicAdd(&d.ccount[i], (unsigned)__popc(m));
-            base = __shfl_sync(FLS_FULL_MASK, base, 0);
-            const unsigned pos = base + (unsigned)__popc(m & ((1u << lane) - 1u));
-            if (c && pos < FLS_FCCAP)
-                d.cand[(int64_t)i * FLS_FCCAP + pos] =
-                    fls_frank(x[k], fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * s + k));
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const bool c = x[h][k] > -INFINITY;
+                const unsigned m = __ballot_sync(FLS_FULL_MASK, c);
+                if (!m)
+                    continue;
+                unsigned base = 0;
+                if (lane == 0)
+                    base = atomicAdd(&d.ccount[i], (unsigned)__popc(m));
+                base = __shfl_sync(FLS_FULL_MASK, base, 0);
+                const unsigned pos = base + (unsigned)__popc(m & ((1u << lane) - 1u));
+                if (c && pos < FLS_FCCAP)
+                    d.cand[(int64_t)i * FLS_FCCAP + pos] =
+                        fls_frank(x[h][k], fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * (s0 + h) + k));
+            }
         }
     }
 }
@@ -972,6 +1025,19 @@ template <int N> __device__ __forceinline__ float fls_flist_kth(const fls_fbest 
     return r;
 }
 
+/* The k-th largest of the warp's 32 values (k <= 32; ties count once per
+ * lane): k - 1 times, the lowest lane holding the maximum drops out. */
+__device__ __forceinline__ float fls_warp_kth_maxf(float v, int k)
+{
+    for (int r = 1; r < k; r++) {
+        const float m = fls_warp_maxf(v);
+        const unsigned at = __ballot_sync(FLS_FULL_MASK, v == m);
+        if ((threadIdx.x & 31) == __ffs(at) - 1)
+            v = -INFINITY;
+    }
+    return fls_warp_maxf(v);
+}
+
 /* Each (chunk, draw): the K best keys of the chunk's support; and, where
  * the support's log-sum-exp is summed here, the chunk's sum (in the first
  * draw's pass). A chunk without support writes empty entries (v = -1). */
@@ -996,10 +1062,11 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         double z = 0.0;
         fls_fbest l[KM];
         fls_flist_init(l);
-        /* a key below thr is beaten by K keys of the warp (a lane's K-th
-         * best is below the chunk's), so it cannot be among the chunk's K
-         * best, and its log is skipped when the bound of its noise's bucket
-         * shows it (as the fused kernels do) */
+        /* a key below thr is beaten by K keys of the warp, so it cannot be
+         * among the chunk's K best, and its log is skipped when the bound of
+         * its noise's bucket shows it (as the fused kernels do). thr: a
+         * lane's K-th best key, or the K-th largest of the lanes' best keys
+         * (K lanes hold a key at least that large) */
         float thr = -INFINITY;
         for (int s = 0; s < d.cf; s++) {
             float x[8];
@@ -1039,6 +1106,8 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
                 thr = fmaxf(thr, fls_flist_kth(l, Kb));
             }
             thr = fls_warp_maxf(thr);
+            if (KM > 1)
+                thr = fmaxf(thr, fls_warp_kth_maxf(l[0].v >= 0 ? l[0].key : -INFINITY, Kb));
         }
         if (sum) {
 #pragma unroll

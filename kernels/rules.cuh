@@ -144,10 +144,12 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st);
 
 /* When every code of the call's B rows is FLS_RC_OK: otok[q] = tok[q] and
  * (olp not NULL) olp[q] = lp[q] for q < n, (olse not NULL) olse[b] =
- * (float)lse[b]; otherwise nothing is written. */
+ * (float)lse[b]; otherwise nothing is written and, when sticky is not NULL
+ * (an asynchronous call), the call's first error goes there (fls_status_code;
+ * FLS_SC_UNSUPPORTED for rows only the host can decide). */
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   cudaStream_t st);
+                                   unsigned *sticky, cudaStream_t st);
 
 /* out[i] = (float)in[i] for n values. */
 cudaError_t fls_rule_launch_to_float(const double *in, float *out, int64_t n, cudaStream_t st);

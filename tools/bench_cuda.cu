@@ -22,6 +22,13 @@
  *   logits_sampler(_noskip)  fls_sample_logits' sampler alone on B x V fp32 logits in HBM
  *   unfused_gumbel  cuBLAS -> logits in HBM -> Gumbel argmax (same tokens)
  *   unfused_multinomial  cuBLAS -> logits -> softmax in HBM -> inverse CDF
+ *   rule_minp005, rule_topk50, rule_k50_p09, rule_nsigma1, rule_wr4 (opt-in)
+ *                   the fused call with a rule (min-p 0.05, top-k 50, top-k 50 +
+ *                   top-p 0.9, top-n-sigma 1, without replacement K = 4), queued
+ *                   like the fused call (async mode; the status is checked after
+ *                   each engine's runs); rule_minp005_sync and rule_k50_p09_sync
+ *                   wait for their status like a synchronous call, and rule_topp09
+ *                   (top-p alone: the host finishes flat rows) is always synchronous
  * Every time is the median of >= 100 runs timed with device events after a
  * warm-up of at least 250 ms of the same engine (25 ms with --quick): the
  * GPU's power management (700 W cap on an H200, reached under sustained load
@@ -156,6 +163,8 @@ enum {
     E_RULE_KP,
     E_RULE_NSIGMA,
     E_RULE_WR,
+    E_RULE_MINP_SYNC,
+    E_RULE_KP_SYNC,
     E_COUNT
 };
 #define E_RULE_FIRST E_RULE_MINP
@@ -183,11 +192,14 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "rule_topp09",
                                             "rule_k50_p09",
                                             "rule_nsigma1",
-                                            "rule_wr4"};
+                                            "rule_wr4",
+                                            "rule_minp005_sync",
+                                            "rule_k50_p09_sync"};
 
 /* The request's rows of rule engine e (every row alike). */
 static void bench_rule_rows(int e, int64_t B, fls_request *req)
 {
+    e = e == E_RULE_MINP_SYNC ? E_RULE_MINP : (e == E_RULE_KP_SYNC ? E_RULE_KP : e);
     static fls_row_rule rr[MAXB];
     for (int64_t b = 0; b < B; b++) {
         fls_row_rule *r = &rr[b];
@@ -232,6 +244,11 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     o.gemm_only = engine == E_CHUNK_GEMM;
     o.seg_cap5 = engine == E_CHUNKED_CAP5;
     if (engine >= E_RULE_FIRST) {
+        /* queued like the fused call (async mode: the status at the next
+         * fls_context_sync), except the _sync engines, which wait for their
+         * status like a synchronous call, and top-p alone, whose flat rows
+         * the host finishes (an async call would report them unsupported) */
+        o.no_sync = !sync && engine != E_RULE_TOPP && engine != E_RULE_MINP_SYNC && engine != E_RULE_KP_SYNC;
         bench_rule_rows(engine, b->B, &req);
         out.tokens = b->rule_tokens;
         return fls_cuda_run(b->ctx, &W, &H, NULL, &req, &out, &o);
@@ -637,6 +654,13 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                 if (bench_time(&b, e, &med[e], &mn[e])) {
                     fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e],
                             (long long)b.B, cudaGetErrorString(cudaGetLastError()));
+                    goto fail;
+                }
+                /* queued rule calls report their status here */
+                const fls_status qs = e >= E_RULE_FIRST ? fls_context_sync(b.ctx) : FLS_OK;
+                if (qs != FLS_OK) {
+                    fprintf(stderr, "bench: engine %s at B=%lld: %s\n", engine_names[e], (long long)b.B,
+                            fls_status_string(qs));
                     goto fail;
                 }
             }

@@ -993,6 +993,12 @@ static void test_rules_errors(void)
         {"params on the device + top-k", -1, 0, 0.0f, 1.0f, 5, 1.0f, FLS_METHOD_FUSED, 1,
          FLS_ERR_UNSUPPORTED},
     };
+    fls_context_config acfg;
+    fls_context_config_default(&acfg);
+    acfg.engine = FLS_ENGINE_CUDA;
+    acfg.async = 1;
+    fls_context_t *actx = NULL;
+    CHECK_ST(fls_context_create(&actx, &acfg));
     float *dT = NULL;
     fls_cuda_malloc((void **)&dT, 4 * (size_t)B);
     float ones[4] = {1.0f, 1.0f, 1.0f, 1.0f};
@@ -1027,6 +1033,18 @@ static void test_rules_errors(void)
             kept &= back[i] == -7;
         printf("    RULE ERROR %-30s -> %s, outputs %s\n", cases[c].what, fls_status_string(st),
                kept ? "untouched" : "WRITTEN");
+        /* the same call queued (async mode): the error at fls_context_sync */
+        fls_status sa = fls_sample_logits(actx, &dLm, &p, &og);
+        const fls_status ss = fls_context_sync(actx);
+        sa = sa != FLS_OK ? sa : ss;
+        fls_cuda_memcpy(back, dt, 8 * (size_t)(B * draws), 0);
+        int kept_a = 1;
+        for (int64_t i = 0; i < B * draws; i++)
+            kept_a &= back[i] == -7;
+        printf("    RULE ERROR %-30s -> %s, outputs %s (async)\n", cases[c].what, fls_status_string(sa),
+               kept_a ? "untouched" : "WRITTEN");
+        CHECK(sa == cases[c].want && kept_a, "%s (async): %s (want %s), outputs %s", cases[c].what,
+              fls_status_string(sa), fls_status_string(cases[c].want), kept_a ? "untouched" : "written");
         if (bad) {
             fls_cuda_memcpy((float *)dL + cases[c].row * V, L + cases[c].row * V, sizeof(float) * (size_t)V,
                             1);
@@ -1035,10 +1053,109 @@ static void test_rules_errors(void)
         CHECK(st == cases[c].want && kept, "%s: %s (want %s), outputs %s", cases[c].what,
               fls_status_string(st), fls_status_string(cases[c].want), kept ? "untouched" : "written");
     }
+    fls_context_destroy(actx);
     fls_cuda_free(dT);
     fls_cuda_free(dL);
     fls_cuda_free(dt);
     free(L);
+}
+
+/* Async mode: every rule queued on an async context gives the synchronous
+ * call's tokens, logprobs and logsumexp bit for bit once fls_context_sync
+ * returns FLS_OK; a call with a row only the host can decide (a flat row's
+ * nucleus beyond the device's list) reports FLS_ERR_UNSUPPORTED there and
+ * writes nothing. */
+static void test_rules_async(void)
+{
+    const int64_t V = 151936, B = 15, ld = V, draws = 2;
+    g_rng = 9191;
+    float *L = malloc(sizeof(float) * (size_t)(B * ld));
+    const size_t nmax = (size_t)(B * draws * 4);
+    int64_t *ts = malloc(8 * nmax), *ta = malloc(8 * nmax);
+    float *lps = malloc(4 * nmax), *lpa = malloc(4 * nmax), lss[16], lsa[16];
+    CHECK(L && ts && ta && lps && lpa, "memory");
+    rule_logits(L, B, V, ld);
+    /* the quantized rows (massive ties, which the host decides for any
+     * top list) become flat rows, so that top-k rules stay on the device */
+    for (int64_t b = 3; b < B; b += 5)
+        memcpy(L + b * ld, L, sizeof(float) * (size_t)V);
+    void *dL = to_dev(L, sizeof(float) * (size_t)(B * ld)), *dt = NULL, *dlp = NULL, *dls = NULL;
+    fls_cuda_malloc(&dt, 8 * nmax);
+    fls_cuda_malloc(&dlp, 4 * nmax);
+    fls_cuda_malloc(&dls, 4 * 16);
+    CHECK(dL && dt && dlp && dls, "device memory");
+    fls_context_config acfg;
+    fls_context_config_default(&acfg);
+    acfg.engine = FLS_ENGINE_CUDA;
+    acfg.async = 1;
+    fls_context_t *actx = NULL;
+    CHECK_ST(fls_context_create(&actx, &acfg));
+    int64_t guard[64 * 4 * 4];
+    float fguard[64 * 4 * 4];
+    for (size_t i = 0; i < sizeof guard / sizeof guard[0]; i++) {
+        guard[i] = -7;
+        fguard[i] = -7.0f;
+    }
+    int failed = 0, n_ok = 0, n_host = 0;
+    for (size_t ri = 0; ri < N_RULES && !failed; ri++) {
+        const rule_spec *r = &k_rules[ri];
+        fls_params p;
+        rule_rows rr;
+        rule_params(r, B, &p, &rr, 0.9f);
+        p.seed = 71 + ri;
+        p.draws = draws;
+        const int64_t K = r->wr ? r->wr : 1, n = B * draws * K;
+        fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
+        fls_outputs og = {(int64_t *)dt, (float *)dls, (float *)dlp};
+        fls_counters c0, c1;
+        fls_counters_default(&c0);
+        fls_counters_default(&c1);
+        fls_context_counters(g_gpu, &c0);
+        const fls_status ss = fls_sample_logits(g_gpu, &dLm, &p, &og);
+        fls_context_counters(g_gpu, &c1);
+        const int host = c1.second_pass_rows != c0.second_pass_rows;
+        fls_cuda_memcpy(ts, dt, 8 * (size_t)n, 0);
+        fls_cuda_memcpy(lps, dlp, 4 * (size_t)n, 0);
+        fls_cuda_memcpy(lss, dls, 4 * (size_t)B, 0);
+        /* guard-filled: an output the queued call leaves unwritten shows */
+        fls_cuda_memcpy(dt, guard, 8 * (size_t)n, 1);
+        fls_cuda_memcpy(dlp, fguard, 4 * (size_t)n, 1);
+        fls_cuda_memcpy(dls, fguard, 4 * (size_t)B, 1);
+        fls_status sa = fls_sample_logits(actx, &dLm, &p, &og);
+        const fls_status sy = fls_context_sync(actx);
+        sa = sa != FLS_OK ? sa : sy;
+        rule_rows_free(&rr);
+        fls_cuda_memcpy(ta, dt, 8 * (size_t)n, 0);
+        fls_cuda_memcpy(lpa, dlp, 4 * (size_t)n, 0);
+        fls_cuda_memcpy(lsa, dls, 4 * (size_t)B, 0);
+        int untouched = 1;
+        for (int64_t i = 0; i < n; i++)
+            untouched &= ta[i] == -7;
+        const int same = !memcmp(ts, ta, 8 * (size_t)n) && !memcmp(lps, lpa, 4 * (size_t)n) &&
+                         !memcmp(lss, lsa, 4 * (size_t)B);
+        printf("    RULES ASYNC %-14s sync %s (%s), async %s, outputs %s\n", r->name, fls_status_string(ss),
+               host ? "rows on the host" : "all on the device", fls_status_string(sa),
+               sa == FLS_OK ? (same ? "identical" : "DIFFERENT") : (untouched ? "untouched" : "WRITTEN"));
+        if (ss != FLS_OK || (host ? !(sa == FLS_ERR_UNSUPPORTED && untouched) : !(sa == FLS_OK && same))) {
+            failf("%s: async %s, outputs %s", r->name, fls_status_string(sa),
+                  same ? "identical" : (untouched ? "untouched" : "different"));
+            failed = 1;
+        }
+        n_ok += !host;
+        n_host += host;
+    }
+    printf("    RULES ASYNC %d rules queued and identical, %d refused (rows for the host)\n", n_ok, n_host);
+    CHECK(n_ok >= 6 && n_host >= 1, "the cases must cover both outcomes (%d, %d)", n_ok, n_host);
+    fls_context_destroy(actx);
+    free(L);
+    free(ts);
+    free(ta);
+    free(lps);
+    free(lpa);
+    fls_cuda_free(dL);
+    fls_cuda_free(dt);
+    fls_cuda_free(dlp);
+    fls_cuda_free(dls);
 }
 
 /* Random bf16 at D = 4096, V = 151936, the fused call: agreement of each
@@ -2432,6 +2549,7 @@ int main(int argc, char **argv)
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
     run_test("rules_logits_identical_to_cpu", test_rules_logits);
     run_test("rules_errors_write_nothing", test_rules_errors);
+    run_test("rules_async_identical_or_refused", test_rules_async);
     run_test("rules_agreement_fused_bf16_4096x151936", test_rules_agreement_fused);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);
 #ifdef FLS_HAVE_AUDIT
