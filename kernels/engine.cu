@@ -589,7 +589,8 @@ static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, c
         return st;
     float c;
     double l;
-    const int r = cpu_rule_reference_cut_lse(rc, b, x, &part, &c, &l, NULL);
+    /* without the device's sum (need_s off), the host's own statistics of the row */
+    const int r = cpu_rule_reference_cut_lse(rc, b, x, d.need_s ? &part : NULL, &c, &l, NULL);
     if (r != FLS_OK)
         return (fls_status)r;
     code[b] = FLS_RC_OK;
@@ -746,9 +747,17 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     }
     d.K = K;
     d.moments = (req->needs & FLS_NEED_MOMENTS) != 0;
+    /* the row's sum of exp(x - m): for logsumexp / logprobs, and for a
+     * nucleus that no earlier filter cuts (fls_top_p_cut's c_prev = -inf).
+     * On the threshold-first path a row with top-k before its top-p needs it
+     * only when it has fewer than k finite tokens; its list then holds every
+     * finite token, and the list kernel sums them there. */
     d.need_s = want_lse;
-    for (int64_t b = 0; b < B && !d.need_s; b++)
-        d.need_s = !fls_top_p_off(req->rule[b].value[FLS_FILTER_TOP_P]);
+    for (int64_t b = 0; b < B && !d.need_s; b++) {
+        const double *v = req->rule[b].value;
+        d.need_s = !fls_top_p_off(v[FLS_FILTER_TOP_P]) &&
+                   (!fast || (fls_min_p_off(v[FLS_FILTER_MIN_P]) && fls_top_k_off(v[FLS_FILTER_TOP_K])));
+    }
     d.gup = s->no_skip || opts.no_skip ? NULL : s->gbound;
     d.want_lse = want_lse;
     d.first_draw = req->first_draw;

@@ -941,7 +941,17 @@ __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
         const float dropped = (int64_t)n > d.top_cap ? fls_frank_x(k[d.top_cap])
                               : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
                                                      : -INFINITY;
-        fls_rule_decide_row(d, b, d.part[(int64_t)i * d.P], e, wt, ntop, dropped, 1);
+        fls_rpart pt = d.part[(int64_t)i * d.P];
+        if (!d.need_s && dropped == -INFINITY && !fls_top_p_off(d.rule[b].value[FLS_FILTER_TOP_P])) {
+            /* the statistics carry no sum (need_s off: an earlier filter
+             * cuts the nucleus unless the row has too few finite tokens);
+             * every finite token is in the list: its sum, in rank order */
+            double z = 0.0;
+            for (int64_t j = 0; j < ntop; j++)
+                z += wt[j];
+            pt.lse_s = z;
+        }
+        fls_rule_decide_row(d, b, pt, e, wt, ntop, dropped, 1);
     }
     __syncthreads();
     /* a support within the candidates ({x >= cut} with cut >= thr, its

@@ -772,11 +772,18 @@ typedef struct rule_spec {
 } rule_spec;
 
 static const rule_spec k_rules[] = {
-    {"min-p=0.05", 0, 0, 1.0f, 0.05f, 0.0, 0},    {"top-k=50", 50, 0, 1.0f, 0.0f, 0.0, 0},
-    {"top-p=0.9", 0, 0, 0.9f, 0.0f, 0.0, 0},      {"top-nsigma=1", 0, 0, 1.0f, 0.0f, 1.0, 0},
-    {"all", 100, 0, 0.95f, 0.02f, 2.0, 0},        {"wr=4", 0, 4, 1.0f, 0.0f, 0.0, 0},
-    {"wr=4,top-k=20", 20, 4, 1.0f, 0.0f, 0.0, 0}, {"top-k=1", 1, 0, 1.0f, 0.0f, 0.0, 0},
-    {"top-k=2000", 2000, 0, 1.0f, 0.0f, 0.0, 0},  {"per-row", 40, 3, 0.8f, 0.1f, 0.0, 1},
+    {"min-p=0.05", 0, 0, 1.0f, 0.05f, 0.0, 0},
+    {"top-k=50", 50, 0, 1.0f, 0.0f, 0.0, 0},
+    {"top-p=0.9", 0, 0, 0.9f, 0.0f, 0.0, 0},
+    {"top-nsigma=1", 0, 0, 1.0f, 0.0f, 1.0, 0},
+    {"all", 100, 0, 0.95f, 0.02f, 2.0, 0},
+    {"wr=4", 0, 4, 1.0f, 0.0f, 0.0, 0},
+    {"wr=4,top-k=20", 20, 4, 1.0f, 0.0f, 0.0, 0},
+    {"top-k=1", 1, 0, 1.0f, 0.0f, 0.0, 0},
+    {"top-k=2000", 2000, 0, 1.0f, 0.0f, 0.0, 0},
+    {"per-row", 40, 3, 0.8f, 0.1f, 0.0, 1},
+    /* top-p after top-k alone: the row's sum only where a row has fewer than k finite tokens */
+    {"top-k=50,p=0.9", 50, 0, 0.9f, 0.0f, 0.0, 0},
 };
 #define N_RULES (sizeof k_rules / sizeof k_rules[0])
 
