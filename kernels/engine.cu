@@ -607,8 +607,11 @@ static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, c
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
  * whose logits cuBLAS computes into the workspace (W, H); rows the
  * statistics leave undecided, and rows whose staircase overflowed, are
- * finished exactly on the host with the CPU engine's code. Synchronous;
- * outputs are staged and written only when every row succeeded.
+ * finished exactly on the host with the CPU engine's code. Outputs are
+ * staged and written only when every row succeeded. Synchronous, except a
+ * call of one block of rows on the threshold-first path in async mode,
+ * which only queues (its status in the sticky word; rows for the host are
+ * FLS_ERR_UNSUPPORTED there).
  */
 static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                  const fls_matrix *L, const fls_request *req, const fls_outputs *out,
