@@ -761,6 +761,17 @@ done:
     fls_device_free(dt);
 }
 
+/* A CUDA context in async mode on stream (NULL: the default stream). */
+static fls_status async_context(fls_context_t **ctx, void *stream)
+{
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.engine = FLS_ENGINE_CUDA;
+    cfg.stream = stream;
+    cfg.async = 1;
+    return fls_context_create(ctx, &cfg);
+}
+
 /* ---- the rule family on the CUDA engine ---- */
 
 typedef struct rule_spec {
@@ -793,11 +804,14 @@ typedef struct rule_rows {
     float *p, *mp, *T;
 } rule_rows;
 
-static void rule_params(const rule_spec *r, int64_t B, fls_params *p, rule_rows *rr, float T)
+static void rule_params(const rule_spec *r, int64_t B, fls_params *p, rule_rows *rr, float T, uint64_t seed,
+                        int64_t draws)
 {
     fls_params_default(p);
     memset(rr, 0, sizeof *rr);
     p->temperature_value = T;
+    p->seed = seed;
+    p->draws = draws;
     p->top_k = r->top_k;
     p->top_p = r->top_p;
     p->min_p = r->min_p;
@@ -865,6 +879,53 @@ static void rule_logits(float *L, int64_t B, int64_t V, int64_t ld)
         }
 }
 
+/* A rule test's buffers: B x ld logits (host and device), two host copies
+ * of tokens and logprobs (nmax each) and of B <= 16 logsumexps, and the
+ * device outputs. */
+typedef struct rule_bufs {
+    float *L;
+    int64_t *t[2];
+    float *lp[2], ls[2][16];
+    void *dL, *dt, *dlp, *dls;
+} rule_bufs;
+
+static void rule_bufs_free(rule_bufs *r)
+{
+    free(r->L);
+    for (int k = 0; k < 2; k++) {
+        free(r->t[k]);
+        free(r->lp[k]);
+    }
+    fls_cuda_free(r->dL);
+    fls_cuda_free(r->dt);
+    fls_cuda_free(r->dlp);
+    fls_cuda_free(r->dls);
+}
+
+/* rule_logits(B, V, ld) in r->L and r->dL, the rest allocated; 0 on failure
+ * (r then holds what was allocated: rule_bufs_free). fix: called on L
+ * before the upload. */
+static int rule_bufs_alloc(rule_bufs *r, int64_t B, int64_t V, int64_t ld, size_t nmax,
+                           void (*fix)(rule_bufs *))
+{
+    memset(r, 0, sizeof *r);
+    r->L = malloc(sizeof(float) * (size_t)(B * ld));
+    for (int k = 0; k < 2; k++) {
+        r->t[k] = malloc(8 * nmax);
+        r->lp[k] = malloc(4 * nmax);
+    }
+    if (!r->L || !r->t[0] || !r->t[1] || !r->lp[0] || !r->lp[1])
+        return 0;
+    rule_logits(r->L, B, V, ld);
+    if (fix)
+        fix(r);
+    r->dL = to_dev(r->L, sizeof(float) * (size_t)(B * ld));
+    fls_cuda_malloc(&r->dt, 8 * nmax);
+    fls_cuda_malloc(&r->dlp, 4 * nmax);
+    fls_cuda_malloc(&r->dls, 4 * 16);
+    return r->dL && r->dt && r->dlp && r->dls;
+}
+
 /* Every rule on the same fp32 logits: the CUDA engine's tokens equal the
  * CPU engine's (100%), logprobs and logsumexp to float rounding; rows the
  * statistics cannot decide and overflowed staircases (forced with
@@ -876,17 +937,15 @@ static void test_rules_logits(void)
     int failed = 0;
     for (int vi = 0; vi < 3 && !failed; vi++) {
         const int64_t V = Vs[vi], B = V == 1 ? 3 : 15, ld = V + 3, draws = V == 1 ? 2 : 4;
-        float *L = malloc(sizeof(float) * (size_t)(B * ld));
-        const size_t nmax = (size_t)(B * draws * 4);
-        int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
-        float *lpc = malloc(4 * nmax), *lpg = malloc(4 * nmax), lsc[16], lsg[16];
-        CHECK(L && tc && tg && lpc && lpg, "memory");
-        rule_logits(L, B, V, ld);
-        void *dL = to_dev(L, sizeof(float) * (size_t)(B * ld)), *dt = NULL, *dlp = NULL, *dls = NULL;
-        fls_cuda_malloc(&dt, 8 * nmax);
-        fls_cuda_malloc(&dlp, 4 * nmax);
-        fls_cuda_malloc(&dls, 4 * 16);
-        CHECK(dL && dt && dlp && dls, "device memory");
+        rule_bufs rb;
+        if (!rule_bufs_alloc(&rb, B, V, ld, (size_t)(B * draws * 4), NULL)) {
+            rule_bufs_free(&rb);
+            failf("memory");
+            return;
+        }
+        float *L = rb.L, *lpc = rb.lp[0], *lpg = rb.lp[1], *lsc = rb.ls[0], *lsg = rb.ls[1];
+        int64_t *tc = rb.t[0], *tg = rb.t[1];
+        void *dL = rb.dL, *dt = rb.dt, *dlp = rb.dlp, *dls = rb.dls;
         /* force 0: the threshold-first path; 1: the staircase path, most staircases overflow (the
          * exact reference); 2: staircase states in global memory (the path of lists too large
          * for shared memory); 3: the staircase path in shared memory */
@@ -905,9 +964,7 @@ static void test_rules_logits(void)
                     continue;
                 fls_params p;
                 rule_rows rr;
-                rule_params(r, B, &p, &rr, 0.9f);
-                p.seed = 31 + ri;
-                p.draws = draws;
+                rule_params(r, B, &p, &rr, 0.9f, 31 + ri, draws);
                 const int64_t K = r->wr ? r->wr : 1, n = B * draws * K;
                 fls_matrix Lm = {L, FLS_DTYPE_F32, B, V, ld}, dLm = {dL, FLS_DTYPE_F32, B, V, ld};
                 fls_outputs oc = {tc, lsc, lpc}, og = {(int64_t *)dt, (float *)dls, (float *)dlp};
@@ -953,15 +1010,7 @@ static void test_rules_logits(void)
             unsetenv("FLS_CUDA_RULE_GLOBAL");
             unsetenv("FLS_CUDA_RULE_STAIR");
         }
-        free(L);
-        free(tc);
-        free(tg);
-        free(lpc);
-        free(lpg);
-        fls_cuda_free(dL);
-        fls_cuda_free(dt);
-        fls_cuda_free(dlp);
-        fls_cuda_free(dls);
+        rule_bufs_free(&rb);
     }
 }
 
@@ -1000,12 +1049,8 @@ static void test_rules_errors(void)
         {"params on the device + top-k", -1, 0, 0.0f, 1.0f, 5, 1.0f, FLS_METHOD_FUSED, 1,
          FLS_ERR_UNSUPPORTED},
     };
-    fls_context_config acfg;
-    fls_context_config_default(&acfg);
-    acfg.engine = FLS_ENGINE_CUDA;
-    acfg.async = 1;
     fls_context_t *actx = NULL;
-    CHECK_ST(fls_context_create(&actx, &acfg));
+    CHECK_ST(async_context(&actx, NULL));
     float *dT = NULL;
     fls_cuda_malloc((void **)&dT, 4 * (size_t)B);
     float ones[4] = {1.0f, 1.0f, 1.0f, 1.0f};
@@ -1033,38 +1078,45 @@ static void test_rules_errors(void)
             p.params_on_device = 1;
             p.temperature = dT;
         }
-        fls_status st = fls_sample_logits(g_gpu, &dLm, &p, &og);
-        fls_cuda_memcpy(back, dt, 8 * (size_t)(B * draws), 0);
-        int kept = 1;
-        for (int64_t i = 0; i < B * draws; i++)
-            kept &= back[i] == -7;
-        printf("    RULE ERROR %-30s -> %s, outputs %s\n", cases[c].what, fls_status_string(st),
-               kept ? "untouched" : "WRITTEN");
-        /* the same call queued (async mode): the error at fls_context_sync */
-        fls_status sa = fls_sample_logits(actx, &dLm, &p, &og);
-        const fls_status ss = fls_context_sync(actx);
-        sa = sa != FLS_OK ? sa : ss;
-        fls_cuda_memcpy(back, dt, 8 * (size_t)(B * draws), 0);
-        int kept_a = 1;
-        for (int64_t i = 0; i < B * draws; i++)
-            kept_a &= back[i] == -7;
-        printf("    RULE ERROR %-30s -> %s, outputs %s (async)\n", cases[c].what, fls_status_string(sa),
-               kept_a ? "untouched" : "WRITTEN");
-        CHECK(sa == cases[c].want && kept_a, "%s (async): %s (want %s), outputs %s", cases[c].what,
-              fls_status_string(sa), fls_status_string(cases[c].want), kept_a ? "untouched" : "written");
+        /* synchronous, then queued (async mode: the error at fls_context_sync) */
+        fls_status st[2];
+        int kept[2];
+        for (int mode = 0; mode < 2; mode++) {
+            fls_cuda_memcpy(dt, guard, 8 * (size_t)(B * draws), 1);
+            st[mode] = fls_sample_logits(mode ? actx : g_gpu, &dLm, &p, &og);
+            if (mode && st[mode] == FLS_OK)
+                st[mode] = fls_context_sync(actx);
+            fls_cuda_memcpy(back, dt, 8 * (size_t)(B * draws), 0);
+            kept[mode] = 1;
+            for (int64_t i = 0; i < B * draws; i++)
+                kept[mode] &= back[i] == -7;
+            printf("    RULE ERROR %-30s -> %s, outputs %s%s\n", cases[c].what, fls_status_string(st[mode]),
+                   kept[mode] ? "untouched" : "WRITTEN", mode ? " (async)" : "");
+        }
         if (bad) {
             fls_cuda_memcpy((float *)dL + cases[c].row * V, L + cases[c].row * V, sizeof(float) * (size_t)V,
                             1);
             free(bad);
         }
-        CHECK(st == cases[c].want && kept, "%s: %s (want %s), outputs %s", cases[c].what,
-              fls_status_string(st), fls_status_string(cases[c].want), kept ? "untouched" : "written");
+        for (int mode = 0; mode < 2; mode++)
+            CHECK(st[mode] == cases[c].want && kept[mode], "%s%s: %s (want %s), outputs %s", cases[c].what,
+                  mode ? " (async)" : "", fls_status_string(st[mode]), fls_status_string(cases[c].want),
+                  kept[mode] ? "untouched" : "written");
     }
     fls_context_destroy(actx);
     fls_cuda_free(dT);
     fls_cuda_free(dL);
     fls_cuda_free(dt);
     free(L);
+}
+
+/* The quantized rows of rule_logits (massive ties, which the host decides
+ * for any top list) become flat rows, so that top-k rules stay on the
+ * device (test_rules_async; B = 15 rows of V = 151936). */
+static void flatten_quantized(rule_bufs *r)
+{
+    for (int64_t b = 3; b < 15; b += 5)
+        memcpy(r->L + b * 151936, r->L, sizeof(float) * 151936);
 }
 
 /* Async mode: every rule queued on an async context gives the synchronous
@@ -1076,27 +1128,18 @@ static void test_rules_async(void)
 {
     const int64_t V = 151936, B = 15, ld = V, draws = 2;
     g_rng = 9191;
-    float *L = malloc(sizeof(float) * (size_t)(B * ld));
     const size_t nmax = (size_t)(B * draws * 4);
-    int64_t *ts = malloc(8 * nmax), *ta = malloc(8 * nmax);
-    float *lps = malloc(4 * nmax), *lpa = malloc(4 * nmax), lss[16], lsa[16];
-    CHECK(L && ts && ta && lps && lpa, "memory");
-    rule_logits(L, B, V, ld);
-    /* the quantized rows (massive ties, which the host decides for any
-     * top list) become flat rows, so that top-k rules stay on the device */
-    for (int64_t b = 3; b < B; b += 5)
-        memcpy(L + b * ld, L, sizeof(float) * (size_t)V);
-    void *dL = to_dev(L, sizeof(float) * (size_t)(B * ld)), *dt = NULL, *dlp = NULL, *dls = NULL;
-    fls_cuda_malloc(&dt, 8 * nmax);
-    fls_cuda_malloc(&dlp, 4 * nmax);
-    fls_cuda_malloc(&dls, 4 * 16);
-    CHECK(dL && dt && dlp && dls, "device memory");
-    fls_context_config acfg;
-    fls_context_config_default(&acfg);
-    acfg.engine = FLS_ENGINE_CUDA;
-    acfg.async = 1;
+    rule_bufs rb;
+    if (!rule_bufs_alloc(&rb, B, V, ld, nmax, flatten_quantized)) {
+        rule_bufs_free(&rb);
+        failf("memory");
+        return;
+    }
+    float *lps = rb.lp[0], *lpa = rb.lp[1], *lss = rb.ls[0], *lsa = rb.ls[1];
+    int64_t *ts = rb.t[0], *ta = rb.t[1];
+    void *dL = rb.dL, *dt = rb.dt, *dlp = rb.dlp, *dls = rb.dls;
     fls_context_t *actx = NULL;
-    CHECK_ST(fls_context_create(&actx, &acfg));
+    CHECK_ST(async_context(&actx, NULL));
     int64_t guard[64 * 4 * 4];
     float fguard[64 * 4 * 4];
     for (size_t i = 0; i < sizeof guard / sizeof guard[0]; i++) {
@@ -1108,9 +1151,7 @@ static void test_rules_async(void)
         const rule_spec *r = &k_rules[ri];
         fls_params p;
         rule_rows rr;
-        rule_params(r, B, &p, &rr, 0.9f);
-        p.seed = 71 + ri;
-        p.draws = draws;
+        rule_params(r, B, &p, &rr, 0.9f, 71 + ri, draws);
         const int64_t K = r->wr ? r->wr : 1, n = B * draws * K;
         fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, ld};
         fls_outputs og = {(int64_t *)dt, (float *)dls, (float *)dlp};
@@ -1154,15 +1195,7 @@ static void test_rules_async(void)
     printf("    RULES ASYNC %d rules queued and identical, %d refused (rows for the host)\n", n_ok, n_host);
     CHECK(n_ok >= 6 && n_host >= 1, "the cases must cover both outcomes (%d, %d)", n_ok, n_host);
     fls_context_destroy(actx);
-    free(L);
-    free(ts);
-    free(ta);
-    free(lps);
-    free(lpa);
-    fls_cuda_free(dL);
-    fls_cuda_free(dt);
-    fls_cuda_free(dlp);
-    fls_cuda_free(dls);
+    rule_bufs_free(&rb);
 }
 
 /* Random bf16 at D = 4096, V = 151936, the fused call: agreement of each
@@ -1187,9 +1220,7 @@ static void test_rules_agreement_fused(void)
         const rule_spec *r = &k_rules[ri];
         fls_params p;
         rule_rows rr;
-        rule_params(r, B, &p, &rr, 0.7f);
-        p.seed = 5 + ri;
-        p.draws = draws;
+        rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
         const int64_t n = B * draws * (r->wr ? r->wr : 1);
         fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
         fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
@@ -1549,13 +1580,8 @@ static void test_async_graph(void)
     CHECK(dW && dH && dtok && dT && dS && dO, "device memory");
     void *stream = NULL;
     CHECK(fls_kat_stream_create(&stream) == 0, "stream");
-    fls_context_config cfg;
-    fls_context_config_default(&cfg);
-    cfg.engine = FLS_ENGINE_CUDA;
-    cfg.stream = stream;
-    cfg.async = 1;
     fls_context_t *actx = NULL;
-    CHECK_ST(fls_context_create(&actx, &cfg));
+    CHECK_ST(async_context(&actx, stream));
     fls_matrix Wm = {dW, FLS_DTYPE_BF16, V, D, D}, Hm = {dH, FLS_DTYPE_BF16, B, D, D};
     fls_params pd;
     fls_params_default(&pd);
