@@ -518,7 +518,8 @@ static int64_t fls_rule_top_cap(const fls_request *req, const cpu_rule_ctx *rc, 
             cap = (int64_t)k;
         /* a nucleus or a support's log-sum-exp that no top-k bounds */
         if (fls_top_k_off(k) &&
-            (!fls_top_p_off(p) || (want_lse && fls_temperature_noisy(req->rows[b].temperature))))
+            (!fls_top_p_off(p) ||
+             (want_lse && (!req->rows || fls_temperature_noisy(req->rows[b].temperature)))))
             cap = cap > floor_cap ? cap : floor_cap;
     }
     cap = (cap + 31) / 32 * 32;
@@ -615,7 +616,7 @@ static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, c
  */
 static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                  const fls_matrix *L, const fls_request *req, const fls_outputs *out,
-                                 const fls_cuda_opts &opts)
+                                 const fls_cuda_opts &opts, bool capturing)
 {
     fls_cuda_state *s = ctx->cuda;
     const int64_t B = req->batch, V = req->vocab, draws = req->draws, K = req->K;
@@ -675,8 +676,20 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         nd = nd < 1 ? 1 : (nd > draws ? draws : nd);
     }
 
+    /* rows in device arrays (params_on_device) or a capture: the queued
+     * path only (no host step), in async mode; a capture replays the rule
+     * values it saw, so they must be one value for every row */
+    const int dev_rows = req->params_on_device;
+    if (dev_rows || capturing) {
+        if (!(fast && nb == B && B <= 4096 && (s->async || opts.no_sync || capturing)))
+            return FLS_ERR_UNSUPPORTED;
+        for (int64_t b = 1; b < B && capturing; b++)
+            if (memcmp(&req->rule[b], &req->rule[0], sizeof(fls_row_rule)) != 0)
+                return FLS_ERR_UNSUPPORTED;
+    }
     fls_row_params *rows_d = NULL;
     fls_row_rule *rule_d = NULL;
+    unsigned *tflag = NULL;
     fls_rule_dev d;
     memset(&d, 0, sizeof d);
     float *buf = NULL;
@@ -710,7 +723,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.nsup = c.take<int>((size_t)nb);
         }
         buf = L ? NULL : c.take<float>((size_t)(nb * V));
+        tflag = dev_rows ? c.take<unsigned>(1) : NULL;
         if (pass == 0) {
+            if (capturing && c.off > s->ws_bytes)
+                return FLS_ERR_UNSUPPORTED; /* capture never allocates: one eager call first */
             fls_status st = fls_ensure_ws(s, c.off);
             if (st != FLS_OK)
                 return st;
@@ -721,11 +737,13 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     /* the rows' parameters, one upload (after the first block's matmul is
      * queued: its staging then overlaps the matmul) */
     const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
-    char *hup = (char *)malloc(rb + ub);
-    if (!hup)
+    char *hup = dev_rows ? NULL : (char *)malloc(rb + ub);
+    if (!dev_rows && !hup)
         return FLS_ERR_OUT_OF_MEMORY;
-    memcpy(hup, req->rows, rb);
-    memcpy(hup + rb, req->rule, ub);
+    if (hup) {
+        memcpy(hup, req->rows, rb);
+        memcpy(hup + rb, req->rule, ub);
+    }
     int uploaded = 0;
     d.V = V;
     d.Pw = (int)P;
@@ -775,7 +793,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     /* such a call in async mode returns once queued: the commit kernel
      * records its error (or a row only the host can decide) in the sticky
      * word that fls_context_sync reads; other rule calls stay synchronous */
-    const int queue_only = commit && (s->async || opts.no_sync);
+    const int queue_only = commit && (s->async || opts.no_sync || capturing);
     int committed = 0;
     int *code = (int *)malloc((size_t)B * sizeof(int));
     /* host rows for the rows the host decides, allocated at the first */
@@ -802,7 +820,27 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         }
         d.vec = (uintptr_t)d.L % 16 == 0 && d.ldl % 4 == 0;
         if (!uploaded && st == FLS_OK) {
-            st = fls_rule_up(str, rows_d, hup, rb + ub);
+            if (dev_rows) {
+                /* the rows packed from the device arrays (a temperature out
+                 * of range raises tflag: the commit writes nothing); the
+                 * rule values from the host, or in a capture from the
+                 * kernel's argument */
+                fls_ws pws;
+                memset(&pws, 0, sizeof pws);
+                pws.tempflag = tflag;
+                pws.epoch = 1;
+                cudaError_t ce = cudaMemsetAsync(tflag, 0, sizeof(unsigned), str);
+                if (ce == cudaSuccess)
+                    ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value,
+                                              req->dev_row_seeds, req->seed, req->dev_row_offsets,
+                                              req->offset, rows_d, pws, str);
+                if (ce == cudaSuccess)
+                    ce = capturing ? fls_rule_launch_fill(rule_d, (int)B, req->rule[0], str)
+                                   : cudaMemcpyAsync(rule_d, req->rule, ub, cudaMemcpyHostToDevice, str);
+                st = fls_from_cuda(ce);
+            } else {
+                st = fls_rule_up(str, rows_d, hup, rb + ub);
+            }
             uploaded = 1;
         }
         if (fast) {
@@ -816,7 +854,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 if (st == FLS_OK && commit)
                     st = fls_from_cuda(fls_rule_launch_commit(
                         d.code, (int)B, d.tok, d.lp, d.lse, B * draws * K, out->tokens, out->logprobs,
-                        out->logsumexp, queue_only ? s->sticky : NULL, str));
+                        out->logsumexp, queue_only ? s->sticky : NULL, tflag, str));
                 if (queue_only)
                     break;
                 if (st == FLS_OK)
@@ -963,9 +1001,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     if (capturing && !req->params_on_device)
         return FLS_ERR_UNSUPPORTED; /* a graph would replay the host's rows of this call: params_on_device */
     if (req->rule) {
-        if (capturing || req->params_on_device || req->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
-            return FLS_ERR_UNSUPPORTED; /* rule calls are synchronous (docs/GPU.md) */
-        return fls_cuda_rules(ctx, W, H, L, req, out, opts);
+        if (req->method == FLS_METHOD_UNFUSED_MULTINOMIAL)
+            return FLS_ERR_UNSUPPORTED; /* the baseline takes no rules on the GPU (docs/GPU.md) */
+        return fls_cuda_rules(ctx, W, H, L, req, out, opts, capturing);
     }
 
     fls_kind kind;

@@ -483,11 +483,12 @@ __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n
  * only rows for the host are left, FLS_SC_UNSUPPORTED. */
 __global__ void __launch_bounds__(256)
     fls_rule_commit_kernel(const int *code, int B, const int64_t *tok, const float *lp, const double *lse,
-                           int64_t n, int64_t *otok, float *olp, float *olse, unsigned *sticky)
+                           int64_t n, int64_t *otok, float *olp, float *olse, unsigned *sticky,
+                           const unsigned *tflag)
 {
     __shared__ unsigned seen;
     if (threadIdx.x == 0)
-        seen = 0;
+        seen = tflag && *tflag ? 16u : 0u; /* a device temperature out of range: first, as on the host */
     __syncthreads();
     unsigned mine = 0;
     for (int k = threadIdx.x; k < B; k += blockDim.x) {
@@ -503,7 +504,8 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
     if (seen) {
         if (sticky && blockIdx.x == 0 && threadIdx.x == 0) {
-            const unsigned sc = (seen & 1u)   ? FLS_SC_NAN
+            const unsigned sc = (seen & 16u)  ? FLS_SC_TEMPERATURE
+                                : (seen & 1u) ? FLS_SC_NAN
                                 : (seen & 2u) ? FLS_SC_TEMPERATURE
                                 : (seen & 4u) ? FLS_SC_ALL_MASKED
                                               : FLS_SC_UNSUPPORTED;
@@ -524,11 +526,24 @@ __global__ void __launch_bounds__(256)
 
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   unsigned *sticky, cudaStream_t st)
+                                   unsigned *sticky, const unsigned *tflag, cudaStream_t st)
 {
     const int64_t nblk = (n > B ? n : B) / 256 + 1;
     fls_rule_commit_kernel<<<(unsigned)(nblk < 64 ? nblk : 64), 256, 0, st>>>(code, B, tok, lp, lse, n, otok,
-                                                                              olp, olse, sticky);
+                                                                              olp, olse, sticky, tflag);
+    return cudaGetLastError();
+}
+
+__global__ void fls_rule_fill_kernel(fls_row_rule *dst, int B, fls_row_rule r)
+{
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x)
+        dst[b] = r;
+}
+
+cudaError_t fls_rule_launch_fill(fls_row_rule *dst, int B, const fls_row_rule &r, cudaStream_t st)
+{
+    const int blocks = (B + 255) / 256 < 64 ? (B + 255) / 256 : 64;
+    fls_rule_fill_kernel<<<blocks, 256, 0, st>>>(dst, B, r);
     return cudaGetLastError();
 }
 

@@ -325,6 +325,41 @@ static int rule_active(const fls_params *p, int64_t B)
     return 0;
 }
 
+/* The rows' rule values (host arrays or scalars) into *rule_out (malloc'ed,
+ * B rows; NULL when no rule is active) and the statistics they need. */
+static fls_status resolve_rules(const fls_params *p, int64_t B, int64_t K, fls_row_rule **rule_out,
+                                unsigned *needs_out)
+{
+    *rule_out = NULL;
+    *needs_out = 0;
+    if (!rule_active(p, B))
+        return FLS_OK;
+    fls_row_rule *rule = malloc((size_t)B * sizeof *rule);
+    if (!rule)
+        return FLS_ERR_OUT_OF_MEMORY;
+    unsigned needs = 0;
+    const int extra = p->filter ? fls_filter_lookup(p->filter) : -1;
+    for (int64_t b = 0; b < B; b++) {
+        fls_row_rule *r = &rule[b];
+        r->value[FLS_FILTER_MIN_P] = p->row_min_p ? p->row_min_p[b] : p->min_p;
+        r->value[FLS_FILTER_TOP_K] = (double)(p->row_top_k ? p->row_top_k[b] : p->top_k);
+        r->value[FLS_FILTER_TOP_P] = p->row_top_p ? p->row_top_p[b] : p->top_p;
+        for (int id = FLS_FILTER_TOP_P + 1; id < FLS_FILTER_COUNT; id++)
+            r->value[id] = 0.0; /* every registry rule's "off" is 0 */
+        if (extra >= 0)
+            r->value[extra] = p->row_filter_value ? p->row_filter_value[b] : p->filter_value;
+        for (int id = 0; id < FLS_FILTER_COUNT; id++)
+            if (!fls_filter_off(id, r->value[id]))
+                needs |= fls_filter_table[id].needs;
+        r->K = p->without_replacement_k == 0
+                   ? 1
+                   : (p->row_without_replacement_k ? p->row_without_replacement_k[b] : K);
+    }
+    *rule_out = rule;
+    *needs_out = needs;
+    return FLS_OK;
+}
+
 /* Validates params and outputs for a (B, V) request and resolves the rows.
  * out NULL: a request whose outputs come later (a stream's, checked at
  * finalize). On success *rows_out is a malloc'ed array of B rows (caller
@@ -389,19 +424,23 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
             st = fls_cuda_check_device_pointer(p->row_offsets);
         if (st != FLS_OK)
             return st;
-        if (rule_active(p, B))
-            return FLS_ERR_UNSUPPORTED; /* no rule family on the CUDA engine */
         if (!p->temperature && !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
             return FLS_ERR_TEMPERATURE;
+        /* a rule's values stay host-side (scalars or host arrays); the CUDA
+         * engine takes them in async mode and under capture (docs/GPU.md) */
+        fls_row_rule *rule = NULL;
+        unsigned needs = 0;
+        if (resolve_rules(p, B, K, &rule, &needs) != FLS_OK)
+            return FLS_ERR_OUT_OF_MEMORY;
         req->rows = NULL;
         req->batch = B;
         req->vocab = V;
         req->draws = p->draws;
         req->first_draw = (uint32_t)p->first_draw;
         req->method = p->method;
-        req->rule = NULL;
-        req->K = 1;
-        req->needs = 0;
+        req->rule = rule;
+        req->K = K;
+        req->needs = needs;
         req->second_pass_rows = NULL;
         req->group_size = gs;
         req->params_on_device = 1;
@@ -427,29 +466,9 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         return FLS_ERR_OUT_OF_MEMORY;
     fls_row_rule *rule = NULL;
     unsigned needs = 0;
-    if (rule_active(p, B)) {
-        rule = malloc((size_t)B * sizeof *rule);
-        if (!rule) {
-            free(rows);
-            return FLS_ERR_OUT_OF_MEMORY;
-        }
-        const int extra = p->filter ? fls_filter_lookup(p->filter) : -1;
-        for (int64_t b = 0; b < B; b++) {
-            fls_row_rule *r = &rule[b];
-            r->value[FLS_FILTER_MIN_P] = p->row_min_p ? p->row_min_p[b] : p->min_p;
-            r->value[FLS_FILTER_TOP_K] = (double)(p->row_top_k ? p->row_top_k[b] : p->top_k);
-            r->value[FLS_FILTER_TOP_P] = p->row_top_p ? p->row_top_p[b] : p->top_p;
-            for (int id = FLS_FILTER_TOP_P + 1; id < FLS_FILTER_COUNT; id++)
-                r->value[id] = 0.0; /* every registry rule's "off" is 0 */
-            if (extra >= 0)
-                r->value[extra] = p->row_filter_value ? p->row_filter_value[b] : p->filter_value;
-            for (int id = 0; id < FLS_FILTER_COUNT; id++)
-                if (!fls_filter_off(id, r->value[id]))
-                    needs |= fls_filter_table[id].needs;
-            r->K = p->without_replacement_k == 0
-                       ? 1
-                       : (p->row_without_replacement_k ? p->row_without_replacement_k[b] : K);
-        }
+    if (resolve_rules(p, B, K, &rule, &needs) != FLS_OK) {
+        free(rows);
+        return FLS_ERR_OUT_OF_MEMORY;
     }
     for (int64_t b = 0; b < B; b++) {
         rows[b].temperature = p->temperature ? p->temperature[b] : p->temperature_value;

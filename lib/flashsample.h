@@ -225,7 +225,11 @@ typedef struct fls_params {
      * pointers (B entries each where given), read by the kernels, so a call
      * captured in a CUDA graph samples with the values they hold at each
      * replay. A bad temperature is then reported by the call's status
-     * (FLS_ERR_TEMPERATURE, nothing written). Not for the CPU engine. */
+     * (FLS_ERR_TEMPERATURE, nothing written). Not for the CPU engine. The
+     * rule values (top_k, top_p, min_p, filter, without_replacement_k and
+     * their row_ arrays) stay host memory; with a rule such a call needs an
+     * async context, and a capture needs one value for every row
+     * (docs/GPU.md). */
     int params_on_device;
 } fls_params;
 

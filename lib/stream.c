@@ -145,8 +145,10 @@ fls_status fls_stream_create(fls_stream_t **stream, fls_context_t *ctx, int64_t 
     fls_status st = fls_resolve_request(ctx, params, NULL, B, V, &req, &rows);
     if (st != FLS_OK)
         return st;
-    if (req.params_on_device) /* the state reads its rows on the host */
+    if (req.params_on_device) { /* the state reads its rows on the host */
+        free((void *)req.rule);
         return ctx->engine == FLS_ENGINE_CUDA ? FLS_ERR_UNSUPPORTED : FLS_ERR_PARAM;
+    }
     if (req.rule || (req.method != FLS_METHOD_FUSED && req.method != FLS_METHOD_GROUPED) ||
         (ctx->engine == FLS_ENGINE_CUDA && req.method == FLS_METHOD_GROUPED && req.group_size > 4096)) {
         free(rows);

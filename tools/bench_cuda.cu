@@ -28,7 +28,9 @@
  *                   like the fused call (async mode; the status is checked after
  *                   each engine's runs); rule_minp005_sync and rule_k50_p09_sync
  *                   wait for their status like a synchronous call, and rule_topp09
- *                   (top-p alone: the host finishes flat rows) is always synchronous
+ *                   (top-p alone: the host finishes flat rows) is always synchronous;
+ *                   rule_k50_p09_graph replays top-k 50 + top-p 0.9 from a CUDA graph
+ *                   (an async context, the rows' params in device memory)
  * Every time is the median of >= 100 runs timed with device events after a
  * warm-up of at least 250 ms of the same engine (25 ms with --quick): the
  * GPU's power management (700 W cap on an H200, reached under sustained load
@@ -130,6 +132,7 @@ typedef struct bench_ctx {
     fls_context_t *actx;
     cudaStream_t ast;
     cudaGraphExec_t fgraph[NROT];
+    cudaGraphExec_t rgraph[NROT]; /* rule_k50_p09_graph */
     float *dT;
     uint64_t *dS, *dO;
     float *times;
@@ -165,6 +168,7 @@ enum {
     E_RULE_WR,
     E_RULE_MINP_SYNC,
     E_RULE_KP_SYNC,
+    E_RULE_KP_GRAPH,
     E_COUNT
 };
 #define E_RULE_FIRST E_RULE_MINP
@@ -194,7 +198,8 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "rule_nsigma1",
                                             "rule_wr4",
                                             "rule_minp005_sync",
-                                            "rule_k50_p09_sync"};
+                                            "rule_k50_p09_sync",
+                                            "rule_k50_p09_graph"};
 
 /* The request's rows of rule engine e (every row alike). */
 static void bench_rule_rows(int e, int64_t B, fls_request *req)
@@ -304,6 +309,8 @@ static int bench_enqueue(bench_ctx *b, int e, int r, int cached)
         return cudaGraphLaunch(b->graph[r], b->st) != cudaSuccess;
     case E_FUSED_GRAPH:
         return cudaGraphLaunch(b->fgraph[r], b->st) != cudaSuccess;
+    case E_RULE_KP_GRAPH:
+        return cudaGraphLaunch(b->rgraph[r], b->st) != cudaSuccess;
     default:
         return bench_sample(b, e, r, cached, 0) != FLS_OK;
     }
@@ -511,7 +518,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
     CK(cudaMalloc((void **)&b.sink, 16));
     CK(cudaMalloc((void **)&b.tokens, sizeof(int64_t) * MAXB));
     CK(cudaMalloc((void **)&b.rule_tokens, sizeof(int64_t) * MAXB * 4));
-    if (want[E_FUSED_GRAPH]) {
+    if (want[E_FUSED_GRAPH] || want[E_RULE_KP_GRAPH]) {
         fls_context_config acfg;
         fls_context_config_default(&acfg);
         acfg.engine = FLS_ENGINE_CUDA;
@@ -620,31 +627,50 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                 fls_cublas()->set_stream(b.blas, b.st);
                 cudaStreamDestroy(cs);
             }
-            if (want[E_FUSED_GRAPH]) {
-                /* the fused call in a graph, one per rotation (warm-up sizes the workspace) */
-                for (int r = 0; r < NROT; r++) {
-                    fls_matrix W = {b.W[r], FLS_DTYPE_BF16, b.V, b.D, b.D},
-                               H = {b.H, FLS_DTYPE_BF16, b.B, b.D, b.D};
-                    fls_params p;
-                    fls_params_default(&p);
-                    p.params_on_device = 1;
-                    p.temperature = b.dT;
-                    p.row_seeds = b.dS;
-                    p.row_offsets = b.dO;
-                    fls_outputs o = {b.tokens, NULL, NULL};
-                    cudaGraph_t g;
-                    if (fls_sample_fused(b.actx, &W, &H, &p, &o) != FLS_OK ||
-                        fls_context_sync(b.actx) != FLS_OK)
-                        goto fail;
-                    CK(cudaStreamBeginCapture(b.ast, cudaStreamCaptureModeThreadLocal));
-                    const fls_status cs = fls_sample_fused(b.actx, &W, &H, &p, &o);
-                    CK(cudaStreamEndCapture(b.ast, &g));
-                    if (cs != FLS_OK)
-                        goto fail;
-                    CK(cudaGraphInstantiate(&b.fgraph[r], g, 0));
-                    cudaGraphDestroy(g);
+            /* the fused call (and the call with top-k 50 + top-p 0.9) in a
+             * graph, one per rotation: every eager call first (they size the
+             * workspace, which a capture must not grow and a later growth
+             * would free under the graphs), then the captures */
+            for (int pass = 0; pass < 2; pass++)
+                for (int gk = 0; gk < 2; gk++) {
+                    const int ge = gk ? E_RULE_KP_GRAPH : E_FUSED_GRAPH;
+                    if (!want[ge])
+                        continue;
+                    for (int r = 0; r < NROT; r++) {
+                        fls_matrix W = {b.W[r], FLS_DTYPE_BF16, b.V, b.D, b.D},
+                                   H = {b.H, FLS_DTYPE_BF16, b.B, b.D, b.D};
+                        fls_params p;
+                        fls_params_default(&p);
+                        p.params_on_device = 1;
+                        p.temperature = b.dT;
+                        p.row_seeds = b.dS;
+                        p.row_offsets = b.dO;
+                        if (gk) {
+                            p.top_k = 50;
+                            p.top_p = 0.9f;
+                        }
+                        fls_outputs o = {gk ? b.rule_tokens : b.tokens, NULL, NULL};
+                        fls_status es;
+                        if (pass == 0) {
+                            es = fls_sample_fused(b.actx, &W, &H, &p, &o);
+                            if (es == FLS_OK)
+                                es = fls_context_sync(b.actx);
+                        } else {
+                            cudaGraph_t g;
+                            CK(cudaStreamBeginCapture(b.ast, cudaStreamCaptureModeThreadLocal));
+                            es = fls_sample_fused(b.actx, &W, &H, &p, &o);
+                            CK(cudaStreamEndCapture(b.ast, &g));
+                            if (es == FLS_OK)
+                                CK(cudaGraphInstantiate(gk ? &b.rgraph[r] : &b.fgraph[r], g, 0));
+                            cudaGraphDestroy(g);
+                        }
+                        if (es != FLS_OK) {
+                            fprintf(stderr, "bench: %s (%s) at B=%lld: %s\n", engine_names[ge],
+                                    pass ? "capture" : "eager", (long long)b.B, fls_status_string(es));
+                            goto fail;
+                        }
+                    }
                 }
-            }
             fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
             const int fe = ap == FLS_CUDA_PATH_WGMMA ? E_WGMMA : E_CHUNKED;
             for (int e = 0; e < E_COUNT; e++) {
@@ -656,8 +682,10 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                             (long long)b.B, cudaGetErrorString(cudaGetLastError()));
                     goto fail;
                 }
-                /* queued rule calls report their status here */
-                const fls_status qs = e >= E_RULE_FIRST ? fls_context_sync(b.ctx) : FLS_OK;
+                /* queued rule calls report their status here (a graph's: its context's) */
+                const fls_status qs = e == E_RULE_KP_GRAPH ? fls_context_sync(b.actx)
+                                      : e >= E_RULE_FIRST  ? fls_context_sync(b.ctx)
+                                                           : FLS_OK;
                 if (qs != FLS_OK) {
                     fprintf(stderr, "bench: engine %s at B=%lld: %s\n", engine_names[e], (long long)b.B,
                             fls_status_string(qs));
@@ -668,6 +696,8 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
                 cudaGraphExecDestroy(b.graph[r]);
                 if (want[E_FUSED_GRAPH])
                     cudaGraphExecDestroy(b.fgraph[r]);
+                if (want[E_RULE_KP_GRAPH])
+                    cudaGraphExecDestroy(b.rgraph[r]);
             }
             /* token agreement between the GPU paths (same noise, same seeds) */
             int64_t tk[5][MAXB];

@@ -1082,6 +1082,11 @@ static void test_rules_errors(void)
         fls_status st[2];
         int kept[2];
         for (int mode = 0; mode < 2; mode++) {
+            if (mode && cases[c].on_device) { /* queued, device params take rules: async_graph_capture */
+                st[mode] = cases[c].want;
+                kept[mode] = 1;
+                continue;
+            }
             fls_cuda_memcpy(dt, guard, 8 * (size_t)(B * draws), 1);
             st[mode] = fls_sample_logits(mode ? actx : g_gpu, &dLm, &p, &og);
             if (mode && st[mode] == FLS_OK)
@@ -1557,7 +1562,7 @@ static void test_grouped(void)
  * offsets gives, at every replay, the tokens of a synchronous call with
  * those offsets; a bad temperature written into the device array makes the
  * replay's status FLS_ERR_TEMPERATURE (fls_context_sync) and writes nothing. */
-static void test_async_graph(void)
+static void async_graph_case(int rule)
 {
     const int64_t V = 50257, D = 64, B = 40;
     g_rng = 818;
@@ -1589,6 +1594,10 @@ static void test_async_graph(void)
     pd.temperature = dT;
     pd.row_seeds = dS;
     pd.row_offsets = dO;
+    if (rule) {
+        pd.top_k = 50;
+        pd.top_p = 0.9f;
+    }
     fls_outputs od = {(int64_t *)dtok, NULL, NULL};
     int64_t got[40], want[40];
     int mism = 0;
@@ -1623,6 +1632,8 @@ static void test_async_graph(void)
         ph.temperature = T;
         ph.row_seeds = seeds;
         ph.row_offsets = offs;
+        ph.top_k = pd.top_k;
+        ph.top_p = pd.top_p;
         fls_outputs oh = {(int64_t *)dtok, NULL, NULL};
         CHECK_ST(fls_sample_fused(g_gpu, &Wm, &Hm, &ph, &oh));
         fls_device_download(want, dtok, sizeof want);
@@ -1651,11 +1662,30 @@ static void test_async_graph(void)
     void *exec2 = NULL;
     (void)fls_kat_capture_end(stream, &exec2);
     CHECK(cst == FLS_ERR_UNSUPPORTED, "capture with host params gave %s", fls_status_string(cst));
-    printf("    ASYNC graph replays: 5 x %lld tokens identical to synchronous calls; error status through "
-           "the graph\n",
-           (long long)B);
     if (exec2)
         fls_kat_graph_destroy(exec2);
+    exec2 = NULL;
+    if (rule) {
+        /* a rule with per-row values: a replay could not see them */
+        int64_t rk[40];
+        for (int b = 0; b < B; b++)
+            rk[b] = 10 + b;
+        fls_params pr = pd;
+        pr.row_top_k = rk;
+        CHECK(fls_kat_capture_begin(stream) == 0, "begin capture");
+        cst = fls_sample_fused(actx, &Wm, &Hm, &pr, &od);
+        (void)fls_kat_capture_end(stream, &exec2);
+        CHECK(cst == FLS_ERR_UNSUPPORTED, "capture with per-row rule values gave %s", fls_status_string(cst));
+        if (exec2)
+            fls_kat_graph_destroy(exec2);
+        /* device params with a rule on a synchronous context */
+        cst = fls_sample_fused(g_gpu, &Wm, &Hm, &pd, &od);
+        CHECK(cst == FLS_ERR_UNSUPPORTED, "device params and a rule, synchronous, gave %s",
+              fls_status_string(cst));
+    }
+    printf("    ASYNC graph replays%s: 5 x %lld tokens identical to synchronous calls; error status through "
+           "the graph\n",
+           rule ? " (top-k 50 + top-p 0.9)" : "", (long long)B);
     fls_kat_graph_destroy(exec);
     fls_context_destroy(actx);
     fls_kat_stream_destroy(stream);
@@ -1667,6 +1697,14 @@ static void test_async_graph(void)
     fls_device_free(dO);
     free(W);
     free(H);
+}
+
+/* The plain sampler, then a rule (top-k 50 + top-p 0.9, one value for every
+ * row), each captured and replayed. */
+static void test_async_graph(void)
+{
+    async_graph_case(0);
+    async_graph_case(1);
 }
 
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
