@@ -834,10 +834,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                     ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value,
                                               req->dev_row_seeds, req->seed, req->dev_row_offsets,
                                               req->offset, rows_d, pws, str);
-                if (ce == cudaSuccess)
-                    ce = capturing ? fls_rule_launch_fill(rule_d, (int)B, req->rule[0], str)
-                                   : cudaMemcpyAsync(rule_d, req->rule, ub, cudaMemcpyHostToDevice, str);
+                if (ce == cudaSuccess && capturing)
+                    ce = fls_rule_launch_fill(rule_d, (int)B, req->rule[0], str);
                 st = fls_from_cuda(ce);
+                if (st == FLS_OK && !capturing)
+                    st = fls_rule_up(str, rule_d, req->rule, ub);
             } else {
                 st = fls_rule_up(str, rows_d, hup, rb + ub);
             }
@@ -848,17 +849,15 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
              * decides are selected again (the others give the same picks) */
             if (st == FLS_OK)
                 st = fls_from_cuda(fls_rule_launch_fast_decide(d, str));
-            for (int round = 0; round < 2 && st == FLS_OK; round++) {
-                if (st == FLS_OK)
-                    st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
+            for (int round = 0; st == FLS_OK; round++) {
+                st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
                 if (st == FLS_OK && commit)
                     st = fls_from_cuda(fls_rule_launch_commit(
                         d.code, (int)B, d.tok, d.lp, d.lse, B * draws * K, out->tokens, out->logprobs,
                         out->logsumexp, queue_only ? s->sticky : NULL, tflag, str));
-                if (queue_only)
+                if (st != FLS_OK || queue_only)
                     break;
-                if (st == FLS_OK)
-                    st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
+                st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
                 int again = 0;
                 for (int64_t i = 0; i < nbc && st == FLS_OK && round == 0; i++)
                     if (code[r0 + i] == FLS_RC_SECOND) {
@@ -869,22 +868,16 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 if (!again)
                     break;
             }
-            if (queue_only) {
-                committed = 1;
-                continue;
-            }
-            if (st == FLS_OK && commit) {
-                committed = 1;
-                for (int64_t b = 0; b < B; b++)
-                    committed &= code[b] == FLS_RC_OK;
-            }
+            /* committed on the device: queued, or every row decided */
+            committed = commit && st == FLS_OK;
+            for (int64_t b = 0; b < B && committed && !queue_only; b++)
+                committed = code[b] == FLS_RC_OK;
             continue;
         }
         for (int64_t db = 0; db < draws && st == FLS_OK; db += nd) {
             d.nd = (int)(draws - db < nd ? draws - db : nd);
             d.draw0 = (uint32_t)db;
-            st = fls_from_cuda(fast ? fls_rule_launch_fast_decide(d, str)
-                                    : fls_rule_launch_fold(d, db == 0, str));
+            st = fls_from_cuda(fls_rule_launch_fold(d, db == 0, str));
             if (st == FLS_OK && db == 0) {
                 /* the rows the statistics left undecided: their full row, on the host */
                 st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
@@ -895,8 +888,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                     }
             }
             if (st == FLS_OK)
-                st = fls_from_cuda(fast ? fls_rule_launch_fast_select(d, str)
-                                        : fls_rule_launch_select(d, str));
+                st = fls_from_cuda(fls_rule_launch_select(d, str));
         }
         /* rows whose staircase overflowed: the CPU engine's exact reference */
         if (st == FLS_OK)
