@@ -774,4 +774,15 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,
                                    cudaStream_t st);
+/* The wgmma kernel as the rule family's matmul (sample mode 2): the fp32
+ * logits of the B rows into L (row b at L + b * ldl) and, per row b and
+ * 64-token group q (q < fls_wgmma_m64(V), tokens past V read -inf), at
+ * g64[b * m64 + q] the group's largest logit (NaN if one is NaN, +inf if
+ * one is +inf: the max propagates NaN) and at gab[b * m64 + q] its largest
+ * finite |l| (0 if none). Tile rows and epilogue warps: the fused call's
+ * defaults for B. */
+int64_t fls_wgmma_m64(int64_t V);
+cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
+                                    int B, int64_t V, int64_t D, float *L, int64_t ldl, float *g64,
+                                    float *gab, int sm_count, cudaStream_t st);
 #endif /* FLS_COMMON_CUH */

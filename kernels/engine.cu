@@ -687,9 +687,29 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             if (memcmp(&req->rule[b], &req->rule[0], sizeof(fls_row_rule)) != 0)
                 return FLS_ERR_UNSUPPORTED;
     }
+    /* the matmul (fls_rule_matmul): the wgmma kernel writes the logits and
+     * their 64-token tables for one block of rows on the threshold-first
+     * path; the tables replace the statistics pass unless the row's sum or
+     * its moments are needed */
+    int mm = opts.rule_matmul;
+    const char *mm_env = getenv("FLS_CUDA_RULE_MATMUL"); /* tests: cublas, wgmma or wgmma_stats */
+    if (mm == FLS_RULE_MATMUL_AUTO && mm_env)
+        mm = !strcmp(mm_env, "cublas")        ? FLS_RULE_MATMUL_CUBLAS
+             : !strcmp(mm_env, "wgmma")       ? FLS_RULE_MATMUL_WGMMA
+             : !strcmp(mm_env, "wgmma_stats") ? FLS_RULE_MATMUL_WGMMA_STATS
+                                              : FLS_RULE_MATMUL_AUTO;
+    if (mm == FLS_RULE_MATMUL_AUTO)
+        mm = B <= 64 && fls_cuda_auto_path(B, V, W ? W->cols : 0, W ? W->dtype : FLS_DTYPE_F32,
+                                           H ? H->dtype : FLS_DTYPE_F32) == FLS_CUDA_PATH_WGMMA
+                 ? FLS_RULE_MATMUL_WGMMA
+                 : FLS_RULE_MATMUL_CUBLAS;
+    const int wg = !L && fast && nb == B && mm != FLS_RULE_MATMUL_CUBLAS && !opts.force_simt &&
+                   fls_wgmma_eligible(W, H) && B <= (1 << 20);
+    const int64_t m64 = wg ? fls_wgmma_m64(V) : 0;
     fls_row_params *rows_d = NULL;
     fls_row_rule *rule_d = NULL;
     unsigned *tflag = NULL;
+    float *g64 = NULL, *gab = NULL;
     fls_rule_dev d;
     memset(&d, 0, sizeof d);
     float *buf = NULL;
@@ -724,6 +744,8 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         }
         buf = L ? NULL : c.take<float>((size_t)(nb * V));
         tflag = dev_rows ? c.take<unsigned>(1) : NULL;
+        g64 = wg ? c.take<float>((size_t)(nb * m64)) : NULL;
+        gab = wg ? c.take<float>((size_t)(nb * m64)) : NULL;
         if (pass == 0) {
             if (capturing && c.off > s->ws_bytes)
                 return FLS_ERR_UNSUPPORTED; /* capture never allocates: one eager call first */
@@ -814,7 +836,17 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             fls_matrix Hb = *H;
             Hb.data = (const char *)H->data + (size_t)r0 * H->ld * fls_dtype_bytes(H->dtype);
             Hb.rows = nbc;
-            st = fls_gemm_logits(s, W, &Hb, 0, V, buf, V, opts.force_simt);
+            if (wg) {
+                st = fls_from_cuda(fls_launch_wgmma_logits(W->data, W->ld, Hb.data, Hb.ld, W->dtype, (int)nbc,
+                                                           V, W->cols, buf, V, g64, gab, s->sm_count, str));
+                /* the tables serve where only maxima are needed */
+                const int tables = mm == FLS_RULE_MATMUL_WGMMA && !d.need_s && !d.moments;
+                d.g64 = tables ? g64 : NULL;
+                d.gab = tables ? gab : NULL;
+                d.m64 = m64;
+            } else {
+                st = fls_gemm_logits(s, W, &Hb, 0, V, buf, V, opts.force_simt);
+            }
             d.L = buf;
             d.ldl = V;
         }

@@ -41,7 +41,23 @@ typedef struct fls_cuda_opts {
                            or 15 at 64) */
     int seg_cap5;       /* CHUNKED / from-logits, benchmark: the segment sampler compiled
                            for 5 blocks per SM (register cap 48; same tokens) */
+    int rule_matmul;    /* fused rule calls: the matmul before the rule passes (fls_rule_matmul) */
 } fls_cuda_opts;
+
+/* The matmul of a fused rule call (docs/GPU.md). AUTO: the wgmma kernel
+ * with its 64-token tables on the threshold-first path at B <= 64 where
+ * the wgmma path applies, cuBLAS otherwise. Where the tables cannot serve
+ * (the row's sum or moments are needed: top-p without an earlier cut,
+ * logsumexp / logprobs, top-n-sigma) the wgmma logits go through the
+ * statistics pass. WGMMA_STATS (tests): the wgmma logits through the
+ * statistics pass always, so that the tables' fold can be compared with it
+ * bit for bit. */
+typedef enum fls_rule_matmul {
+    FLS_RULE_MATMUL_AUTO = 0,
+    FLS_RULE_MATMUL_CUBLAS = 1,
+    FLS_RULE_MATMUL_WGMMA = 2,
+    FLS_RULE_MATMUL_WGMMA_STATS = 3
+} fls_rule_matmul;
 
 void fls_cuda_opts_default(fls_cuda_opts *o);
 

@@ -99,9 +99,18 @@ struct fls_wg_args {
     int nvt, nbt, KB;
     int slots;  /* CTAs per batch tile: CTA c takes batch tile c % nbt and vocabulary tiles
                    c / nbt, + slots, ...; its partial winners are entry c / nbt */
-    int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone) */
+    int sample; /* 0: the epilogue warps only hand the buffers back (benchmark: mainloop alone);
+                   2: they write the logits and their 64-token tables (fls_launch_wgmma_logits) */
     const fls_row_params *rows;
     fls_ws ws;
+    /* sample == 2: logits of row b at L + b * ldl (lvec: 16-byte stores);
+     * per 64-token group q of row b, at b * m64 + q, the group's maximum
+     * (NaN if any logit is NaN; +inf if any is +inf) and largest finite |l| */
+    float *L;
+    int64_t ldl;
+    int lvec;
+    float *g64, *gab;
+    int64_t m64;
 };
 
 /* ---- PTX helpers ---- */
@@ -760,6 +769,58 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
         if (C::REG_SPLIT)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::REG_REST) : "memory");
         const int ew = warp - 5, et = tid - 160;
+        if (a.sample == 2) {
+            /* ---- the logits and their 64-token tables (the rule family's
+             * statistics: kernels/rules.cu's row kernel folds the tables) ----
+             * a warp takes rows ew, ew + E, ...; lane p holds tokens 4p .. 4p + 3
+             * (lanes 0-15: the tile's first group of 64, 16-31: the second) */
+            const int nr = min(N, a.B - bt * N);
+            int it = 0;
+            for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
+                const int buf = it % C::NS;
+                fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
+                __syncwarp();
+                const float *S = (const float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
+                const int64_t v0 = (int64_t)vt * WG_TV;
+                const int n = (int)min((int64_t)WG_TV, a.V - v0), i = 4 * lane;
+                for (int bl = ew; bl < nr; bl += C::E) {
+                    const float4 q = *(const float4 *)(S + bl * C::SP + i);
+                    float e[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                    for (int t = 0; t < 4; t++)
+                        e[t] = i + t < n ? e[t] : -INFINITY; /* past V: never a token */
+                    const int64_t b = (int64_t)bt * N + bl;
+                    float *dst = a.L + b * a.ldl + v0 + i;
+                    if (a.lvec && i + 3 < n) {
+                        __stcg((float4 *)dst, make_float4(e[0], e[1], e[2], e[3]));
+                    } else {
+#pragma unroll
+                        for (int t = 0; t < 4; t++)
+                            if (i + t < n)
+                                dst[t] = e[t];
+                    }
+                    float m = fls_fmax_nan(fls_fmax_nan(e[0], e[1]), fls_fmax_nan(e[2], e[3])), am = 0.0f;
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        const float ab = fabsf(e[t]);
+                        am = fmaxf(am, ab < INFINITY ? ab : 0.0f);
+                    }
+#pragma unroll
+                    for (int o = 8; o > 0; o >>= 1) {
+                        m = fls_fmax_nan(m, __shfl_xor_sync(FLS_FULL_MASK, m, o));
+                        am = fmaxf(am, __shfl_xor_sync(FLS_FULL_MASK, am, o));
+                    }
+                    if ((lane & 15) == 0) {
+                        const int64_t g = b * a.m64 + 2 * (int64_t)vt + (lane >> 4);
+                        a.g64[g] = m;
+                        a.gab[g] = am;
+                    }
+                }
+                __syncwarp();
+                fls_mbar_arrive(SFREE(buf));
+            }
+            return;
+        }
         const int nb = a.sample ? min(N, a.B - bt * N) : 0;
         const int nd = a.ws.nd;
         unsigned char *sp = smem + C::ST_OFF;
@@ -1061,4 +1122,46 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     FLS_WG_CASE(128, 11)
 #undef FLS_WG_CASE
     return cudaErrorInvalidValue;
+}
+
+cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
+                                    int B, int64_t V, int64_t D, float *L, int64_t ldl, float *g64,
+                                    float *gab, int sm_count, cudaStream_t st)
+{
+    const int tile_n = fls_cuda_wgmma_tile_n(B);
+    if ((int64_t)((V + WG_TV - 1) / WG_TV) * ((B + tile_n - 1) / tile_n) > INT32_MAX)
+        return cudaErrorInvalidValue;
+    fls_wg_args a;
+    memset(&a, 0, sizeof a);
+    if (!fls_make_map(&a.tw, W, dt, V, D, ldw, WG_TV) || !fls_make_map(&a.th, H, dt, B, D, ldh, tile_n))
+        return cudaErrorInvalidValue;
+    a.B = B;
+    a.V = V;
+    a.nvt = (int)((V + WG_TV - 1) / WG_TV);
+    a.nbt = (B + tile_n - 1) / tile_n;
+    a.KB = (int)((D + WG_BK - 1) / WG_BK);
+    a.slots = fls_wgmma_slots(B, V, tile_n, sm_count);
+    a.sample = 2;
+    a.L = L;
+    a.ldl = ldl;
+    a.lvec = (uintptr_t)L % 16 == 0 && ldl % 4 == 0;
+    a.g64 = g64;
+    a.gab = gab;
+    a.m64 = fls_wgmma_m64(V);
+    const bool bf = dt == FLS_DTYPE_BF16;
+    /* the epilogue only copies: the sampler's default warps (PERF GPU v6) */
+#define FLS_WG_LCASE(NN, EE)                                                                                 \
+    if (tile_n == NN)                                                                                        \
+        return bf ? fls_wg_launch<NN, EE, true>(a, st) : fls_wg_launch<NN, EE, false>(a, st);
+    FLS_WG_LCASE(16, 7)
+    FLS_WG_LCASE(32, 11)
+    FLS_WG_LCASE(64, 11)
+    FLS_WG_LCASE(128, 11)
+#undef FLS_WG_LCASE
+    return cudaErrorInvalidValue;
+}
+
+int64_t fls_wgmma_m64(int64_t V)
+{
+    return 2 * ((V + WG_TV - 1) / WG_TV);
 }

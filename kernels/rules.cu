@@ -820,8 +820,43 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     __shared__ fls_rpart sp[512];
     const int i = blockIdx.x, b = d.r0 + i, t = threadIdx.x;
     fls_rpart a = fls_rpart_empty();
-    for (int c = t; c < d.nchunk; c += blockDim.x)
-        fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
+    if (d.g64) {
+        /* the matmul's 64-token tables: the row's largest logit, its errors
+         * (a NaN or +inf logit: a group maximum NaN or +inf) and its largest
+         * finite |l| — the statistics pass's values (maxima: in any order),
+         * tempered once; thread 0 holds them, the others merge as empty */
+        __shared__ float wl[16], wa[16];
+        float lm = -INFINITY, am = 0.0f;
+        int bad = 0;
+        for (int64_t q = t; q < d.m64; q += blockDim.x) {
+            const float g = d.g64[(int64_t)i * d.m64 + q];
+            bad |= isnan(g) || g == INFINITY;
+            lm = fmaxf(lm, g);
+            am = fmaxf(am, d.gab[(int64_t)i * d.m64 + q]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            lm = fmaxf(lm, __shfl_xor_sync(FLS_FULL_MASK, lm, o));
+            am = fmaxf(am, __shfl_xor_sync(FLS_FULL_MASK, am, o));
+        }
+        if ((t & 31) == 0) {
+            wl[t >> 5] = lm;
+            wa[t >> 5] = am;
+        }
+        bad = __syncthreads_or(bad);
+        if (t == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++) {
+                lm = fmaxf(lm, wl[w]);
+                am = fmaxf(am, wa[w]);
+            }
+            const float T = d.rows[b].temperature, xm = fls_temper(lm, T);
+            a.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
+            a.bad = (bad ? FLS_RBAD_NAN : 0u) | (isinf(fls_temper(am, T)) ? FLS_RBAD_TEMP : 0u);
+        }
+    } else {
+        for (int c = t; c < d.nchunk; c += blockDim.x)
+            fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
+    }
     sp[t] = a;
     __syncthreads();
     for (int s = 256; s > 0; s >>= 1) {
@@ -845,8 +880,24 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
      * whose count of larger or equal ones is not */
     float *gm = (float *)fls_rdyn;
     const int M4 = (d.M + 3) / 4;
-    for (int k = t; k < 4 * M4; k += blockDim.x)
-        gm[k] = k < d.M ? d.gmax[(int64_t)i * d.M + k] : NAN; /* NaN: never counted */
+    if (d.g64) {
+        /* groups of gsz / 64 table entries (past the table: -inf, as past V),
+         * their maximum tempered once: the statistics pass's values */
+        const float T = d.rows[b].temperature;
+        const int per = d.gsz / 64;
+        for (int k = t; k < 4 * M4; k += blockDim.x) {
+            float g = -INFINITY;
+            for (int r = 0; r < per && k < d.M; r++) {
+                const int64_t q = (int64_t)k * per + r;
+                if (q < d.m64)
+                    g = fmaxf(g, d.g64[(int64_t)i * d.m64 + q]);
+            }
+            gm[k] = k < d.M ? fls_temper(g, T) : NAN; /* NaN: never counted */
+        }
+    } else {
+        for (int k = t; k < 4 * M4; k += blockDim.x)
+            gm[k] = k < d.M ? d.gmax[(int64_t)i * d.M + k] : NAN; /* NaN: never counted */
+    }
     if (t == 0) {
         d.thr[i] = -INFINITY;
         d.ccount[i] = 0;
@@ -1282,8 +1333,11 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
 cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
 {
     const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
-    fls_rfast_stats_kernel<<<grid, 256, 0, st>>>(d);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = cudaSuccess;
+    if (!d.g64) { /* with the matmul's tables the row kernel folds them */
+        fls_rfast_stats_kernel<<<grid, 256, 0, st>>>(d);
+        e = cudaGetLastError();
+    }
     const size_t gb = d.top_cap > 0 ? (size_t)(d.M + 3) / 4 * 16 : 0;
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(fls_rfast_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gb);

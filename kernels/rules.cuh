@@ -104,6 +104,11 @@ struct fls_rule_dev {
     double *lsep;             /* [nb * nchunk] each chunk's sum of exp(x - m) over the support */
     int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
     int *nsup;                /* [nb] >= 0: the support is the first nsup of the sorted candidates */
+    /* the matmul's 64-token tables (fls_launch_wgmma_logits), or NULL: row i's
+     * group q at i * m64 + q; with them the row kernel folds the statistics
+     * (no need_s, no moments) and the statistics pass is not run */
+    const float *g64, *gab;
+    int64_t m64;
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the

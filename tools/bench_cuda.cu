@@ -30,7 +30,11 @@
  *                   wait for their status like a synchronous call, and rule_topp09
  *                   (top-p alone: the host finishes flat rows) is always synchronous;
  *                   rule_k50_p09_graph replays top-k 50 + top-p 0.9 from a CUDA graph
- *                   (an async context, the rows' params in device memory)
+ *                   (an async context, the rows' params in device memory); the
+ *                   default matmul at B <= 64 is the wgmma kernel writing the
+ *                   logits and their 64-token tables, and rule_*_blas (minp005,
+ *                   topk50, k50_p09, nsigma1, wr4) take cuBLAS + the statistics
+ *                   pass instead (the v16 matmul)
  * Every time is the median of >= 100 runs timed with device events after a
  * warm-up of at least 250 ms of the same engine (25 ms with --quick): the
  * GPU's power management (700 W cap on an H200, reached under sustained load
@@ -169,6 +173,12 @@ enum {
     E_RULE_MINP_SYNC,
     E_RULE_KP_SYNC,
     E_RULE_KP_GRAPH,
+    /* the same rules with the v16 matmul (cuBLAS, then the statistics pass) */
+    E_RULE_MINP_BLAS,
+    E_RULE_TOPK_BLAS,
+    E_RULE_KP_BLAS,
+    E_RULE_NSIGMA_BLAS,
+    E_RULE_WR_BLAS,
     E_COUNT
 };
 #define E_RULE_FIRST E_RULE_MINP
@@ -199,12 +209,38 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "rule_wr4",
                                             "rule_minp005_sync",
                                             "rule_k50_p09_sync",
-                                            "rule_k50_p09_graph"};
+                                            "rule_k50_p09_graph",
+                                            "rule_minp005_blas",
+                                            "rule_topk50_blas",
+                                            "rule_k50_p09_blas",
+                                            "rule_nsigma1_blas",
+                                            "rule_wr4_blas"};
+
+/* The rule of engine e (a _sync or _blas engine: its queued, default form). */
+static int bench_rule_base(int e)
+{
+    switch (e) {
+    case E_RULE_MINP_SYNC:
+    case E_RULE_MINP_BLAS:
+        return E_RULE_MINP;
+    case E_RULE_KP_SYNC:
+    case E_RULE_KP_BLAS:
+        return E_RULE_KP;
+    case E_RULE_TOPK_BLAS:
+        return E_RULE_TOPK;
+    case E_RULE_NSIGMA_BLAS:
+        return E_RULE_NSIGMA;
+    case E_RULE_WR_BLAS:
+        return E_RULE_WR;
+    default:
+        return e;
+    }
+}
 
 /* The request's rows of rule engine e (every row alike). */
 static void bench_rule_rows(int e, int64_t B, fls_request *req)
 {
-    e = e == E_RULE_MINP_SYNC ? E_RULE_MINP : (e == E_RULE_KP_SYNC ? E_RULE_KP : e);
+    e = bench_rule_base(e);
     static fls_row_rule rr[MAXB];
     for (int64_t b = 0; b < B; b++) {
         fls_row_rule *r = &rr[b];
@@ -254,6 +290,7 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
          * status like a synchronous call, and top-p alone, whose flat rows
          * the host finishes (an async call would report them unsupported) */
         o.no_sync = !sync && engine != E_RULE_TOPP && engine != E_RULE_MINP_SYNC && engine != E_RULE_KP_SYNC;
+        o.rule_matmul = engine >= E_RULE_MINP_BLAS ? FLS_RULE_MATMUL_CUBLAS : FLS_RULE_MATMUL_AUTO;
         bench_rule_rows(engine, b->B, &req);
         out.tokens = b->rule_tokens;
         return fls_cuda_run(b->ctx, &W, &H, NULL, &req, &out, &o);
@@ -368,7 +405,10 @@ static void bench_usage(void)
 {
     printf("usage: flashsample bench --device cuda [--csv PATH] [--quick] [--reps N]\n"
            "                         [--shapes D:V,D:V,...] [--batches 1,2,4,...] [--engines a,b,...]\n"
+           "                         [--hscale S]\n"
            "Times the fused GPU sampler against cuBLAS, the unfused baselines and a read floor.\n"
+           "--hscale S scales H's entries (default 1: flat rows, logits' std about 1.1; 4: peaked\n"
+           "rows, std about 4.5, the top token's probability about one half at T = 0.7).\n"
            "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
 }
 
@@ -377,6 +417,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
     const char *csv = NULL, *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL;
     int quick = 0;
     long reps = 100;
+    double hscale = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -390,6 +431,14 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         } else if (!strncmp(a, "--device=", 9)) {
         } else if (!strcmp(a, "--csv") && v) {
             csv = v;
+            i++;
+        } else if (!strcmp(a, "--hscale") && v) {
+            char *end = NULL;
+            hscale = strtod(v, &end);
+            if (end == v || *end || !(hscale > 0.0 && hscale <= 64.0)) {
+                fprintf(stderr, "flashsample bench: error: --hscale must be in (0, 64]\n");
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--reps") && v) {
             reps = strtol(v, NULL, 10);
@@ -585,7 +634,8 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
     }
     printf("GPU benchmark on %s (%d SMs), %s; device-to-device copy %.0f GB/s (read + write)\n", gpu, b.sms,
            date, copy_gbps);
-    printf("bf16, T = 0.7, median of %d runs (ms); ratios: fused / cuBLAS best, fused / floor\n", b.reps);
+    printf("bf16, T = 0.7, H scale %g, median of %d runs (ms); ratios: fused / cuBLAS best, fused / floor\n",
+           hscale, b.reps);
 
     for (int s = 0; s < nshapes; s++) {
         b.D = shapes[s][0];
@@ -600,7 +650,7 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             CK(cudaGetLastError());
         }
         CK(cudaMalloc((void **)&b.H, (size_t)(maxB * b.D) * 2));
-        bench_fill_bf16<<<b.sms, 256>>>(b.H, maxB * b.D, 99, 1.0f);
+        bench_fill_bf16<<<b.sms, 256>>>(b.H, maxB * b.D, 99, (float)hscale);
         CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
         CK(cudaDeviceSynchronize());
         printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);

@@ -1214,11 +1214,11 @@ static void test_rules_agreement_fused(void)
     void *W = make_rand_matrix(V, D, D, FLS_DTYPE_BF16, 3.4f / sqrtf((float)D));
     void *H = make_rand_matrix(B, D, D, FLS_DTYPE_BF16, 1.0f);
     const size_t nmax = (size_t)(B * draws * 4);
-    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
+    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax), *tc2 = malloc(8 * nmax);
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(B * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * nmax);
-    if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
+    if (!W || !H || !tc || !tg || !tc2 || !dW || !dH || !dt) {
         failf("memory");
         goto done;
     }
@@ -1242,11 +1242,115 @@ static void test_rules_agreement_fused(void)
         int64_t same = 0;
         for (int64_t i = 0; i < n; i++)
             same += tc[i] == tg[i];
-        printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%)\n", (long long)D,
-               (long long)V, r->name, (long long)same, (long long)n, 100.0 * (double)same / (double)n);
-        if (same * 100 < n * 99)
+        /* the other matmuls on the same inputs: the wgmma logits through the
+         * statistics pass give the tables' tokens bit for bit (same logits);
+         * cuBLAS rounds its sums in another order */
+        int64_t same_b = 0;
+        int stats_identical = 0;
+        for (int m = 0; m < 2; m++) {
+            setenv("FLS_CUDA_RULE_MATMUL", m ? "cublas" : "wgmma_stats", 1);
+            rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
+            sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
+            rule_rows_free(&rr);
+            unsetenv("FLS_CUDA_RULE_MATMUL");
+            if (sg != FLS_OK) {
+                failf("%s: cuda (%s) %s", r->name, m ? "cublas" : "wgmma_stats", fls_status_string(sg));
+                break;
+            }
+            fls_cuda_memcpy(tc2, dt, 8 * (size_t)n, 0);
+            if (m == 0)
+                stats_identical = memcmp(tc2, tg, 8 * (size_t)n) == 0;
+            else
+                for (int64_t i = 0; i < n; i++)
+                    same_b += tc[i] == tc2[i];
+        }
+        printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%); cuBLAS matmul "
+               "%lld/%lld; statistics pass %s the tables\n",
+               (long long)D, (long long)V, r->name, (long long)same, (long long)n,
+               100.0 * (double)same / (double)n, (long long)same_b, (long long)n,
+               stats_identical ? "identical to" : "DIFFERS from");
+        if (same * 100 < n * 99 || same_b * 100 < n * 99)
             failf("%s: agreement below 99%%", r->name);
+        if (!stats_identical)
+            failf("%s: the statistics pass and the matmul's tables give different tokens", r->name);
     }
+done:
+    free(W);
+    free(H);
+    free(tc);
+    free(tc2);
+    free(tg);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dt);
+}
+
+/* The fused rule call's matmuls (FLS_CUDA_RULE_MATMUL, fls_rule_matmul):
+ * with integer inputs every matmul computes the same floats, so cuBLAS, the
+ * wgmma kernel with its 64-token tables (the statistics pass folded into the
+ * row kernel) and the wgmma kernel through the statistics pass all give the
+ * CPU engine's tokens, for every rule, at B = 1, 5, 64 and 130 (two batch
+ * tiles of 128; V = 3001: a tail tile and a partial group of 64). */
+static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats"};
+
+static void test_rules_matmul_paths(void)
+{
+    const int64_t V = 3001, D = 64, Bs[] = {1, 5, 64, 130}, draws = 3, Bmax = 130;
+    g_rng = 9191;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3),
+         *H = make_int_matrix(Bmax, D, D, FLS_DTYPE_BF16, 2);
+    const size_t nmax = (size_t)(Bmax * draws * 4);
+    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
+    void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
+         *dt = NULL;
+    fls_cuda_malloc(&dt, 8 * nmax);
+    int64_t calls = 0, bad = 0;
+    if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
+        failf("memory");
+        goto done;
+    }
+    for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
+        for (size_t ri = 0; ri < N_RULES; ri++) {
+            const int64_t B = Bs[bi];
+            const rule_spec *r = &k_rules[ri];
+            fls_params p;
+            rule_rows rr;
+            rule_params(r, B, &p, &rr, 0.7f, 11 + ri, draws);
+            const int64_t n = B * draws * (r->wr ? r->wr : 1);
+            fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+            fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+            fls_outputs oc = {tc, NULL, NULL}, og = {(int64_t *)dt, NULL, NULL};
+            fls_status sc = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+            for (size_t m = 0; m < 3 && sc == FLS_OK; m++) {
+                setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
+                for (size_t i = 0; i < nmax; i++)
+                    tg[i] = -7; /* guard */
+                fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
+                fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
+                unsetenv("FLS_CUDA_RULE_MATMUL");
+                calls++;
+                if (sg != FLS_OK) {
+                    failf("B=%lld %s %s: cuda %s", (long long)B, r->name, k_matmuls[m],
+                          fls_status_string(sg));
+                    bad++;
+                    continue;
+                }
+                fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
+                if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
+                    failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
+                          k_matmuls[m]);
+                    bad++;
+                }
+            }
+            rule_rows_free(&rr);
+            if (sc != FLS_OK) {
+                failf("B=%lld %s: cpu %s", (long long)B, r->name, fls_status_string(sc));
+                bad++;
+            }
+        }
+    printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
+           "(cublas, wgmma + tables, wgmma + statistics pass; B = 1, 5, 64, 130)\n",
+           (long long)V, (long long)D, (long long)(calls - bad), (long long)calls);
 done:
     free(W);
     free(H);
@@ -2623,6 +2727,7 @@ int main(int argc, char **argv)
     run_test("rules_errors_write_nothing", test_rules_errors);
     run_test("rules_async_identical_or_refused", test_rules_async);
     run_test("rules_agreement_fused_bf16_4096x151936", test_rules_agreement_fused);
+    run_test("rules_matmul_paths_identical_to_cpu", test_rules_matmul_paths);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);
 #ifdef FLS_HAVE_AUDIT
     run_test("stats_audit_cuda_engine", test_audit);
