@@ -373,7 +373,7 @@ __global__ void fls_rule_merge_smem_kernel(fls_rule_dev d, int first, int stride
  * (lsedev[b] = 1) instead of sending the row to the host. */
 __device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpart &pt,
                                     const fls_top_entry *top, const double *w, int64_t ntop, float dropped,
-                                    int dev_lse)
+                                    int dev_lse, const fls_row_rule &rule, float T)
 {
     d.cut[b] = -INFINITY;
     d.lse[b] = pt.lse_m;
@@ -390,7 +390,7 @@ __device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpar
         d.code[b] = FLS_RC_ALL_MASKED;
         return;
     }
-    const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
+    const bool greedy = !fls_temperature_noisy(T);
     fls_filter_stats st;
     st.m = pt.lse_m;
     st.lse_m = pt.lse_m;
@@ -404,7 +404,7 @@ __device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpar
     st.w = top ? w : NULL;
     float c;
     double l = 0.0;
-    if (fls_filter_chain(&st, d.rule[b].value, &c) != FLS_CUT_OK) {
+    if (fls_filter_chain(&st, rule.value, &c) != FLS_CUT_OK) {
         d.code[b] = FLS_RC_SECOND;
         return;
     }
@@ -430,7 +430,8 @@ __global__ void fls_rule_decide_kernel(fls_rule_dev d)
     if (t)
         fls_topc_sort(t);
     fls_rule_decide_row(d, d.r0 + i, d.part[(int64_t)i * d.P], t ? fls_topc_entries(t) : NULL, NULL,
-                        t ? t->n : 0, t ? t->dropped : INFINITY, 0);
+                        t ? t->n : 0, t ? t->dropped : INFINITY, 0, d.rule[d.r0 + i],
+                        d.rows[d.r0 + i].temperature);
 }
 
 /* One thread per (row, draw of the pass): the K best keys of the support. */
@@ -872,7 +873,7 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     const bool pending = d.top_cap > 0 && !(pt.bad & (FLS_RBAD_NAN | FLS_RBAD_TEMP)) && pt.lse_m > -INFINITY;
     if (!pending) {
         if (t == 0)
-            fls_rule_decide_row(d, b, pt, NULL, NULL, 0, INFINITY, 1);
+            fls_rule_decide_row(d, b, pt, NULL, NULL, 0, INFINITY, 1, d.rule[b], d.rows[b].temperature);
         return;
     }
     /* t: the C-th largest group maximum (-inf when fewer groups: every
@@ -983,6 +984,17 @@ __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
     }
     unsigned long long *k = (unsigned long long *)fls_rdyn;
     fls_top_entry *e = (fls_top_entry *)(k + FLS_FCCAP);
+    /* what the decision reads, staged by another warp while the keys load
+     * (thread 0 then decides from shared memory, not a chain of global loads) */
+    __shared__ fls_row_rule srule;
+    __shared__ fls_rpart spt;
+    __shared__ float sthr, sT;
+    if (threadIdx.x == 32) {
+        srule = d.rule[b];
+        spt = d.part[(int64_t)i * d.P];
+        sthr = d.thr[i];
+        sT = d.rows[b].temperature;
+    }
     int n2 = 64;
     while (n2 < (int)n)
         n2 *= 2;
@@ -992,7 +1004,7 @@ __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
     fls_bitonic_desc(k, n2);
     const int64_t ntop = (int64_t)n < d.top_cap ? (int64_t)n : d.top_cap;
     double *wt = (double *)(e + FLS_FTOP);
-    const double m = d.part[(int64_t)i * d.P].lse_m;
+    const double m = spt.lse_m;
     for (int j = threadIdx.x; j < ntop; j += blockDim.x) {
         e[j].x = fls_frank_x(k[j]);
         e[j].pad_ = 0;
@@ -1003,12 +1015,12 @@ __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
     if (threadIdx.x == 0) {
         /* every token not in the list is ranked after it: the next candidate,
          * or (all candidates kept) below the threshold */
-        const float thr = d.thr[i];
+        const float thr = sthr;
         const float dropped = (int64_t)n > d.top_cap ? fls_frank_x(k[d.top_cap])
                               : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
                                                      : -INFINITY;
-        fls_rpart pt = d.part[(int64_t)i * d.P];
-        if (!d.need_s && dropped == -INFINITY && !fls_top_p_off(d.rule[b].value[FLS_FILTER_TOP_P])) {
+        fls_rpart pt = spt;
+        if (!d.need_s && dropped == -INFINITY && !fls_top_p_off(srule.value[FLS_FILTER_TOP_P])) {
             /* the statistics carry no sum (need_s off: an earlier filter
              * cuts the nucleus unless the row has too few finite tokens);
              * every finite token is in the list: its sum, in rank order */
@@ -1017,13 +1029,13 @@ __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
                 z += wt[j];
             pt.lse_s = z;
         }
-        fls_rule_decide_row(d, b, pt, e, wt, ntop, dropped, 1);
+        fls_rule_decide_row(d, b, pt, e, wt, ntop, dropped, 1, srule, sT);
     }
     __syncthreads();
     /* a support within the candidates ({x >= cut} with cut >= thr, its
      * log-sum-exp known): its sorted keys stay for the draws (nsup) */
     const float cut = d.cut[b];
-    if (d.code[b] != FLS_RC_OK || d.lsedev[b] || !(cut >= d.thr[i]))
+    if (d.code[b] != FLS_RC_OK || d.lsedev[b] || !(cut >= sthr))
         return;
     for (int j = threadIdx.x; j < (int)n; j += blockDim.x) {
         d.cand[(int64_t)i * FLS_FCCAP + j] = k[j];

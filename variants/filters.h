@@ -47,6 +47,36 @@ FLS_HD double fls_top_w(const fls_filter_stats *st, int64_t i)
     return st->w ? st->w[i] : exp((double)st->top[i].x - st->m);
 }
 
+/* The number of the list's entries with x >= c: a prefix, as the list is in
+ * rank order (x non-increasing), found by bisection (the loops below then
+ * run without a test of x per entry, so their loads can run ahead). */
+FLS_HD int64_t fls_top_count_ge(const fls_filter_stats *st, float c)
+{
+    int64_t lo = 0, hi = st->ntop; /* [0, lo) pass, [hi, ntop) fail */
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (st->top[mid].x >= c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The sum of the first n entries' weights, in list order. */
+FLS_HD double fls_top_sum(const fls_filter_stats *st, int64_t n)
+{
+    double Z = 0.0;
+    if (st->w) {
+        for (int64_t i = 0; i < n; i++)
+            Z += st->w[i];
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            Z += exp((double)st->top[i].x - st->m);
+    }
+    return Z;
+}
+
 /* What a filter needs the engine to gather beyond m and the log-sum-exp. */
 #define FLS_NEED_TOP     1u /* the top list */
 #define FLS_NEED_MOMENTS 2u /* count, mean, M2 */
@@ -143,29 +173,32 @@ FLS_HD FLS_BOOL fls_top_p_valid(double p)
 
 FLS_HD int fls_top_p_cut(const fls_filter_stats *st, double p, float c_prev, float *c)
 {
-    /* Z: the support's sum of exp(x - m) */
+    /* Z: the support's sum of exp(x - m); n: the list's entries in it */
+    const int64_t n = fls_top_count_ge(st, c_prev);
     double Z = 0.0;
     if (c_prev == -INFINITY) {
         Z = fls_lse_term(st->lse_s, st->lse_m, st->m);
     } else {
         if (!(c_prev > st->dropped))
             return FLS_CUT_UNDECIDED;
-        for (int64_t i = 0; i < st->ntop && st->top[i].x >= c_prev; i++)
-            Z += fls_top_w(st, i);
+        Z = fls_top_sum(st, n);
     }
     const double target = p * Z;
     double A = 0.0; /* the mass of the tokens strictly more probable than the group */
     float last = c_prev;
+    const fls_top_entry *t = st->top;
     int64_t i = 0;
-    while (i < st->ntop && st->top[i].x >= c_prev) {
-        const float xg = st->top[i].x;
+    while (i < n) {
+        const float xg = t[i].x;
         if (!(A < target)) {
             *c = last; /* this group and everything after it is out */
             return FLS_CUT_OK;
         }
         last = xg;
-        for (; i < st->ntop && st->top[i].x == xg; i++)
+        do { /* the group of ties at xg (all >= c_prev: within the n) */
             A += fls_top_w(st, i);
+            i++;
+        } while (i < n && t[i].x == xg);
     }
     if (st->dropped > -INFINITY && !(c_prev > st->dropped))
         return FLS_CUT_UNDECIDED; /* the head goes on beyond the list */
@@ -189,9 +222,7 @@ FLS_HD int fls_support_lse(const fls_filter_stats *st, float c, int greedy, doub
     }
     if (!(c > st->dropped))
         return FLS_CUT_UNDECIDED;
-    double Z = 0.0;
-    for (int64_t i = 0; i < st->ntop && st->top[i].x >= c; i++)
-        Z += fls_top_w(st, i);
+    const double Z = fls_top_sum(st, fls_top_count_ge(st, c));
     *lse = st->m + log(Z);
     return FLS_CUT_OK;
 }
