@@ -704,7 +704,8 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                  ? FLS_RULE_MATMUL_WGMMA
                  : FLS_RULE_MATMUL_CUBLAS;
     const int wg = !L && fast && nb == B && mm != FLS_RULE_MATMUL_CUBLAS && !opts.force_simt &&
-                   fls_wgmma_eligible(W, H) && B <= (1 << 20);
+                   fls_wgmma_eligible(W, H) && B <= (1 << 20) &&
+                   fls_wgmma_m64(V) * 4 <= (96 << 10); /* the row kernel holds a row's table */
     const int64_t m64 = wg ? fls_wgmma_m64(V) : 0;
     fls_row_params *rows_d = NULL;
     fls_row_rule *rule_d = NULL;

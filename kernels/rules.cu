@@ -820,20 +820,37 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     extern __shared__ __align__(16) char fls_rdyn[];
     __shared__ fls_rpart sp[512];
     const int i = blockIdx.x, b = d.r0 + i, t = threadIdx.x;
-    fls_rpart a = fls_rpart_empty();
+    /* the group maxima (dynamic: M4 float4), then with the matmul's tables
+     * and a top list, the row's table of 64-token maxima (m64 floats) */
+    float *gm = (float *)fls_rdyn;
+    const int M4 = (d.M + 3) / 4;
+    float *s64 = d.g64 && d.top_cap > 0 ? gm + 4 * M4 : NULL;
     if (d.g64) {
         /* the matmul's 64-token tables: the row's largest logit, its errors
          * (a NaN or +inf logit: a group maximum NaN or +inf) and its largest
          * finite |l| — the statistics pass's values (maxima: in any order),
-         * tempered once; thread 0 holds them, the others merge as empty */
+         * tempered once by thread 0; 4 entries of each table in flight */
         __shared__ float wl[16], wa[16];
         float lm = -INFINITY, am = 0.0f;
         int bad = 0;
-        for (int64_t q = t; q < d.m64; q += blockDim.x) {
-            const float g = d.g64[(int64_t)i * d.m64 + q];
-            bad |= isnan(g) || g == INFINITY;
-            lm = fmaxf(lm, g);
-            am = fmaxf(am, d.gab[(int64_t)i * d.m64 + q]);
+        const float *g64 = d.g64 + (int64_t)i * d.m64, *gab = d.gab + (int64_t)i * d.m64;
+        for (int64_t q0 = t; q0 < d.m64; q0 += 4 * (int64_t)blockDim.x) {
+            float g[4], ab[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int64_t q = q0 + u * (int64_t)blockDim.x;
+                g[u] = q < d.m64 ? g64[q] : -INFINITY;
+                ab[u] = q < d.m64 ? gab[q] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int64_t q = q0 + u * (int64_t)blockDim.x;
+                if (s64 && q < d.m64)
+                    s64[q] = g[u];
+                bad |= isnan(g[u]) || g[u] == INFINITY;
+                lm = fmaxf(lm, g[u]);
+                am = fmaxf(am, ab[u]);
+            }
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -850,20 +867,24 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
                 lm = fmaxf(lm, wl[w]);
                 am = fmaxf(am, wa[w]);
             }
+            fls_rpart a = fls_rpart_empty();
             const float T = d.rows[b].temperature, xm = fls_temper(lm, T);
             a.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
             a.bad = (bad ? FLS_RBAD_NAN : 0u) | (isinf(fls_temper(am, T)) ? FLS_RBAD_TEMP : 0u);
+            sp[0] = a;
         }
+        __syncthreads();
     } else {
+        fls_rpart a = fls_rpart_empty();
         for (int c = t; c < d.nchunk; c += blockDim.x)
             fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
-    }
-    sp[t] = a;
-    __syncthreads();
-    for (int s = 256; s > 0; s >>= 1) {
-        if (t < s)
-            fls_rpart_merge(sp[t], sp[t + s]);
+        sp[t] = a;
         __syncthreads();
+        for (int s = 256; s > 0; s >>= 1) {
+            if (t < s)
+                fls_rpart_merge(sp[t], sp[t + s]);
+            __syncthreads();
+        }
     }
     const fls_rpart pt = sp[0];
     if (t == 0) {
@@ -879,8 +900,6 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     /* t: the C-th largest group maximum (-inf when fewer groups: every
      * finite token), the value whose count of larger maxima is below C and
      * whose count of larger or equal ones is not */
-    float *gm = (float *)fls_rdyn;
-    const int M4 = (d.M + 3) / 4;
     if (d.g64) {
         /* groups of gsz / 64 table entries (past the table: -inf, as past V),
          * their maximum tempered once: the statistics pass's values */
@@ -891,7 +910,7 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
             for (int r = 0; r < per && k < d.M; r++) {
                 const int64_t q = (int64_t)k * per + r;
                 if (q < d.m64)
-                    g = fmaxf(g, d.g64[(int64_t)i * d.m64 + q]);
+                    g = fmaxf(g, s64[q]);
             }
             gm[k] = k < d.M ? fls_temper(g, T) : NAN; /* NaN: never counted */
         }
@@ -1350,7 +1369,7 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
         fls_rfast_stats_kernel<<<grid, 256, 0, st>>>(d);
         e = cudaGetLastError();
     }
-    const size_t gb = d.top_cap > 0 ? (size_t)(d.M + 3) / 4 * 16 : 0;
+    const size_t gb = d.top_cap > 0 ? (size_t)(d.M + 3) / 4 * 16 + (d.g64 ? (size_t)d.m64 * 4 : 0) : 0;
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(fls_rfast_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gb);
     if (e == cudaSuccess) {
