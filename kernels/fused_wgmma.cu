@@ -1072,23 +1072,34 @@ int fls_wgmma_max_draws(int tile_n)
     return WG_ST / tile_n;
 }
 
+/* The launch's operands and tiling (everything else zero); false if the
+ * tiles overflow the grid or a tensor map cannot be made. */
+static bool fls_wg_shape(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt, int B,
+                         int64_t V, int64_t D, int tile_n, fls_wg_args *a)
+{
+    memset(a, 0, sizeof *a);
+    if ((int64_t)((V + WG_TV - 1) / WG_TV) * ((B + tile_n - 1) / tile_n) > INT32_MAX)
+        return false;
+    if (!fls_make_map(&a->tw, W, dt, V, D, ldw, WG_TV) || !fls_make_map(&a->th, H, dt, B, D, ldh, tile_n))
+        return false;
+    a->B = B;
+    a->V = V;
+    a->nvt = (int)((V + WG_TV - 1) / WG_TV);
+    a->nbt = (B + tile_n - 1) / tile_n;
+    a->KB = (int)((D + WG_BK - 1) / WG_BK);
+    return true;
+}
+
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
                                    const fls_row_params *rows, const fls_ws &ws, int sm_count,
                                    cudaStream_t st)
 {
-    if ((int64_t)((V + WG_TV - 1) / WG_TV) * ((B + tile_n - 1) / tile_n) > INT32_MAX ||
-        ws.nd > fls_wgmma_max_draws(tile_n) || ws.nent != fls_wgmma_slots(B, V, tile_n, sm_count))
+    if (ws.nd > fls_wgmma_max_draws(tile_n) || ws.nent != fls_wgmma_slots(B, V, tile_n, sm_count))
         return cudaErrorInvalidValue;
     fls_wg_args a;
-    memset(&a, 0, sizeof a);
-    if (!fls_make_map(&a.tw, W, dt, V, D, ldw, WG_TV) || !fls_make_map(&a.th, H, dt, B, D, ldh, tile_n))
+    if (!fls_wg_shape(W, ldw, H, ldh, dt, B, V, D, tile_n, &a))
         return cudaErrorInvalidValue;
-    a.B = B;
-    a.V = V;
-    a.nvt = (int)((V + WG_TV - 1) / WG_TV);
-    a.nbt = (B + tile_n - 1) / tile_n;
-    a.KB = (int)((D + WG_BK - 1) / WG_BK);
     a.slots = ws.nent;
     a.sample = sample;
     a.rows = rows;
@@ -1129,17 +1140,9 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
                                     float *gab, int sm_count, cudaStream_t st)
 {
     const int tile_n = fls_cuda_wgmma_tile_n(B);
-    if ((int64_t)((V + WG_TV - 1) / WG_TV) * ((B + tile_n - 1) / tile_n) > INT32_MAX)
-        return cudaErrorInvalidValue;
     fls_wg_args a;
-    memset(&a, 0, sizeof a);
-    if (!fls_make_map(&a.tw, W, dt, V, D, ldw, WG_TV) || !fls_make_map(&a.th, H, dt, B, D, ldh, tile_n))
+    if (!fls_wg_shape(W, ldw, H, ldh, dt, B, V, D, tile_n, &a))
         return cudaErrorInvalidValue;
-    a.B = B;
-    a.V = V;
-    a.nvt = (int)((V + WG_TV - 1) / WG_TV);
-    a.nbt = (B + tile_n - 1) / tile_n;
-    a.KB = (int)((D + WG_BK - 1) / WG_BK);
     a.slots = fls_wgmma_slots(B, V, tile_n, sm_count);
     a.sample = 2;
     a.L = L;
