@@ -90,12 +90,13 @@ struct fls_cuda_state {
     unsigned long long *gthr; /* [gthr_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row
                                  thresholds (fls_ws.gthr), zero when allocated */
     int64_t gthr_rows;
-    unsigned tepoch;  /* the last wgmma pass's tag in gthr */
-    float *gbound;    /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
-                         bucket's up2), device */
-    int no_skip;      /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
-    int async;        /* fls_context_config.async */
-    unsigned *sticky; /* [1]: the first error code of the calls since the last sync */
+    unsigned tepoch;               /* the last wgmma pass's tag in gthr */
+    float *gbound;                 /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
+                                      bucket's up2), device */
+    int no_skip;                   /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
+    int async;                     /* fls_context_config.async */
+    unsigned *sticky;              /* [1]: the first error code of the calls since the last sync */
+    uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
     char name[256];
 };
 
@@ -603,6 +604,32 @@ static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, c
     return st;
 }
 
+/* The matmul of a fused rule call (fls_rule_matmul): opts, else
+ * FLS_CUDA_RULE_MATMUL (tests), else AUTO: the wgmma kernel at B <= 64 where
+ * the dispatcher picks the wgmma path. */
+static int fls_rule_matmul_of(const fls_cuda_opts &opts, int64_t B, int64_t V, const fls_matrix *W,
+                              const fls_matrix *H)
+{
+    if (opts.rule_matmul != FLS_RULE_MATMUL_AUTO)
+        return opts.rule_matmul;
+    const char *e = getenv("FLS_CUDA_RULE_MATMUL");
+    if (e && !strcmp(e, "cublas"))
+        return FLS_RULE_MATMUL_CUBLAS;
+    if (e && !strcmp(e, "wgmma"))
+        return FLS_RULE_MATMUL_WGMMA;
+    if (e && !strcmp(e, "wgmma_stats"))
+        return FLS_RULE_MATMUL_WGMMA_STATS;
+    return B <= 64 && fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype) == FLS_CUDA_PATH_WGMMA
+               ? FLS_RULE_MATMUL_WGMMA
+               : FLS_RULE_MATMUL_CUBLAS;
+}
+
+extern "C" void fls_cuda_rule_matmul_counts(const fls_context_t *ctx, uint64_t counts[3])
+{
+    for (int k = 0; k < 3; k++)
+        counts[k] = ctx && ctx->cuda ? ctx->cuda->rule_matmul_calls[k] : 0;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -687,24 +714,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             if (memcmp(&req->rule[b], &req->rule[0], sizeof(fls_row_rule)) != 0)
                 return FLS_ERR_UNSUPPORTED;
     }
-    /* the matmul (fls_rule_matmul): the wgmma kernel writes the logits and
-     * their 64-token tables for one block of rows on the threshold-first
-     * path; the tables replace the statistics pass unless the row's sum or
-     * its moments are needed */
-    int mm = opts.rule_matmul;
-    const char *mm_env = getenv("FLS_CUDA_RULE_MATMUL"); /* tests: cublas, wgmma or wgmma_stats */
-    if (mm == FLS_RULE_MATMUL_AUTO && mm_env)
-        mm = !strcmp(mm_env, "cublas")        ? FLS_RULE_MATMUL_CUBLAS
-             : !strcmp(mm_env, "wgmma")       ? FLS_RULE_MATMUL_WGMMA
-             : !strcmp(mm_env, "wgmma_stats") ? FLS_RULE_MATMUL_WGMMA_STATS
-                                              : FLS_RULE_MATMUL_AUTO;
-    if (mm == FLS_RULE_MATMUL_AUTO)
-        mm = B <= 64 && fls_cuda_auto_path(B, V, W ? W->cols : 0, W ? W->dtype : FLS_DTYPE_F32,
-                                           H ? H->dtype : FLS_DTYPE_F32) == FLS_CUDA_PATH_WGMMA
-                 ? FLS_RULE_MATMUL_WGMMA
-                 : FLS_RULE_MATMUL_CUBLAS;
-    const int wg = !L && fast && nb == B && mm != FLS_RULE_MATMUL_CUBLAS && !opts.force_simt &&
-                   fls_wgmma_eligible(W, H) && B <= (1 << 20) &&
+    /* the matmul: the wgmma kernel with its 64-token tables for one block of
+     * rows on the threshold-first path (fls_rule_matmul_of), else cuBLAS */
+    const int mm = L ? FLS_RULE_MATMUL_CUBLAS : fls_rule_matmul_of(opts, B, V, W, H);
+    const int wg = fast && nb == B && mm != FLS_RULE_MATMUL_CUBLAS && !opts.force_simt &&
+                   fls_wgmma_eligible(W, H) &&
                    fls_wgmma_m64(V) * 4 <= (96 << 10); /* the row kernel holds a row's table */
     const int64_t m64 = wg ? fls_wgmma_m64(V) : 0;
     fls_row_params *rows_d = NULL;
@@ -802,6 +816,14 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         d.need_s = !fls_top_p_off(v[FLS_FILTER_TOP_P]) &&
                    (!fast || (fls_min_p_off(v[FLS_FILTER_MIN_P]) && fls_top_k_off(v[FLS_FILTER_TOP_K])));
     }
+    /* the matmul's tables replace the statistics pass where only maxima are needed */
+    if (wg && mm == FLS_RULE_MATMUL_WGMMA && !d.need_s && !d.moments) {
+        d.g64 = g64;
+        d.gab = gab;
+        d.m64 = m64;
+    }
+    if (!L)
+        s->rule_matmul_calls[!wg ? 0 : d.g64 ? 1 : 2]++;
     d.gup = s->no_skip || opts.no_skip ? NULL : s->gbound;
     d.want_lse = want_lse;
     d.first_draw = req->first_draw;
@@ -840,11 +862,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             if (wg) {
                 st = fls_from_cuda(fls_launch_wgmma_logits(W->data, W->ld, Hb.data, Hb.ld, W->dtype, (int)nbc,
                                                            V, W->cols, buf, V, g64, gab, s->sm_count, str));
-                /* the tables serve where only maxima are needed */
-                const int tables = mm == FLS_RULE_MATMUL_WGMMA && !d.need_s && !d.moments;
-                d.g64 = tables ? g64 : NULL;
-                d.gab = tables ? gab : NULL;
-                d.m64 = m64;
             } else {
                 st = fls_gemm_logits(s, W, &Hb, 0, V, buf, V, opts.force_simt);
             }

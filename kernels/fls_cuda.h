@@ -61,6 +61,11 @@ typedef enum fls_rule_matmul {
 
 void fls_cuda_opts_default(fls_cuda_opts *o);
 
+/* The context's fused rule calls by matmul (tests): [0] cuBLAS, [1] the wgmma
+ * kernel with its tables (no statistics pass), [2] the wgmma kernel, then the
+ * statistics pass. */
+void fls_cuda_rule_matmul_counts(const fls_context_t *ctx, uint64_t counts[3]);
+
 /* fls_cuda_sample_fused / _logits with explicit options. L != NULL selects
  * from-logits sampling (W, H ignored). */
 fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H, const fls_matrix *L,

@@ -1207,6 +1207,20 @@ static void test_rules_async(void)
 /* Random bf16 at D = 4096, V = 151936, the fused call: agreement of each
  * rule's tokens with the CPU engine (the logits of cuBLAS and of the CPU
  * round differently; tokens differ only where that moves a decision). */
+/* The matmul the fused rule calls on g_gpu took since counts c0 were read
+ * (fls_cuda_rule_matmul_counts): 0 cuBLAS, 1 wgmma + its tables, 2 wgmma +
+ * the statistics pass; -1 none, 3 more than one. */
+static int rule_matmul_taken(const uint64_t c0[3])
+{
+    uint64_t c1[3];
+    fls_cuda_rule_matmul_counts(g_gpu, c1);
+    int took = -1;
+    for (int k = 0; k < 3; k++)
+        if (c1[k] != c0[k])
+            took = took < 0 && c1[k] == c0[k] + 1 ? k : 3;
+    return took;
+}
+
 static void test_rules_agreement_fused(void)
 {
     const int64_t V = 151936, D = 4096, B = g_quick ? 4 : 16, draws = 4;
@@ -1222,6 +1236,7 @@ static void test_rules_agreement_fused(void)
         failf("memory");
         goto done;
     }
+    int tables = 0; /* calls that took the matmul's tables */
     for (size_t ri = 0; ri < N_RULES; ri++) {
         const rule_spec *r = &k_rules[ri];
         fls_params p;
@@ -1232,12 +1247,19 @@ static void test_rules_agreement_fused(void)
         fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
         fls_outputs oc = {tc, NULL, NULL}, og = {(int64_t *)dt, NULL, NULL};
         fls_status sc = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        uint64_t c0[3];
+        fls_cuda_rule_matmul_counts(g_gpu, c0);
         fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
         rule_rows_free(&rr);
         if (sc != FLS_OK || sg != FLS_OK) {
             failf("%s: cpu %s, cuda %s", r->name, fls_status_string(sc), fls_status_string(sg));
             break;
         }
+        /* the default at this B: the wgmma matmul (its tables where only maxima are needed) */
+        const int took = rule_matmul_taken(c0);
+        if (took != 1 && took != 2)
+            failf("%s: the default matmul was path %d, not the wgmma kernel", r->name, took);
+        tables += took == 1;
         fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
         int64_t same = 0;
         for (int64_t i = 0; i < n; i++)
@@ -1250,6 +1272,7 @@ static void test_rules_agreement_fused(void)
         for (int m = 0; m < 2; m++) {
             setenv("FLS_CUDA_RULE_MATMUL", m ? "cublas" : "wgmma_stats", 1);
             rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
+            fls_cuda_rule_matmul_counts(g_gpu, c0);
             sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
             rule_rows_free(&rr);
             unsetenv("FLS_CUDA_RULE_MATMUL");
@@ -1257,6 +1280,9 @@ static void test_rules_agreement_fused(void)
                 failf("%s: cuda (%s) %s", r->name, m ? "cublas" : "wgmma_stats", fls_status_string(sg));
                 break;
             }
+            if (rule_matmul_taken(c0) != (m ? 0 : 2))
+                failf("%s: FLS_CUDA_RULE_MATMUL=%s took path %d", r->name, m ? "cublas" : "wgmma_stats",
+                      rule_matmul_taken(c0));
             fls_cuda_memcpy(tc2, dt, 8 * (size_t)n, 0);
             if (m == 0)
                 stats_identical = memcmp(tc2, tg, 8 * (size_t)n) == 0;
@@ -1274,6 +1300,8 @@ static void test_rules_agreement_fused(void)
         if (!stats_identical)
             failf("%s: the statistics pass and the matmul's tables give different tokens", r->name);
     }
+    if (tables < 1)
+        failf("no rule call folded the matmul's tables (min-p and top-k need only maxima)");
 done:
     free(W);
     free(H);
@@ -1304,7 +1332,7 @@ static void test_rules_matmul_paths(void)
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * nmax);
-    int64_t calls = 0, bad = 0;
+    int64_t calls = 0, bad = 0, tables = 0;
     if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
         failf("memory");
         goto done;
@@ -1326,6 +1354,8 @@ static void test_rules_matmul_paths(void)
                 for (size_t i = 0; i < nmax; i++)
                     tg[i] = -7; /* guard */
                 fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
+                uint64_t c0[3];
+                fls_cuda_rule_matmul_counts(g_gpu, c0);
                 fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 calls++;
@@ -1335,6 +1365,18 @@ static void test_rules_matmul_paths(void)
                     bad++;
                     continue;
                 }
+                /* the path asked for: cuBLAS; the wgmma kernel with its tables
+                 * (always for min-p: only maxima), or through the statistics
+                 * pass where a sum or moments are needed; the statistics pass */
+                const int took = rule_matmul_taken(c0);
+                const int path_ok = m == 0   ? took == 0
+                                    : m == 2 ? took == 2
+                                             : took == 1 || (took == 2 && ri != 0);
+                if (!path_ok) {
+                    failf("B=%lld %s %s: took matmul path %d", (long long)B, r->name, k_matmuls[m], took);
+                    bad++;
+                }
+                tables += took == 1;
                 fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
                 if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
@@ -1349,8 +1391,9 @@ static void test_rules_matmul_paths(void)
             }
         }
     printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
-           "(cublas, wgmma + tables, wgmma + statistics pass; B = 1, 5, 64, 130)\n",
-           (long long)V, (long long)D, (long long)(calls - bad), (long long)calls);
+           "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass; B = 1, 5, 64, 130; "
+           "%lld with the tables)\n",
+           (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables);
 done:
     free(W);
     free(H);
