@@ -97,6 +97,7 @@ struct fls_cuda_state {
     int async;                     /* fls_context_config.async */
     unsigned *sticky;              /* [1]: the first error code of the calls since the last sync */
     uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
+    uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
     char name[256];
 };
 
@@ -630,6 +631,11 @@ extern "C" void fls_cuda_rule_matmul_counts(const fls_context_t *ctx, uint64_t c
         counts[k] = ctx && ctx->cuda ? ctx->cuda->rule_matmul_calls[k] : 0;
 }
 
+extern "C" uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx)
+{
+    return ctx && ctx->cuda ? ctx->cuda->rule_list_draw_calls : 0;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -817,13 +823,25 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                    (!fast || (fls_min_p_off(v[FLS_FILTER_MIN_P]) && fls_top_k_off(v[FLS_FILTER_TOP_K])));
     }
     /* the matmul's tables replace the statistics pass where only maxima are needed */
-    if (wg && mm == FLS_RULE_MATMUL_WGMMA && !d.need_s && !d.moments) {
+    if (wg) {
         d.g64 = g64;
         d.gab = gab;
         d.m64 = m64;
+        d.gfold = mm == FLS_RULE_MATMUL_WGMMA && !d.need_s && !d.moments;
     }
     if (!L)
-        s->rule_matmul_calls[!wg ? 0 : d.g64 ? 1 : 2]++;
+        s->rule_matmul_calls[!wg ? 0 : d.gfold ? 1 : 2]++;
+    /* every row bounded by a top-k (so its support lies within its top list)
+     * and no log-sum-exp asked: the list kernel draws the rows and the
+     * select and final kernels are not launched (FLS_CUDA_LIST_DRAW=0,
+     * tests: launched anyway) */
+    const char *ld_env = getenv("FLS_CUDA_LIST_DRAW");
+    d.ldraw = fast && top_cap > 0 && !want_lse && !(ld_env && !strcmp(ld_env, "0"));
+    for (int64_t b = 0; b < B && d.ldraw; b++) {
+        const double k = req->rule[b].value[FLS_FILTER_TOP_K];
+        d.ldraw = !fls_top_k_off(k) && k <= (double)top_cap;
+    }
+    s->rule_list_draw_calls += d.ldraw != 0;
     d.gup = s->no_skip || opts.no_skip ? NULL : s->gbound;
     d.want_lse = want_lse;
     d.first_draw = req->first_draw;
@@ -900,7 +918,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             if (st == FLS_OK)
                 st = fls_from_cuda(fls_rule_launch_fast_decide(d, str));
             for (int round = 0; st == FLS_OK; round++) {
-                st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
+                /* with ldraw the list kernel drew every row it decided; the
+                 * rows the host decided are selected in round 1 */
+                if (!(d.ldraw && round == 0))
+                    st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
                 if (st == FLS_OK && commit)
                     st = fls_from_cuda(fls_rule_launch_commit(
                         d.code, (int)B, d.tok, d.lp, d.lse, B * draws * K, out->tokens, out->logprobs,

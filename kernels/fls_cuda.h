@@ -65,6 +65,10 @@ void fls_cuda_opts_default(fls_cuda_opts *o);
  * kernel with its tables (no statistics pass), [2] the wgmma kernel, then the
  * statistics pass. */
 void fls_cuda_rule_matmul_counts(const fls_context_t *ctx, uint64_t counts[3]);
+/* The context's rule calls whose list kernel drew the rows (every row bounded
+ * by a top-k, no log-sum-exp asked; the select and final kernels skipped;
+ * FLS_CUDA_LIST_DRAW=0 turns it off). Tests. */
+uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx);
 
 /* fls_cuda_sample_fused / _logits with explicit options. L != NULL selects
  * from-logits sampling (W, H ignored). */

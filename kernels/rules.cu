@@ -372,8 +372,8 @@ __global__ void fls_rule_merge_smem_kernel(fls_rule_dev d, int first, int stride
  * support larger than the list has its log-sum-exp summed on the device
  * (lsedev[b] = 1) instead of sending the row to the host. */
 __device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpart &pt,
-                                    const fls_top_entry *top, const double *w, int64_t ntop, float dropped,
-                                    int dev_lse, const fls_row_rule &rule, float T)
+                                    const fls_top_entry *top, const double *w, const double *pw, int64_t ntop,
+                                    float dropped, int dev_lse, const fls_row_rule &rule, float T)
 {
     d.cut[b] = -INFINITY;
     d.lse[b] = pt.lse_m;
@@ -402,6 +402,7 @@ __device__ void fls_rule_decide_row(const fls_rule_dev &d, int b, const fls_rpar
     st.ntop = top ? ntop : 0;
     st.dropped = top ? dropped : INFINITY;
     st.w = top ? w : NULL;
+    st.pw = top && w ? pw : NULL;
     float c;
     double l = 0.0;
     if (fls_filter_chain(&st, rule.value, &c) != FLS_CUT_OK) {
@@ -429,7 +430,7 @@ __global__ void fls_rule_decide_kernel(fls_rule_dev d)
     fls_topc *t = fls_rtop(d, (int64_t)i * d.P);
     if (t)
         fls_topc_sort(t);
-    fls_rule_decide_row(d, d.r0 + i, d.part[(int64_t)i * d.P], t ? fls_topc_entries(t) : NULL, NULL,
+    fls_rule_decide_row(d, d.r0 + i, d.part[(int64_t)i * d.P], t ? fls_topc_entries(t) : NULL, NULL, NULL,
                         t ? t->n : 0, t ? t->dropped : INFINITY, 0, d.rule[d.r0 + i],
                         d.rows[d.r0 + i].temperature);
 }
@@ -607,14 +608,21 @@ __device__ __forceinline__ int64_t fls_ftoken(const fls_rule_dev &d, int c, int 
 }
 
 /* The thread's 8 logits of sub-chunk s of chunk c (-inf past V): two
- * 16-byte loads where the rows allow (vec). */
+ * 16-byte loads where the rows allow (vec). sg (or NULL): the chunk's
+ * 64-token maxima of the logits (fls_fgroups); a half whose group maximum
+ * is not above pre is not loaded (-inf: every logit there is <= pre). */
 __device__ __forceinline__ void fls_fraw8(const fls_rule_dev &d, const float *row, int c, int s,
-                                          float (&l)[8])
+                                          float (&l)[8], const float *sg = NULL, float pre = -INFINITY)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int64_t v0 = fls_ftoken(d, c, threadIdx.x, 8 * s + 4 * h);
-        if (d.vec && v0 + 3 < d.V) {
+        /* the lane's 4 tokens lie in group 32 s + 16 h + t / 16 of the chunk */
+        if (sg && !(sg[32 * s + 16 * h + (threadIdx.x >> 4)] > pre)) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                l[4 * h + e] = -INFINITY;
+        } else if (d.vec && v0 + 3 < d.V) {
             const float4 q = *(const float4 *)(row + v0);
             l[4 * h] = q.x;
             l[4 * h + 1] = q.y;
@@ -645,13 +653,27 @@ __device__ __forceinline__ float fls_fpre(float c, float T)
     return -INFINITY;
 }
 
+/* The block's chunk of row i: its 64-token maxima of the logits from the
+ * matmul's tables into sg (cf x 32 entries; -inf past the table), or NULL
+ * without tables. A block calls it whole (it synchronises). */
+__device__ __forceinline__ const float *fls_fgroups(const fls_rule_dev &d, int i, float *sg)
+{
+    if (!d.g64)
+        return NULL;
+    const int64_t q0 = (int64_t)blockIdx.x * d.cf * 32;
+    for (int q = threadIdx.x; q < 32 * d.cf; q += blockDim.x)
+        sg[q] = q0 + q < d.m64 ? d.g64[(int64_t)i * d.m64 + q0 + q] : -INFINITY;
+    __syncthreads();
+    return sg;
+}
+
 /* The thread's 8 tokens of sub-chunk s of its chunk: their tempered logits
  * where they are at or above cut, else -inf (pre = fls_fpre(cut, T)). */
 __device__ __forceinline__ void fls_fload8(const fls_rule_dev &d, const float *row, int s, float T, float cut,
-                                           float pre, float (&x)[8])
+                                           float pre, float (&x)[8], const float *sg)
 {
     float l[8];
-    fls_fraw8(d, row, blockIdx.x, s, l);
+    fls_fraw8(d, row, blockIdx.x, s, l, sg, pre);
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         x[k] = -INFINITY;
@@ -684,7 +706,7 @@ __device__ void fls_bitonic_desc(unsigned long long *a, int n)
     for (int k = 2; k <= n; k *= 2)
         for (int j = k / 2; j > 0; j /= 2) {
             for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
-                const int lo = 2 * j * (t / j) + t % j, hi = lo + j;
+                const int lo = ((t & ~(j - 1)) << 1) | (t & (j - 1)), hi = lo + j; /* j: a power of two */
                 const bool desc = (lo & k) == 0;
                 const unsigned long long x = a[lo], y = a[hi];
                 if (desc ? x < y : x > y) {
@@ -824,8 +846,8 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
      * and a top list, the row's table of 64-token maxima (m64 floats) */
     float *gm = (float *)fls_rdyn;
     const int M4 = (d.M + 3) / 4;
-    float *s64 = d.g64 && d.top_cap > 0 ? gm + 4 * M4 : NULL;
-    if (d.g64) {
+    float *s64 = d.gfold && d.top_cap > 0 ? gm + 4 * M4 : NULL;
+    if (d.gfold) {
         /* the matmul's 64-token tables: the row's largest logit, its errors
          * (a NaN or +inf logit: a group maximum NaN or +inf) and its largest
          * finite |l| — the statistics pass's values (maxima: in any order),
@@ -894,13 +916,13 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     const bool pending = d.top_cap > 0 && !(pt.bad & (FLS_RBAD_NAN | FLS_RBAD_TEMP)) && pt.lse_m > -INFINITY;
     if (!pending) {
         if (t == 0)
-            fls_rule_decide_row(d, b, pt, NULL, NULL, 0, INFINITY, 1, d.rule[b], d.rows[b].temperature);
+            fls_rule_decide_row(d, b, pt, NULL, NULL, NULL, 0, INFINITY, 1, d.rule[b], d.rows[b].temperature);
         return;
     }
     /* t: the C-th largest group maximum (-inf when fewer groups: every
      * finite token), the value whose count of larger maxima is below C and
      * whose count of larger or equal ones is not */
-    if (d.g64) {
+    if (d.gfold) {
         /* groups of gsz / 64 table entries (past the table: -inf, as past V),
          * their maximum tempered once: the statistics pass's values */
         const float T = d.rows[b].temperature;
@@ -948,13 +970,17 @@ __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
         return;
     const float T = d.rows[b].temperature, thr = d.thr[i], pre = fls_fpre(thr, T);
     const float *row = d.L + (size_t)i * d.ldl;
+    /* with the matmul's tables only the 64-token groups whose maximum
+     * passes are read (on flat rows a few dozen of the row's thousands) */
+    __shared__ float sgb[16 * 32];
+    const float *sg = fls_fgroups(d, i, sgb);
     /* two sub-chunks a step (their loads in flight together); a warp with no
      * candidate among its 256 tokens goes on at once */
     for (int s0 = 0; s0 < d.cf; s0 += 2) {
         float x[2][8];
-        fls_fload8(d, row, s0, T, thr, pre, x[0]);
+        fls_fload8(d, row, s0, T, thr, pre, x[0], sg);
         if (s0 + 1 < d.cf)
-            fls_fload8(d, row, s0 + 1, T, thr, pre, x[1]);
+            fls_fload8(d, row, s0 + 1, T, thr, pre, x[1], sg);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             if (s0 + h >= d.cf)
@@ -981,85 +1007,6 @@ __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
                         fls_frank(x[h][k], fls_ftoken(d, blockIdx.x, threadIdx.x, 8 * (s0 + h) + k));
             }
         }
-    }
-}
-
-/* One block per pending row: its candidates sorted into the exact top list,
- * then the decision. */
-__global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
-{
-    extern __shared__ __align__(16) char fls_rdyn[];
-    const int i = blockIdx.x, b = d.r0 + i;
-    if (d.code[b] != FLS_RC_PENDING)
-        return;
-    const unsigned n = d.ccount[i];
-    if (n > FLS_FCCAP) {
-        if (threadIdx.x == 0) {
-            d.code[b] = FLS_RC_SECOND; /* massive ties: the host decides from the full row */
-            d.cut[b] = -INFINITY;
-            d.lsedev[b] = 0;
-        }
-        return;
-    }
-    unsigned long long *k = (unsigned long long *)fls_rdyn;
-    fls_top_entry *e = (fls_top_entry *)(k + FLS_FCCAP);
-    /* what the decision reads, staged by another warp while the keys load
-     * (thread 0 then decides from shared memory, not a chain of global loads) */
-    __shared__ fls_row_rule srule;
-    __shared__ fls_rpart spt;
-    __shared__ float sthr, sT;
-    if (threadIdx.x == 32) {
-        srule = d.rule[b];
-        spt = d.part[(int64_t)i * d.P];
-        sthr = d.thr[i];
-        sT = d.rows[b].temperature;
-    }
-    int n2 = 64;
-    while (n2 < (int)n)
-        n2 *= 2;
-    for (int j = threadIdx.x; j < n2; j += blockDim.x)
-        k[j] = j < (int)n ? d.cand[(int64_t)i * FLS_FCCAP + j] : 0ull;
-    __syncthreads();
-    fls_bitonic_desc(k, n2);
-    const int64_t ntop = (int64_t)n < d.top_cap ? (int64_t)n : d.top_cap;
-    double *wt = (double *)(e + FLS_FTOP);
-    const double m = spt.lse_m;
-    for (int j = threadIdx.x; j < ntop; j += blockDim.x) {
-        e[j].x = fls_frank_x(k[j]);
-        e[j].pad_ = 0;
-        e[j].v = (int64_t)(0xffffffffu - (uint32_t)k[j]);
-        wt[j] = exp((double)e[j].x - m);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        /* every token not in the list is ranked after it: the next candidate,
-         * or (all candidates kept) below the threshold */
-        const float thr = sthr;
-        const float dropped = (int64_t)n > d.top_cap ? fls_frank_x(k[d.top_cap])
-                              : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
-                                                     : -INFINITY;
-        fls_rpart pt = spt;
-        if (!d.need_s && dropped == -INFINITY && !fls_top_p_off(srule.value[FLS_FILTER_TOP_P])) {
-            /* the statistics carry no sum (need_s off: an earlier filter
-             * cuts the nucleus unless the row has too few finite tokens);
-             * every finite token is in the list: its sum, in rank order */
-            double z = 0.0;
-            for (int64_t j = 0; j < ntop; j++)
-                z += wt[j];
-            pt.lse_s = z;
-        }
-        fls_rule_decide_row(d, b, pt, e, wt, ntop, dropped, 1, srule, sT);
-    }
-    __syncthreads();
-    /* a support within the candidates ({x >= cut} with cut >= thr, its
-     * log-sum-exp known): its sorted keys stay for the draws (nsup) */
-    const float cut = d.cut[b];
-    if (d.code[b] != FLS_RC_OK || d.lsedev[b] || !(cut >= sthr))
-        return;
-    for (int j = threadIdx.x; j < (int)n; j += blockDim.x) {
-        d.cand[(int64_t)i * FLS_FCCAP + j] = k[j];
-        if (fls_frank_x(k[j]) >= cut && (j + 1 == (int)n || !(fls_frank_x(k[j + 1]) >= cut)))
-            d.nsup[i] = j + 1;
     }
 }
 
@@ -1145,14 +1092,51 @@ __device__ __forceinline__ float fls_warp_kth_maxf(float v, int k)
     return fls_warp_maxf(v);
 }
 
+/* A best-first list of ordered keys (fls_frank of (key, token): one 64-bit
+ * compare ranks two entries as fls_key_beats does; 0: empty) whose first k
+ * slots are in use: u is carried down past every entry it beats. Every
+ * index static, so the list stays in registers; a push is k compares. */
+template <int N>
+__device__ __forceinline__ void fls_ulist_push(unsigned long long (&l)[N], int k, unsigned long long u)
+{
+#pragma unroll
+    for (int q = 0; q < N; q++)
+        if (q < k && u > l[q]) {
+            const unsigned long long t = l[q];
+            l[q] = u;
+            u = t;
+        }
+}
+
+/* Drops the list's head. */
+template <int N> __device__ __forceinline__ void fls_ulist_pop(unsigned long long (&l)[N])
+{
+#pragma unroll
+    for (int q = 0; q + 1 < N; q++)
+        l[q] = l[q + 1];
+    l[N - 1] = 0ull;
+}
+
+/* The key of the list's k-th entry (-inf while it has fewer). */
+template <int N> __device__ __forceinline__ float fls_ulist_kth(const unsigned long long (&l)[N], int k)
+{
+    float r = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < N; q++)
+        if (q == k - 1 && l[q])
+            r = fls_frank_x(l[q]);
+    return r;
+}
+
 /* Each (chunk, draw): the K best keys of the chunk's support; and, where
  * the support's log-sum-exp is summed here, the chunk's sum (in the first
- * draw's pass). A chunk without support writes empty entries (v = -1). */
+ * draw's pass). A chunk without support writes empty entries (v = -1).
+ * The lists hold ordered keys (fls_ulist_push); an entry's x is read back
+ * from the row when it is written. */
 template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel(fls_rule_dev d)
 {
-    __shared__ fls_fbest sw[8];
+    __shared__ unsigned long long sw[8 * KM];
     __shared__ double sz[8];
-    __shared__ long long swv;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
     if (d.code[b] != FLS_RC_OK || d.nsup[i] >= 0)
         return;
@@ -1163,12 +1147,17 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     const float *row = d.L + (size_t)i * d.ldl;
     const double m = d.part[(int64_t)i * d.P].lse_m;
     const int lsedev = d.lsedev[b];
+    /* with the matmul's tables only the groups that reach the cut are read */
+    __shared__ float sgb[16 * 32];
+    const float *sg = fls_fgroups(d, i, sgb);
     for (int j = 0; j < d.draws; j++) {
         fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
         const bool sum = lsedev && j == 0;
         double z = 0.0;
-        fls_fbest l[KM];
-        fls_flist_init(l);
+        unsigned long long l[KM];
+#pragma unroll
+        for (int q = 0; q < KM; q++)
+            l[q] = 0ull;
         /* a key below thr is beaten by K keys of the warp, so it cannot be
          * among the chunk's K best, and its log is skipped when the bound of
          * its noise's bucket shows it (as the fused kernels do). thr: a
@@ -1177,7 +1166,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         float thr = -INFINITY;
         for (int s = 0; s < d.cf; s++) {
             float x[8];
-            fls_fload8(d, row, s, T, cut, pre, x);
+            fls_fload8(d, row, s, T, cut, pre, x, sg);
             if (sum) {
 #pragma unroll
                 for (int k = 0; k < 8; k++)
@@ -1197,24 +1186,22 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
                     const float xe = x[2 * p + e];
                     if (!(xe > -INFINITY))
                         continue;
-                    fls_fbest c;
-                    c.x = xe;
-                    c.v = v0 + e;
+                    float key = xe;
                     if (noisy) {
                         const uint64_t bits = fls_pair_bits(r, (uint64_t)(v0 + e));
                         if (d.gup && __fadd_rn(xe, d.gup[bits >> FLS_GB_SHIFT]) < thr)
                             continue; /* fl(x + g) <= fl(x + up[bucket]) < thr */
-                        c.key = fls_temperature_key(xe, fls_gumbel_dev(bits), T);
-                    } else {
-                        c.key = xe;
+                        key = fls_temperature_key(xe, fls_gumbel_dev(bits), T);
                     }
-                    fls_flist_push(l, Kb, c);
+                    if (key < thr)
+                        continue; /* K keys of the warp are >= thr: not among the chunk's K best */
+                    fls_ulist_push(l, Kb, fls_frank(key, v0 + e));
                 }
-                thr = fmaxf(thr, fls_flist_kth(l, Kb));
+                thr = fmaxf(thr, fls_ulist_kth(l, Kb));
             }
             thr = fls_warp_maxf(thr);
             if (KM > 1)
-                thr = fmaxf(thr, fls_warp_kth_maxf(l[0].v >= 0 ? l[0].key : -INFINITY, Kb));
+                thr = fmaxf(thr, fls_warp_kth_maxf(l[0] ? fls_frank_x(l[0]) : -INFINITY, Kb));
         }
         if (sum) {
 #pragma unroll
@@ -1230,27 +1217,42 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
                 d.lsep[(int64_t)i * d.nchunk + blockIdx.x] = a;
             }
         }
-        /* Kb rounds: the block's best head, popped from its thread's list */
+        /* each warp's Kb best (Kb rounds: the warp's best head, popped from
+         * its lane's list), then warp 0 the block's Kb best of those: two
+         * barriers a draw, not three a round */
         for (int r = 0; r < Kb; r++) {
-            const fls_fbest bw = fls_fbest_warp(l[0]);
+            const unsigned long long bw = fls_warp_max_u64(l[0]);
+            if (bw && l[0] == bw) /* the winner's lane pops it */
+                fls_ulist_pop(l);
             if (lane == 0)
-                sw[w] = bw;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                fls_fbest best = sw[0];
-                for (int k = 1; k < 8; k++)
-                    if (fls_fbeats(sw[k], best))
-                        best = sw[k];
-                out[r].x = best.x;
-                out[r].key = best.key;
-                out[r].v = best.v;
-                swv = best.v;
-            }
-            __syncthreads();
-            if (l[0].v >= 0 && l[0].v == swv) /* the winner's thread pops it */
-                fls_flist_pop(l);
-            __syncthreads();
+                sw[w * KM + r] = bw;
         }
+        __syncthreads();
+        if (w == 0) {
+            unsigned long long bl[KM];
+#pragma unroll
+            for (int q = 0; q < KM; q++)
+                bl[q] = 0ull;
+            for (int q = lane; q < 8 * Kb; q += 32)
+                fls_ulist_push(bl, Kb, sw[(q / Kb) * KM + q % Kb]);
+            for (int r = 0; r < Kb; r++) {
+                const unsigned long long bw = fls_warp_max_u64(bl[0]);
+                if (bw && bl[0] == bw)
+                    fls_ulist_pop(bl);
+                if (lane == 0) {
+                    if (bw) {
+                        const int64_t v = (int64_t)(0xffffffffu - (uint32_t)bw);
+                        out[r].key = fls_frank_x(bw);
+                        out[r].x = fls_temper(row[v], T); /* the x it was ranked with */
+                        out[r].v = v;
+                    } else {
+                        out[r].key = out[r].x = -INFINITY;
+                        out[r].v = -1;
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* sw is the next draw's */
     }
 }
 
@@ -1310,6 +1312,126 @@ __device__ void fls_fcand_keys(const fls_rule_dev &d, int i, int b, int j, int K
     }
 }
 
+/* One block per pending row: its candidates sorted into the exact top list,
+ * then the decision; with d.ldraw (every row bounded by a top-k within the
+ * list, no log-sum-exp asked) also the row's draws from its support, which
+ * then always lies within the candidates (the final kernel's work, one warp
+ * per draw; the select and final kernels are not launched). */
+template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
+{
+    extern __shared__ __align__(16) char fls_rdyn[];
+    const int i = blockIdx.x, b = d.r0 + i;
+    if (d.code[b] != FLS_RC_PENDING)
+        return;
+    const unsigned n = d.ccount[i];
+    if (n > FLS_FCCAP) {
+        if (threadIdx.x == 0) {
+            d.code[b] = FLS_RC_SECOND; /* massive ties: the host decides from the full row */
+            d.cut[b] = -INFINITY;
+            d.lsedev[b] = 0;
+        }
+        return;
+    }
+    unsigned long long *k = (unsigned long long *)fls_rdyn;
+    fls_top_entry *e = (fls_top_entry *)(k + FLS_FCCAP);
+    /* what the decision reads, staged by another warp while the keys load
+     * (thread 0 then decides from shared memory, not a chain of global loads) */
+    __shared__ fls_row_rule srule;
+    __shared__ fls_rpart spt;
+    __shared__ float sthr, sT;
+    if (threadIdx.x == 32) {
+        srule = d.rule[b];
+        spt = d.part[(int64_t)i * d.P];
+        sthr = d.thr[i];
+        sT = d.rows[b].temperature;
+    }
+    int n2 = 64;
+    while (n2 < (int)n)
+        n2 *= 2;
+    for (int j = threadIdx.x; j < n2; j += blockDim.x)
+        k[j] = j < (int)n ? d.cand[(int64_t)i * FLS_FCCAP + j] : 0ull;
+    __syncthreads();
+    if ((int)n <= (int)blockDim.x) {
+        /* a thread per key: its rank is the number of larger keys (the keys
+         * are distinct: the token is in them), one pass and one barrier;
+         * the sorted keys go to k + FLS_FCCAP / 2 (unused: n <= 256) */
+        unsigned long long *ks = k + FLS_FCCAP / 2;
+        if (threadIdx.x < n) {
+            const unsigned long long key = k[threadIdx.x];
+            int r = 0;
+            for (int q = 0; q < (int)n; q++)
+                r += k[q] > key;
+            ks[r] = key;
+        }
+        __syncthreads();
+        k = ks;
+    } else {
+        fls_bitonic_desc(k, n2);
+    }
+    const int64_t ntop = (int64_t)n < d.top_cap ? (int64_t)n : d.top_cap;
+    double *wt = (double *)(e + FLS_FTOP), *pw = wt + FLS_FTOP;
+    const double m = spt.lse_m;
+    for (int j = threadIdx.x; j < ntop; j += blockDim.x) {
+        e[j].x = fls_frank_x(k[j]);
+        e[j].pad_ = 0;
+        e[j].v = (int64_t)(0xffffffffu - (uint32_t)k[j]);
+        wt[j] = exp((double)e[j].x - m);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* the weights' prefix sums in list order (fls_filter_stats.pw):
+         * the decision then bisects instead of adding one by one */
+        double z = 0.0;
+        pw[0] = 0.0;
+        for (int64_t j = 0; j < ntop; j++) {
+            z += wt[j];
+            pw[j + 1] = z;
+        }
+        /* every token not in the list is ranked after it: the next candidate,
+         * or (all candidates kept) below the threshold */
+        const float thr = sthr;
+        const float dropped = (int64_t)n > d.top_cap ? fls_frank_x(k[d.top_cap])
+                              : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
+                                                     : -INFINITY;
+        fls_rpart pt = spt;
+        if (!d.need_s && dropped == -INFINITY && !fls_top_p_off(srule.value[FLS_FILTER_TOP_P])) {
+            /* the statistics carry no sum (need_s off: an earlier filter
+             * cuts the nucleus unless the row has too few finite tokens);
+             * every finite token is in the list: its sum, in rank order */
+            pt.lse_s = z;
+        }
+        fls_rule_decide_row(d, b, pt, e, wt, pw, ntop, dropped, 1, srule, sT);
+    }
+    __syncthreads();
+    /* a support within the candidates ({x >= cut} with cut >= thr, its
+     * log-sum-exp known): its sorted keys stay for the draws (nsup) */
+    const float cut = d.cut[b];
+    if (d.code[b] != FLS_RC_OK)
+        return;
+    if (d.lsedev[b] || !(cut >= sthr)) {
+        /* not with ldraw (the host's condition rules it out); were it
+         * reached, the row goes to the host, never drawn wrong */
+        if (d.ldraw && threadIdx.x == 0)
+            d.code[b] = FLS_RC_SECOND;
+        return;
+    }
+    for (int j = threadIdx.x; j < (int)n; j += blockDim.x) {
+        d.cand[(int64_t)i * FLS_FCCAP + j] = k[j];
+        if (fls_frank_x(k[j]) >= cut && (j + 1 == (int)n || !(fls_frank_x(k[j + 1]) >= cut)))
+            d.nsup[i] = j + 1;
+    }
+    if (!d.ldraw)
+        return;
+    __syncthreads(); /* the block's writes of cand and nsup seen by its warps */
+    const int Kb = (int)srule.K;
+    for (int j = threadIdx.x >> 5; j < d.draws; j += blockDim.x >> 5) {
+        fls_fbest l[KM];
+        fls_flist_init(l);
+        fls_fcand_keys(d, i, b, j, Kb, l);
+        fls_fwarp_write(d, b, j, Kb, l, m, d.lse[b]);
+    }
+}
+
 /* One warp per (row, draw): the K best of the chunks' picks, or (a support
  * within the sorted candidates, nsup >= 0) of the support's keys drawn from
  * that list alone; written. */
@@ -1365,11 +1487,11 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
 {
     const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
     cudaError_t e = cudaSuccess;
-    if (!d.g64) { /* with the matmul's tables the row kernel folds them */
+    if (!d.gfold) { /* with the matmul's tables the row kernel folds them */
         fls_rfast_stats_kernel<<<grid, 256, 0, st>>>(d);
         e = cudaGetLastError();
     }
-    const size_t gb = d.top_cap > 0 ? (size_t)(d.M + 3) / 4 * 16 + (d.g64 ? (size_t)d.m64 * 4 : 0) : 0;
+    const size_t gb = d.top_cap > 0 ? (size_t)(d.M + 3) / 4 * 16 + (d.gfold ? (size_t)d.m64 * 4 : 0) : 0;
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(fls_rfast_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gb);
     if (e == cudaSuccess) {
@@ -1378,13 +1500,17 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
     }
     if (d.top_cap > 0 && e == cudaSuccess) {
         fls_rfast_collect_kernel<<<grid, 256, 0, st>>>(d);
-        const size_t lb = (size_t)FLS_FCCAP * 8 + (size_t)FLS_FTOP * (sizeof(fls_top_entry) + sizeof(double));
+        const size_t lb = (size_t)FLS_FCCAP * 8 +
+                          (size_t)FLS_FTOP * (sizeof(fls_top_entry) + 2 * sizeof(double)) + sizeof(double);
         e = cudaGetLastError();
+        /* lists of one entry where every row draws one token (fewer registers) */
+        void (*kern)(fls_rule_dev) = d.K == 1   ? fls_rfast_list_kernel<1>
+                                     : d.K <= 4 ? fls_rfast_list_kernel<4>
+                                                : fls_rfast_list_kernel<FLS_FKMAX>;
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(fls_rfast_list_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)lb);
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lb);
         if (e == cudaSuccess) {
-            fls_rfast_list_kernel<<<(unsigned)d.nb, 256, lb, st>>>(d);
+            kern<<<(unsigned)d.nb, 256, lb, st>>>(d);
             e = cudaGetLastError();
         }
     }

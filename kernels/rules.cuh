@@ -105,10 +105,14 @@ struct fls_rule_dev {
     int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
     int *nsup;                /* [nb] >= 0: the support is the first nsup of the sorted candidates */
     /* the matmul's 64-token tables (fls_launch_wgmma_logits), or NULL: row i's
-     * group q at i * m64 + q; with them the row kernel folds the statistics
-     * (no need_s, no moments) and the statistics pass is not run */
+     * group q at i * m64 + q. With them the collect and select kernels read
+     * only the groups whose maximum reaches their threshold, and (gfold:
+     * no need_s, no moments) the row kernel folds the statistics from them
+     * and the statistics pass is not run */
     const float *g64, *gab;
     int64_t m64;
+    int gfold;
+    int ldraw; /* the list kernel draws its rows (fls_rule_launch_fast_decide) */
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the

@@ -39,6 +39,11 @@ typedef struct fls_filter_stats {
     int64_t ntop;
     float dropped;
     const double *w; /* NULL, or w[i] = exp((double)top[i].x - m) computed ahead (by many threads) */
+    /* NULL, or (with w) pw[i] = w[0] + ... + w[i - 1] added in list order
+     * from 0.0, for i <= ntop: the very sums the loops below form one by
+     * one, computed ahead, so a cutoff is found by bisection (the same
+     * decision, bit for bit) */
+    const double *pw;
 } fls_filter_stats;
 
 /* exp(x_i - m) of the list's entry i: the same value either way. */
@@ -66,6 +71,8 @@ FLS_HD int64_t fls_top_count_ge(const fls_filter_stats *st, float c)
 /* The sum of the first n entries' weights, in list order. */
 FLS_HD double fls_top_sum(const fls_filter_stats *st, int64_t n)
 {
+    if (st->pw)
+        return st->pw[n];
     double Z = 0.0;
     if (st->w) {
         for (int64_t i = 0; i < n; i++)
@@ -184,21 +191,42 @@ FLS_HD int fls_top_p_cut(const fls_filter_stats *st, double p, float c_prev, flo
         Z = fls_top_sum(st, n);
     }
     const double target = p * Z;
-    double A = 0.0; /* the mass of the tokens strictly more probable than the group */
-    float last = c_prev;
     const fls_top_entry *t = st->top;
-    int64_t i = 0;
-    while (i < n) {
-        const float xg = t[i].x;
-        if (!(A < target)) {
-            *c = last; /* this group and everything after it is out */
+    if (st->pw) {
+        /* the loop below stops at the first group whose head mass
+         * A = pw[start] is not below the target; pw is non-decreasing, so
+         * that group is the first one starting at or after the first index
+         * j with !(pw[j] < target) */
+        int64_t lo = 0, hi = n;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (st->pw[mid] < target)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        while (lo > 0 && lo < n && t[lo].x == t[lo - 1].x)
+            lo++; /* to the start of the next group of ties */
+        if (lo < n) {
+            *c = lo == 0 ? c_prev : t[lo - 1].x;
             return FLS_CUT_OK;
         }
-        last = xg;
-        do { /* the group of ties at xg (all >= c_prev: within the n) */
-            A += fls_top_w(st, i);
-            i++;
-        } while (i < n && t[i].x == xg);
+    } else {
+        double A = 0.0; /* the mass of the tokens strictly more probable than the group */
+        float last = c_prev;
+        int64_t i = 0;
+        while (i < n) {
+            const float xg = t[i].x;
+            if (!(A < target)) {
+                *c = last; /* this group and everything after it is out */
+                return FLS_CUT_OK;
+            }
+            last = xg;
+            do { /* the group of ties at xg (all >= c_prev: within the n) */
+                A += fls_top_w(st, i);
+                i++;
+            } while (i < n && t[i].x == xg);
+        }
     }
     if (st->dropped > -INFINITY && !(c_prev > st->dropped))
         return FLS_CUT_UNDECIDED; /* the head goes on beyond the list */

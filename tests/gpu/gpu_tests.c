@@ -1319,7 +1319,9 @@ done:
  * row kernel) and the wgmma kernel through the statistics pass all give the
  * CPU engine's tokens, for every rule, at B = 1, 5, 64 and 130 (two batch
  * tiles of 128; V = 3001: a tail tile and a partial group of 64). */
-static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats"};
+/* the matmuls a rule call may take; the fourth: the wgmma kernel with the
+ * list kernel's draws off (FLS_CUDA_LIST_DRAW=0: select and final kernels) */
+static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma"};
 
 static void test_rules_matmul_paths(void)
 {
@@ -1332,7 +1334,7 @@ static void test_rules_matmul_paths(void)
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * nmax);
-    int64_t calls = 0, bad = 0, tables = 0;
+    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0;
     if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
         failf("memory");
         goto done;
@@ -1349,15 +1351,19 @@ static void test_rules_matmul_paths(void)
             fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
             fls_outputs oc = {tc, NULL, NULL}, og = {(int64_t *)dt, NULL, NULL};
             fls_status sc = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
-            for (size_t m = 0; m < 3 && sc == FLS_OK; m++) {
+            for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
+                if (m == 3)
+                    setenv("FLS_CUDA_LIST_DRAW", "0", 1);
                 for (size_t i = 0; i < nmax; i++)
                     tg[i] = -7; /* guard */
                 fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
+                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu);
                 fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
+                unsetenv("FLS_CUDA_LIST_DRAW");
                 calls++;
                 if (sg != FLS_OK) {
                     failf("B=%lld %s %s: cuda %s", (long long)B, r->name, k_matmuls[m],
@@ -1377,6 +1383,17 @@ static void test_rules_matmul_paths(void)
                     bad++;
                 }
                 tables += took == 1;
+                /* the list kernel draws where every row has a top-k (no
+                 * logprobs asked here), unless turned off */
+                const uint64_t ld = fls_cuda_rule_list_draws(g_gpu) - ld0;
+                const uint64_t ld_want = m != 3 && r->top_k > 0 && !r->per_row;
+                if (ld != ld_want) {
+                    failf("B=%lld %s %s%s: list draws %llu, want %llu", (long long)B, r->name, k_matmuls[m],
+                          m == 3 ? " (list draw off)" : "", (unsigned long long)ld,
+                          (unsigned long long)ld_want);
+                    bad++;
+                }
+                ldraws += ld != 0;
                 fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
                 if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
@@ -1391,9 +1408,10 @@ static void test_rules_matmul_paths(void)
             }
         }
     printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
-           "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass; B = 1, 5, 64, 130; "
-           "%lld with the tables)\n",
-           (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables);
+           "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass, wgmma with the list "
+           "kernel's draws off; B = 1, 5, 64, 130; %lld with the tables, %lld drawn by the list kernel)\n",
+           (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables,
+           (long long)ldraws);
 done:
     free(W);
     free(H);

@@ -548,3 +548,75 @@ Test(rules, per_row_parameters)
     free(l);
     fls_context_destroy(ctx);
 }
+
+/* ---- top-p with the prefix sums computed ahead (the GPU list kernel) ---- */
+
+#include "filters.h"
+
+static uint64_t tp_next(uint64_t *s)
+{
+    *s += 0x9E3779B97F4A7C15ull;
+    return fls_splitmix64_(*s);
+}
+
+/* fls_top_p_cut with pw (bisection) and without (the loop) on lists with
+ * many ties (multiples of 1/4), every c_prev among the list's values and
+ * -inf, p from tiny to 1 and at the exact partial masses: the same cut and
+ * the same verdict, case by case. */
+Test(rules, top_p_prefix_sums_same_cut)
+{
+    enum { N = 96 };
+    fls_top_entry e[N];
+    double w[N], pw[N + 1];
+    uint64_t s = 4242;
+    int64_t cases = 0, bisected = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        const int n = 1 + (int)(tp_next(&s) % N);
+        float x = 8.0f;
+        for (int i = 0; i < n; i++) {
+            if (i > 0 && tp_next(&s) % 3 != 0)
+                x -= 0.25f * (float)(1 + tp_next(&s) % 4); /* else a tie with the previous */
+            e[i].x = x;
+            e[i].pad_ = 0;
+            e[i].v = i;
+        }
+        fls_filter_stats st;
+        memset(&st, 0, sizeof st);
+        st.m = e[0].x;
+        st.lse_m = st.m;
+        st.top = e;
+        st.ntop = n;
+        st.dropped = rep % 2 ? -INFINITY : e[n - 1].x - 0.25f;
+        pw[0] = 0.0;
+        for (int i = 0; i < n; i++) {
+            w[i] = exp((double)e[i].x - st.m);
+            pw[i + 1] = pw[i] + w[i];
+        }
+        st.lse_s = pw[n];
+        st.w = w;
+        for (int ci = -1; ci < n; ci += 1 + (int)(tp_next(&s) % 5)) {
+            const float c_prev = ci < 0 ? -INFINITY : e[ci].x;
+            for (int pi = 0; pi < 12; pi++) {
+                double p = pi < 8 ? (double)(pi + 1) / 8.0 : (double)(tp_next(&s) >> 11) * 0x1p-53;
+                if (pi == 11 && n > 1) /* exactly a partial mass over the whole list */
+                    p = pw[1 + tp_next(&s) % (uint64_t)(n - 1)] / pw[n];
+                if (!(p > 0.0))
+                    p = 0x1p-40;
+                float c0 = NAN, c1 = NAN;
+                st.pw = NULL;
+                const int r0 = fls_top_p_cut(&st, p, c_prev, &c0);
+                st.pw = pw;
+                const int r1 = fls_top_p_cut(&st, p, c_prev, &c1);
+                cr_assert_eq(r0, r1, "rep %d c_prev %g p %.17g: verdict %d vs %d", rep, c_prev, p, r0, r1);
+                if (r0 == FLS_CUT_OK)
+                    cr_assert(c0 == c1 || (isnan(c0) && isnan(c1)), "rep %d c_prev %g p %.17g: cut %g vs %g",
+                              rep, c_prev, p, c0, c1);
+                cases++;
+                bisected += r0 == FLS_CUT_OK && c_prev > -INFINITY;
+            }
+        }
+    }
+    cr_assert_gt(bisected, 1000, "only %lld decided cases", (long long)bisected);
+    cr_log_info("top-p with prefix sums: %lld cases identical (%lld decided from the list)", (long long)cases,
+                (long long)bisected);
+}
