@@ -655,15 +655,22 @@ __device__ __forceinline__ float fls_fpre(float c, float T)
 
 /* The block's chunk of row i: its 64-token maxima of the logits from the
  * matmul's tables into sg (cf x 32 entries; -inf past the table), or NULL
- * without tables. A block calls it whole (it synchronises). */
-__device__ __forceinline__ const float *fls_fgroups(const fls_rule_dev &d, int i, float *sg)
+ * without tables; *any: whether a group's maximum is above pre (always 1
+ * without tables). A block calls it whole (it synchronises). */
+__device__ __forceinline__ const float *fls_fgroups(const fls_rule_dev &d, int i, float *sg, float pre,
+                                                    int *any)
 {
+    *any = 1;
     if (!d.g64)
         return NULL;
     const int64_t q0 = (int64_t)blockIdx.x * d.cf * 32;
-    for (int q = threadIdx.x; q < 32 * d.cf; q += blockDim.x)
-        sg[q] = q0 + q < d.m64 ? d.g64[(int64_t)i * d.m64 + q0 + q] : -INFINITY;
-    __syncthreads();
+    int a = 0;
+    for (int q = threadIdx.x; q < 32 * d.cf; q += blockDim.x) {
+        const float g = q0 + q < d.m64 ? d.g64[(int64_t)i * d.m64 + q0 + q] : -INFINITY;
+        sg[q] = g;
+        a |= g > pre;
+    }
+    *any = __syncthreads_or(a);
     return sg;
 }
 
@@ -718,6 +725,11 @@ __device__ void fls_bitonic_desc(unsigned long long *a, int n)
         }
 }
 
+/* A thread's moments as sums of x - sh over its n finite tokens. */
+struct fls_fmom {
+    double sh, n, s1, s2;
+};
+
 /* Each chunk: its statistics and, for a top list, its group maxima.
  * fls_temper is non-decreasing in l (T >= 0), so a maximum of tempered
  * logits is the tempered maximum of the logits: the maxima, the errors
@@ -725,13 +737,17 @@ __device__ void fls_bitonic_desc(unsigned long long *a, int n)
  * and the group maxima need no division per token. Only the sum of
  * exp(x - m) (need_s) and the moments take each token's exact x: each
  * sub-chunk of 8 tokens first raises the thread's maximum (one rescale),
- * then adds 8 independent terms; its moments are shifted by its own
- * maximum (a data point, so the shift costs at most a factor 9 in rounding)
- * and merged into the thread's (fls_moments_merge). */
+ * then adds 8 independent terms; the moments are sums of x - sh with sh a
+ * data point (the thread's first finite sub-chunk maximum: the shift costs
+ * little in rounding), turned into the thread's (count, mean, M2) once, at
+ * the end (fls_fmom_fold; no division per sub-chunk), then merged
+ * (fls_moments_merge) across the warp, the block and the chunks. */
 /* One sub-chunk s of 8 logits per thread into the thread's statistics
  * (fls_rfast_stats_kernel). */
+
 __device__ __forceinline__ void fls_fstats8(const fls_rule_dev &d, float T, const float (&l)[8], int s,
-                                            float *g64, float &lmax, float &amax, bool &nan, fls_rpart &acc)
+                                            float *g64, float &lmax, float &amax, bool &nan, fls_rpart &acc,
+                                            fls_fmom &mo)
 {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     float sm = -INFINITY;
@@ -774,18 +790,28 @@ __device__ __forceinline__ void fls_fstats8(const fls_rule_dev &d, float T, cons
             acc.lse_s += exp((double)x[k] - acc.lse_m); /* -inf: 0 */
     }
     if (d.moments) {
-        double n = 0.0, s1 = 0.0, s2 = 0.0;
+        /* sums shifted by a data point (the thread's first finite sub-chunk
+         * maximum), merged into acc once per thread (fls_fmom_fold) */
+        if (mo.n == 0.0)
+            mo.sh = xm;
 #pragma unroll
         for (int k = 0; k < 8; k++)
             if (x[k] > -INFINITY) {
-                const double dd = (double)x[k] - (double)xm;
-                n += 1.0;
-                s1 += dd;
-                s2 += dd * dd;
+                const double dd = (double)x[k] - mo.sh;
+                mo.n += 1.0;
+                mo.s1 += dd;
+                mo.s2 += dd * dd;
             }
-        const double q = s1 / n;
-        fls_moments_merge(&acc.n, &acc.mean, &acc.m2, n, (double)xm + q, fmax(s2 - s1 * q, 0.0));
     }
+}
+
+/* The thread's shifted sums into its (count, mean, M2). */
+__device__ __forceinline__ void fls_fmom_fold(const fls_fmom &mo, fls_rpart &acc)
+{
+    if (mo.n == 0.0)
+        return;
+    const double q = mo.s1 / mo.n;
+    fls_moments_merge(&acc.n, &acc.mean, &acc.m2, mo.n, mo.sh + q, fmax(mo.s2 - mo.s1 * q, 0.0));
 }
 
 __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
@@ -798,16 +824,18 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     float lmax = -INFINITY, amax = 0.0f;
     bool nan = false;
     fls_rpart acc = fls_rpart_empty();
+    fls_fmom mo = {0.0, 0.0, 0.0, 0.0};
     /* two sub-chunks a step: their 4 loads in flight together (cf is 1 or even) */
     for (int s = 0; s < d.cf; s += 2) {
         float la[8], lb[8];
         fls_fraw8(d, row, blockIdx.x, s, la);
         if (s + 1 < d.cf)
             fls_fraw8(d, row, blockIdx.x, s + 1, lb);
-        fls_fstats8(d, T, la, s, g64, lmax, amax, nan, acc);
+        fls_fstats8(d, T, la, s, g64, lmax, amax, nan, acc, mo);
         if (s + 1 < d.cf)
-            fls_fstats8(d, T, lb, s + 1, g64, lmax, amax, nan, acc);
+            fls_fstats8(d, T, lb, s + 1, g64, lmax, amax, nan, acc, mo);
     }
+    fls_fmom_fold(mo, acc);
     if (!d.need_s) {
         const float xm = fls_temper(lmax, T);
         acc.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
@@ -973,7 +1001,10 @@ __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
     /* with the matmul's tables only the 64-token groups whose maximum
      * passes are read (on flat rows a few dozen of the row's thousands) */
     __shared__ float sgb[16 * 32];
-    const float *sg = fls_fgroups(d, i, sgb);
+    int any;
+    const float *sg = fls_fgroups(d, i, sgb, pre, &any);
+    if (!any)
+        return; /* no candidate in the chunk */
     /* two sub-chunks a step (their loads in flight together); a warp with no
      * candidate among its 256 tokens goes on at once */
     for (int s0 = 0; s0 < d.cf; s0 += 2) {
@@ -1149,7 +1180,21 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     const int lsedev = d.lsedev[b];
     /* with the matmul's tables only the groups that reach the cut are read */
     __shared__ float sgb[16 * 32];
-    const float *sg = fls_fgroups(d, i, sgb);
+    int any;
+    const float *sg = fls_fgroups(d, i, sgb, pre, &any);
+    if (!any) {
+        /* no token of the chunk in the support: empty picks, a sum of 0 */
+        for (int j = 0; j < d.draws; j++) {
+            fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
+            if (threadIdx.x < Kb) {
+                out[threadIdx.x].key = out[threadIdx.x].x = -INFINITY;
+                out[threadIdx.x].v = -1;
+            }
+        }
+        if (lsedev && threadIdx.x == 0)
+            d.lsep[(int64_t)i * d.nchunk + blockIdx.x] = 0.0;
+        return;
+    }
     for (int j = 0; j < d.draws; j++) {
         fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
         const bool sum = lsedev && j == 0;
