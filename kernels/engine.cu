@@ -822,7 +822,9 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         d.need_s = !fls_top_p_off(v[FLS_FILTER_TOP_P]) &&
                    (!fast || (fls_min_p_off(v[FLS_FILTER_MIN_P]) && fls_top_k_off(v[FLS_FILTER_TOP_K])));
     }
-    /* the matmul's tables replace the statistics pass where only maxima are needed */
+    /* the matmul's tables: the passes read only the groups that reach their
+     * threshold, and (gfold) they replace the statistics pass where only
+     * maxima are needed */
     if (wg) {
         d.g64 = g64;
         d.gab = gab;
@@ -836,7 +838,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
      * select and final kernels are not launched (FLS_CUDA_LIST_DRAW=0,
      * tests: launched anyway) */
     const char *ld_env = getenv("FLS_CUDA_LIST_DRAW");
-    d.ldraw = fast && top_cap > 0 && !want_lse && !(ld_env && !strcmp(ld_env, "0"));
+    d.ldraw = fast && !want_lse && !(ld_env && !strcmp(ld_env, "0"));
     for (int64_t b = 0; b < B && d.ldraw; b++) {
         const double k = req->rule[b].value[FLS_FILTER_TOP_K];
         d.ldraw = !fls_top_k_off(k) && k <= (double)top_cap;

@@ -725,11 +725,6 @@ __device__ void fls_bitonic_desc(unsigned long long *a, int n)
         }
 }
 
-/* A thread's moments as sums of x - sh over its n finite tokens. */
-struct fls_fmom {
-    double sh, n, s1, s2;
-};
-
 /* Each chunk: its statistics and, for a top list, its group maxima.
  * fls_temper is non-decreasing in l (T >= 0), so a maximum of tempered
  * logits is the tempered maximum of the logits: the maxima, the errors
@@ -737,17 +732,13 @@ struct fls_fmom {
  * and the group maxima need no division per token. Only the sum of
  * exp(x - m) (need_s) and the moments take each token's exact x: each
  * sub-chunk of 8 tokens first raises the thread's maximum (one rescale),
- * then adds 8 independent terms; the moments are sums of x - sh with sh a
- * data point (the thread's first finite sub-chunk maximum: the shift costs
- * little in rounding), turned into the thread's (count, mean, M2) once, at
- * the end (fls_fmom_fold; no division per sub-chunk), then merged
- * (fls_moments_merge) across the warp, the block and the chunks. */
+ * then adds 8 independent terms; its moments are shifted by its own
+ * maximum (a data point, so the shift costs at most a factor 9 in rounding)
+ * and merged into the thread's (fls_moments_merge). */
 /* One sub-chunk s of 8 logits per thread into the thread's statistics
  * (fls_rfast_stats_kernel). */
-
 __device__ __forceinline__ void fls_fstats8(const fls_rule_dev &d, float T, const float (&l)[8], int s,
-                                            float *g64, float &lmax, float &amax, bool &nan, fls_rpart &acc,
-                                            fls_fmom &mo)
+                                            float *g64, float &lmax, float &amax, bool &nan, fls_rpart &acc)
 {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     float sm = -INFINITY;
@@ -790,28 +781,18 @@ __device__ __forceinline__ void fls_fstats8(const fls_rule_dev &d, float T, cons
             acc.lse_s += exp((double)x[k] - acc.lse_m); /* -inf: 0 */
     }
     if (d.moments) {
-        /* sums shifted by a data point (the thread's first finite sub-chunk
-         * maximum), merged into acc once per thread (fls_fmom_fold) */
-        if (mo.n == 0.0)
-            mo.sh = xm;
+        double n = 0.0, s1 = 0.0, s2 = 0.0;
 #pragma unroll
         for (int k = 0; k < 8; k++)
             if (x[k] > -INFINITY) {
-                const double dd = (double)x[k] - mo.sh;
-                mo.n += 1.0;
-                mo.s1 += dd;
-                mo.s2 += dd * dd;
+                const double dd = (double)x[k] - (double)xm;
+                n += 1.0;
+                s1 += dd;
+                s2 += dd * dd;
             }
+        const double q = s1 / n;
+        fls_moments_merge(&acc.n, &acc.mean, &acc.m2, n, (double)xm + q, fmax(s2 - s1 * q, 0.0));
     }
-}
-
-/* The thread's shifted sums into its (count, mean, M2). */
-__device__ __forceinline__ void fls_fmom_fold(const fls_fmom &mo, fls_rpart &acc)
-{
-    if (mo.n == 0.0)
-        return;
-    const double q = mo.s1 / mo.n;
-    fls_moments_merge(&acc.n, &acc.mean, &acc.m2, mo.n, mo.sh + q, fmax(mo.s2 - mo.s1 * q, 0.0));
 }
 
 __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
@@ -824,18 +805,16 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     float lmax = -INFINITY, amax = 0.0f;
     bool nan = false;
     fls_rpart acc = fls_rpart_empty();
-    fls_fmom mo = {0.0, 0.0, 0.0, 0.0};
     /* two sub-chunks a step: their 4 loads in flight together (cf is 1 or even) */
     for (int s = 0; s < d.cf; s += 2) {
         float la[8], lb[8];
         fls_fraw8(d, row, blockIdx.x, s, la);
         if (s + 1 < d.cf)
             fls_fraw8(d, row, blockIdx.x, s + 1, lb);
-        fls_fstats8(d, T, la, s, g64, lmax, amax, nan, acc, mo);
+        fls_fstats8(d, T, la, s, g64, lmax, amax, nan, acc);
         if (s + 1 < d.cf)
-            fls_fstats8(d, T, lb, s + 1, g64, lmax, amax, nan, acc, mo);
+            fls_fstats8(d, T, lb, s + 1, g64, lmax, amax, nan, acc);
     }
-    fls_fmom_fold(mo, acc);
     if (!d.need_s) {
         const float xm = fls_temper(lmax, T);
         acc.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
@@ -1148,6 +1127,13 @@ template <int N> __device__ __forceinline__ void fls_ulist_pop(unsigned long lon
     l[N - 1] = 0ull;
 }
 
+template <int N> __device__ __forceinline__ void fls_ulist_init(unsigned long long (&l)[N])
+{
+#pragma unroll
+    for (int q = 0; q < N; q++)
+        l[q] = 0ull;
+}
+
 /* The key of the list's k-th entry (-inf while it has fewer). */
 template <int N> __device__ __forceinline__ float fls_ulist_kth(const unsigned long long (&l)[N], int k)
 {
@@ -1157,6 +1143,17 @@ template <int N> __device__ __forceinline__ float fls_ulist_kth(const unsigned l
         if (q == k - 1 && l[q])
             r = fls_frank_x(l[q]);
     return r;
+}
+
+/* A chunk's pick from its ordered key u (0: none, v = -1), x read back
+ * from the row (the x it was ranked with). */
+__device__ __forceinline__ void fls_fsel_write(fls_stair_entry &out, unsigned long long u, const float *row,
+                                               float T)
+{
+    const int64_t v = u ? (int64_t)(0xffffffffu - (uint32_t)u) : -1;
+    out.key = u ? fls_frank_x(u) : -INFINITY;
+    out.x = u ? fls_temper(row[v], T) : -INFINITY;
+    out.v = v;
 }
 
 /* Each (chunk, draw): the K best keys of the chunk's support; and, where
@@ -1186,10 +1183,8 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         /* no token of the chunk in the support: empty picks, a sum of 0 */
         for (int j = 0; j < d.draws; j++) {
             fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
-            if (threadIdx.x < Kb) {
-                out[threadIdx.x].key = out[threadIdx.x].x = -INFINITY;
-                out[threadIdx.x].v = -1;
-            }
+            if (threadIdx.x < Kb)
+                fls_fsel_write(out[threadIdx.x], 0ull, row, T);
         }
         if (lsedev && threadIdx.x == 0)
             d.lsep[(int64_t)i * d.nchunk + blockIdx.x] = 0.0;
@@ -1200,9 +1195,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         const bool sum = lsedev && j == 0;
         double z = 0.0;
         unsigned long long l[KM];
-#pragma unroll
-        for (int q = 0; q < KM; q++)
-            l[q] = 0ull;
+        fls_ulist_init(l);
         /* a key below thr is beaten by K keys of the warp, so it cannot be
          * among the chunk's K best, and its log is skipped when the bound of
          * its noise's bucket shows it (as the fused kernels do). thr: a
@@ -1275,26 +1268,15 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         __syncthreads();
         if (w == 0) {
             unsigned long long bl[KM];
-#pragma unroll
-            for (int q = 0; q < KM; q++)
-                bl[q] = 0ull;
+            fls_ulist_init(bl);
             for (int q = lane; q < 8 * Kb; q += 32)
                 fls_ulist_push(bl, Kb, sw[(q / Kb) * KM + q % Kb]);
             for (int r = 0; r < Kb; r++) {
                 const unsigned long long bw = fls_warp_max_u64(bl[0]);
                 if (bw && bl[0] == bw)
                     fls_ulist_pop(bl);
-                if (lane == 0) {
-                    if (bw) {
-                        const int64_t v = (int64_t)(0xffffffffu - (uint32_t)bw);
-                        out[r].key = fls_frank_x(bw);
-                        out[r].x = fls_temper(row[v], T); /* the x it was ranked with */
-                        out[r].v = v;
-                    } else {
-                        out[r].key = out[r].x = -INFINITY;
-                        out[r].v = -1;
-                    }
-                }
+                if (lane == 0)
+                    fls_fsel_write(out[r], bw, row, T);
             }
         }
         __syncthreads(); /* sw is the next draw's */
@@ -1355,6 +1337,16 @@ __device__ void fls_fcand_keys(const fls_rule_dev &d, int i, int b, int j, int K
         }
         fls_flist_push(l, Kb, c);
     }
+}
+
+/* The warp's (row i, draw j) from the row's sorted candidates, whose
+ * first nsup hold the support: its K best keys, written (lane 0). */
+template <int KM> __device__ void fls_fdraw_cand(const fls_rule_dev &d, int i, int b, int j, int Kb, double m)
+{
+    fls_fbest l[KM];
+    fls_flist_init(l);
+    fls_fcand_keys(d, i, b, j, Kb, l);
+    fls_fwarp_write(d, b, j, Kb, l, m, d.lse[b]);
 }
 
 /* One block per pending row: its candidates sorted into the exact top list,
@@ -1424,13 +1416,17 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        /* the weights' prefix sums in list order (fls_filter_stats.pw):
-         * the decision then bisects instead of adding one by one */
+        /* where the decision sums the list (top-p, a support's log-sum-exp):
+         * the weights' prefix sums in list order (fls_filter_stats.pw), so
+         * it bisects instead of adding one by one */
+        const bool top_p = !fls_top_p_off(srule.value[FLS_FILTER_TOP_P]);
         double z = 0.0;
-        pw[0] = 0.0;
-        for (int64_t j = 0; j < ntop; j++) {
-            z += wt[j];
-            pw[j + 1] = z;
+        if (top_p || d.want_lse) {
+            pw[0] = 0.0;
+            for (int64_t j = 0; j < ntop; j++) {
+                z += wt[j];
+                pw[j + 1] = z;
+            }
         }
         /* every token not in the list is ranked after it: the next candidate,
          * or (all candidates kept) below the threshold */
@@ -1439,13 +1435,13 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
                               : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
                                                      : -INFINITY;
         fls_rpart pt = spt;
-        if (!d.need_s && dropped == -INFINITY && !fls_top_p_off(srule.value[FLS_FILTER_TOP_P])) {
+        if (!d.need_s && dropped == -INFINITY && top_p) {
             /* the statistics carry no sum (need_s off: an earlier filter
              * cuts the nucleus unless the row has too few finite tokens);
              * every finite token is in the list: its sum, in rank order */
             pt.lse_s = z;
         }
-        fls_rule_decide_row(d, b, pt, e, wt, pw, ntop, dropped, 1, srule, sT);
+        fls_rule_decide_row(d, b, pt, e, wt, top_p || d.want_lse ? pw : NULL, ntop, dropped, 1, srule, sT);
     }
     __syncthreads();
     /* a support within the candidates ({x >= cut} with cut >= thr, its
@@ -1469,12 +1465,8 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
         return;
     __syncthreads(); /* the block's writes of cand and nsup seen by its warps */
     const int Kb = (int)srule.K;
-    for (int j = threadIdx.x >> 5; j < d.draws; j += blockDim.x >> 5) {
-        fls_fbest l[KM];
-        fls_flist_init(l);
-        fls_fcand_keys(d, i, b, j, Kb, l);
-        fls_fwarp_write(d, b, j, Kb, l, m, d.lse[b]);
-    }
+    for (int j = threadIdx.x >> 5; j < d.draws; j += blockDim.x >> 5)
+        fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
 }
 
 /* One warp per (row, draw): the K best of the chunks' picks, or (a support
@@ -1491,13 +1483,12 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
         return;
     const int Kb = (int)d.rule[b].K;
     const double m = d.part[(int64_t)i * d.P].lse_m;
-    fls_fbest l[KM];
-    fls_flist_init(l);
     if (d.nsup[i] >= 0) {
-        fls_fcand_keys(d, i, b, j, Kb, l);
-        fls_fwarp_write(d, b, j, Kb, l, m, d.lse[b]);
+        fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
         return;
     }
+    fls_fbest l[KM];
+    fls_flist_init(l);
     double lse;
     if (!d.lsedev[b]) {
         lse = d.lse[b];

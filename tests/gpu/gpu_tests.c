@@ -1210,6 +1210,27 @@ static void test_rules_async(void)
 /* The matmul the fused rule calls on g_gpu took since counts c0 were read
  * (fls_cuda_rule_matmul_counts): 0 cuBLAS, 1 wgmma + its tables, 2 wgmma +
  * the statistics pass; -1 none, 3 more than one. */
+/* Rule r's parameters for B rows at T = 0.7 (rr: its per-row arrays, freed
+ * by the caller) and the CPU engine's fused tokens on the host's bf16 W
+ * (V x D) and H (B x D) into tc. */
+static fls_status rule_cpu_tokens(const rule_spec *r, int64_t B, uint64_t seed, int64_t draws, void *W,
+                                  void *H, int64_t V, int64_t D, int64_t *tc, fls_params *p, rule_rows *rr)
+{
+    rule_params(r, B, p, rr, 0.7f, seed, draws);
+    fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+    fls_outputs oc = {tc, NULL, NULL};
+    return fls_sample_fused(g_cpu, &Wm, &Hm, p, &oc);
+}
+
+/* The CUDA engine's fused tokens of p on the device's bf16 W and H into dt. */
+static fls_status rule_gpu_tokens(const fls_params *p, int64_t B, void *dW, void *dH, int64_t V, int64_t D,
+                                  void *dt)
+{
+    fls_matrix Wm = {dW, FLS_DTYPE_BF16, V, D, D}, Hm = {dH, FLS_DTYPE_BF16, B, D, D};
+    fls_outputs og = {(int64_t *)dt, NULL, NULL};
+    return fls_sample_fused(g_gpu, &Wm, &Hm, p, &og);
+}
+
 static int rule_matmul_taken(const uint64_t c0[3])
 {
     uint64_t c1[3];
@@ -1241,15 +1262,11 @@ static void test_rules_agreement_fused(void)
         const rule_spec *r = &k_rules[ri];
         fls_params p;
         rule_rows rr;
-        rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
         const int64_t n = B * draws * (r->wr ? r->wr : 1);
-        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
-        fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
-        fls_outputs oc = {tc, NULL, NULL}, og = {(int64_t *)dt, NULL, NULL};
-        fls_status sc = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        fls_status sc = rule_cpu_tokens(r, B, 5 + ri, draws, W, H, V, D, tc, &p, &rr);
         uint64_t c0[3];
         fls_cuda_rule_matmul_counts(g_gpu, c0);
-        fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
+        fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
         rule_rows_free(&rr);
         if (sc != FLS_OK || sg != FLS_OK) {
             failf("%s: cpu %s, cuda %s", r->name, fls_status_string(sc), fls_status_string(sg));
@@ -1273,7 +1290,7 @@ static void test_rules_agreement_fused(void)
             setenv("FLS_CUDA_RULE_MATMUL", m ? "cublas" : "wgmma_stats", 1);
             rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
             fls_cuda_rule_matmul_counts(g_gpu, c0);
-            sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
+            sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
             rule_rows_free(&rr);
             unsetenv("FLS_CUDA_RULE_MATMUL");
             if (sg != FLS_OK) {
@@ -1345,12 +1362,8 @@ static void test_rules_matmul_paths(void)
             const rule_spec *r = &k_rules[ri];
             fls_params p;
             rule_rows rr;
-            rule_params(r, B, &p, &rr, 0.7f, 11 + ri, draws);
             const int64_t n = B * draws * (r->wr ? r->wr : 1);
-            fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
-            fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
-            fls_outputs oc = {tc, NULL, NULL}, og = {(int64_t *)dt, NULL, NULL};
-            fls_status sc = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+            fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, W, H, V, D, tc, &p, &rr);
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
                 if (m == 3)
@@ -1361,7 +1374,7 @@ static void test_rules_matmul_paths(void)
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
                 const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu);
-                fls_status sg = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og);
+                fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 unsetenv("FLS_CUDA_LIST_DRAW");
                 calls++;
