@@ -25,6 +25,7 @@
 #include "internal.h"
 #include "grouped.h"
 #include "rule.h"
+#include "stair.h"
 #include "temperature.h"
 
 #define FLS_FULL_MASK 0xffffffffu
@@ -169,6 +170,34 @@ __device__ __forceinline__ float fls_warp_sumf(float v)
     for (int o = 16; o > 0; o >>= 1)
         v = __fadd_rn(v, __shfl_xor_sync(FLS_FULL_MASK, v, o));
     return v;
+}
+
+/* Ordered 64-bit rank key: larger is earlier in rank order (larger x, then
+ * lower index); x == 0 as +0 (the rank order does not tell -0 from +0). */
+__device__ __forceinline__ unsigned long long fls_frank(float x, int64_t v)
+{
+    const uint32_t u = __float_as_uint(x + 0.0f);
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)o << 32) | (0xffffffffu - (uint32_t)v);
+}
+
+__device__ __forceinline__ float fls_frank_x(unsigned long long k)
+{
+    const uint32_t o = (uint32_t)(k >> 32);
+    return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+
+/* The k-th largest of the warp's 32 values (k <= 32; ties count once per
+ * lane): k - 1 times, the lowest lane holding the maximum drops out. */
+__device__ __forceinline__ float fls_warp_kth_maxf(float v, int k)
+{
+    for (int r = 1; r < k; r++) {
+        const float m = fls_warp_maxf(v);
+        const unsigned at = __ballot_sync(FLS_FULL_MASK, v == m);
+        if ((threadIdx.x & 31) == __ffs(at) - 1)
+            v = -INFINITY;
+    }
+    return fls_warp_maxf(v);
 }
 
 /* The bits of token v from the Philox block of its pair. */
@@ -779,10 +808,32 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
  * 64-token group q (q < fls_wgmma_m64(V), tokens past V read -inf), at
  * g64[b * m64 + q] the group's largest logit (NaN if one is NaN, +inf if
  * one is +inf: the max propagates NaN) and at gab[b * m64 + q] its largest
- * finite |l| (0 if none). Tile rows and epilogue warps: the fused call's
- * defaults for B. */
+ * finite |l| (0 if none). ex (or NULL): ex->gmo (or NULL): at
+ * gmo[3 (b * m64 + q)] the count, mean and sum of squared deviations of
+ * the group's finite tempered logits fls_temper(l, rows[b].temperature).
+ * Tile rows and epilogue warps: the fused call's defaults for B. */
 int64_t fls_wgmma_m64(int64_t V);
+/* keys (or 0): per (row b, draw j) the K = rule[b].K <= keys best keys of
+ * the CTA's tokens, K <= FLS_WG_KMAX: the keys of the select pass
+ * (fls_rfast_select_kernel) over a support of every finite token (rows
+ * without filters), at sel[((b * draws + j) * slots + c) * kst + r] for
+ * the CTA's slot c (fls_wgmma_slots at the call's tile) and r < K (empty:
+ * v = -1). Draws at most fls_wgmma_key_draws(B). */
+#define FLS_WG_KMAX 4
+typedef struct fls_wg_rule_extra {
+    double *gmo;                /* or NULL: the groups' moments */
+    const fls_row_params *rows; /* device, before the launch (gmo, keys) */
+    const fls_row_rule *rule;   /* device, before the launch (keys) */
+    int keys;
+    int draws;
+    uint32_t first_draw;
+    const float *gup; /* the Gumbel bound table or NULL */
+    fls_stair_entry *sel;
+    int64_t kst;
+} fls_wg_rule_extra;
+int fls_wgmma_key_draws(int64_t B);
+int fls_wgmma_logits_slots(int64_t B, int64_t V, int sm_count);
 cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                     int B, int64_t V, int64_t D, float *L, int64_t ldl, float *g64,
-                                    float *gab, int sm_count, cudaStream_t st);
+                                    float *gab, const fls_wg_rule_extra *ex, int sm_count, cudaStream_t st);
 #endif /* FLS_COMMON_CUH */

@@ -98,6 +98,7 @@ struct fls_cuda_state {
     unsigned *sticky;              /* [1]: the first error code of the calls since the last sync */
     uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
     uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
+    uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
     char name[256];
 };
 
@@ -636,6 +637,11 @@ extern "C" uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx)
     return ctx && ctx->cuda ? ctx->cuda->rule_list_draw_calls : 0;
 }
 
+extern "C" uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx)
+{
+    return ctx && ctx->cuda ? ctx->cuda->rule_key_calls : 0;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -731,6 +737,22 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     fls_row_rule *rule_d = NULL;
     unsigned *tflag = NULL;
     float *g64 = NULL, *gab = NULL;
+    double *gmo = NULL;
+    /* the moments as tables of the matmul where a filter needs them */
+    const int moments = (req->needs & FLS_NEED_MOMENTS) != 0;
+    /* rows without filters (the support: every finite token) and no
+     * log-sum-exp asked: the matmul keeps each CTA's K best keys per (row,
+     * draw) and the select pass is not run (FLS_CUDA_RULE_KEYS=0, tests:
+     * run anyway) */
+    const char *wk_env = getenv("FLS_CUDA_RULE_KEYS");
+    int wkeys = wg && mm == FLS_RULE_MATMUL_WGMMA && !want_lse && K <= FLS_WG_KMAX &&
+                draws <= fls_wgmma_key_draws(B) && !(wk_env && !strcmp(wk_env, "0"));
+    for (int64_t b = 0; b < B && wkeys; b++)
+        for (int f = 0; f < FLS_FILTER_COUNT && wkeys; f++)
+            wkeys = fls_filter_off(f, req->rule[b].value[f]);
+    const int64_t slots = wkeys ? fls_wgmma_logits_slots(B, V, s->sm_count) : 0;
+    /* entries per (row, draw) of the chunks' (or the CTAs') picks */
+    const int64_t nsel = slots > nchunk ? slots : nchunk;
     fls_rule_dev d;
     memset(&d, 0, sizeof d);
     float *buf = NULL;
@@ -759,7 +781,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.thr = c.take<float>((size_t)nb);
             d.ccount = c.take<unsigned>((size_t)nb);
             d.cand = top_cap > 0 ? c.take<unsigned long long>((size_t)nb * FLS_FCCAP) : NULL;
-            d.sel = c.take<fls_stair_entry>((size_t)(nb * draws * nchunk * K));
+            d.sel = c.take<fls_stair_entry>((size_t)(nb * draws * nsel * K));
             d.lsep = c.take<double>((size_t)(nb * nchunk));
             d.nsup = c.take<int>((size_t)nb);
         }
@@ -767,6 +789,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         tflag = dev_rows ? c.take<unsigned>(1) : NULL;
         g64 = wg ? c.take<float>((size_t)(nb * m64)) : NULL;
         gab = wg ? c.take<float>((size_t)(nb * m64)) : NULL;
+        gmo = wg && moments ? c.take<double>((size_t)(nb * m64) * 3) : NULL;
         if (pass == 0) {
             if (capturing && c.off > s->ws_bytes)
                 return FLS_ERR_UNSUPPORTED; /* capture never allocates: one eager call first */
@@ -810,7 +833,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         d.P = d.smem ? (int)((P + rw - 1) / rw) : (int)P;
     }
     d.K = K;
-    d.moments = (req->needs & FLS_NEED_MOMENTS) != 0;
+    d.moments = moments;
     /* the row's sum of exp(x - m): for logsumexp / logprobs, and for a
      * nucleus that no earlier filter cuts (fls_top_p_cut's c_prev = -inf).
      * On the threshold-first path a row with top-k before its top-p needs it
@@ -823,14 +846,19 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                    (!fast || (fls_min_p_off(v[FLS_FILTER_MIN_P]) && fls_top_k_off(v[FLS_FILTER_TOP_K])));
     }
     /* the matmul's tables: the passes read only the groups that reach their
-     * threshold, and (gfold) they replace the statistics pass where only
-     * maxima are needed */
+     * threshold, and (gfold) they replace the statistics pass where no sum
+     * is needed (maxima, and the moments in gmo: the matmul then reads the
+     * rows' temperatures, uploaded before it) */
     if (wg) {
         d.g64 = g64;
         d.gab = gab;
         d.m64 = m64;
-        d.gfold = mm == FLS_RULE_MATMUL_WGMMA && !d.need_s && !d.moments;
+        d.gfold = mm == FLS_RULE_MATMUL_WGMMA && !d.need_s;
+        d.gmo = d.gfold && moments ? gmo : NULL;
     }
+    d.wkeys = wkeys;
+    d.nsel = wkeys ? (int)slots : (int)nchunk;
+    s->rule_key_calls += wkeys != 0;
     if (!L)
         s->rule_matmul_calls[!wg ? 0 : d.gfold ? 1 : 2]++;
     /* every row bounded by a top-k (so its support lies within its top list)
@@ -868,6 +896,36 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     if (!code)
         st = FLS_ERR_OUT_OF_MEMORY;
     uint64_t redone = 0;
+    /* the rows' parameters and rules to the device, once: after the first
+     * block's matmul is queued (its staging then overlaps the matmul), or
+     * before it where the matmul reads the temperatures (gmo) */
+    auto upload_rows = [&]() -> fls_status {
+        fls_status su;
+        if (dev_rows) {
+            /* the rows packed from the device arrays (a temperature out
+             * of range raises tflag: the commit writes nothing); the
+             * rule values from the host, or in a capture from the
+             * kernel's argument */
+            fls_ws pws;
+            memset(&pws, 0, sizeof pws);
+            pws.tempflag = tflag;
+            pws.epoch = 1;
+            cudaError_t ce = cudaMemsetAsync(tflag, 0, sizeof(unsigned), str);
+            if (ce == cudaSuccess)
+                ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value,
+                                          req->dev_row_seeds, req->seed, req->dev_row_offsets, req->offset,
+                                          rows_d, pws, str);
+            if (ce == cudaSuccess && capturing)
+                ce = fls_rule_launch_fill(rule_d, (int)B, req->rule[0], str);
+            su = fls_from_cuda(ce);
+            if (su == FLS_OK && !capturing)
+                su = fls_rule_up(str, rule_d, req->rule, ub);
+        } else {
+            su = fls_rule_up(str, rows_d, hup, rb + ub);
+        }
+        uploaded = 1;
+        return su;
+    };
     for (int64_t r0 = 0; r0 < B && st == FLS_OK; r0 += nb) {
         const int64_t nbc = B - r0 < nb ? B - r0 : nb;
         d.nb = (int)nbc;
@@ -880,8 +938,23 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             Hb.data = (const char *)H->data + (size_t)r0 * H->ld * fls_dtype_bytes(H->dtype);
             Hb.rows = nbc;
             if (wg) {
-                st = fls_from_cuda(fls_launch_wgmma_logits(W->data, W->ld, Hb.data, Hb.ld, W->dtype, (int)nbc,
-                                                           V, W->cols, buf, V, g64, gab, s->sm_count, str));
+                fls_wg_rule_extra ex;
+                memset(&ex, 0, sizeof ex);
+                ex.gmo = d.gmo ? gmo : NULL;
+                ex.rows = rows_d;
+                ex.rule = rule_d;
+                ex.keys = wkeys ? (int)K : 0;
+                ex.draws = (int)draws;
+                ex.first_draw = req->first_draw;
+                ex.gup = d.gup;
+                ex.sel = d.sel;
+                ex.kst = K;
+                if ((ex.gmo || ex.keys) && !uploaded) /* the matmul reads the rows */
+                    st = upload_rows();
+                if (st == FLS_OK)
+                    st = fls_from_cuda(fls_launch_wgmma_logits(W->data, W->ld, Hb.data, Hb.ld, W->dtype,
+                                                               (int)nbc, V, W->cols, buf, V, g64, gab, &ex,
+                                                               s->sm_count, str));
             } else {
                 st = fls_gemm_logits(s, W, &Hb, 0, V, buf, V, opts.force_simt);
             }
@@ -889,31 +962,8 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.ldl = V;
         }
         d.vec = (uintptr_t)d.L % 16 == 0 && d.ldl % 4 == 0;
-        if (!uploaded && st == FLS_OK) {
-            if (dev_rows) {
-                /* the rows packed from the device arrays (a temperature out
-                 * of range raises tflag: the commit writes nothing); the
-                 * rule values from the host, or in a capture from the
-                 * kernel's argument */
-                fls_ws pws;
-                memset(&pws, 0, sizeof pws);
-                pws.tempflag = tflag;
-                pws.epoch = 1;
-                cudaError_t ce = cudaMemsetAsync(tflag, 0, sizeof(unsigned), str);
-                if (ce == cudaSuccess)
-                    ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value,
-                                              req->dev_row_seeds, req->seed, req->dev_row_offsets,
-                                              req->offset, rows_d, pws, str);
-                if (ce == cudaSuccess && capturing)
-                    ce = fls_rule_launch_fill(rule_d, (int)B, req->rule[0], str);
-                st = fls_from_cuda(ce);
-                if (st == FLS_OK && !capturing)
-                    st = fls_rule_up(str, rule_d, req->rule, ub);
-            } else {
-                st = fls_rule_up(str, rows_d, hup, rb + ub);
-            }
-            uploaded = 1;
-        }
+        if (!uploaded && st == FLS_OK)
+            st = upload_rows();
         if (fast) {
             /* decide, select, one download of the codes; rows the host
              * decides are selected again (the others give the same picks) */
@@ -922,6 +972,11 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             for (int round = 0; st == FLS_OK; round++) {
                 /* with ldraw the list kernel drew every row it decided; the
                  * rows the host decided are selected in round 1 */
+                if (round == 1 && d.wkeys) {
+                    /* the rows the host decided: the select pass's picks */
+                    d.wkeys = 0;
+                    d.nsel = d.nchunk;
+                }
                 if (!(d.ldraw && round == 0))
                     st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
                 if (st == FLS_OK && commit)

@@ -69,6 +69,10 @@ void fls_cuda_rule_matmul_counts(const fls_context_t *ctx, uint64_t counts[3]);
  * by a top-k, no log-sum-exp asked; the select and final kernels skipped;
  * FLS_CUDA_LIST_DRAW=0 turns it off). Tests. */
 uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx);
+/* The context's rule calls whose matmul kept the K best keys of each CTA
+ * (rows without filters, no log-sum-exp asked, the wgmma kernel with its
+ * tables; the select pass skipped; FLS_CUDA_RULE_KEYS=0 turns it off). Tests. */
+uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx);
 
 /* fls_cuda_sample_fused / _logits with explicit options. L != NULL selects
  * from-logits sampling (W, H ignored). */

@@ -111,6 +111,19 @@ struct fls_wg_args {
     int lvec;
     float *g64, *gab;
     int64_t m64;
+    /* sample == 2, or NULL: per group q of row b, at 3 (b * m64 + q), the
+     * count, mean and sum of squared deviations of its finite tempered
+     * logits x = fls_temper(l, rows[b].temperature) (rows then on the device
+     * before the launch) */
+    double *gmo;
+    /* sample == 2: the K best keys per (row, draw) of rows without filters
+     * (fls_wg_rule_extra) */
+    const fls_row_rule *rule;
+    int keys, kdraws;
+    uint32_t first_draw;
+    const float *gup;
+    fls_stair_entry *sel;
+    int64_t kst;
 };
 
 /* ---- PTX helpers ---- */
@@ -643,6 +656,109 @@ fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const 
     }
 }
 
+/* The moments of one 64-token group's finite tempered logits (16 lanes, 4
+ * tokens e each; m: the group's largest logit, NaN-propagating) into
+ * o[0..3) = count, mean, sum of squared deviations (the half-warp's lane 0
+ * writes). As the statistics pass does for 8 tokens (kernels/rules.cu,
+ * fls_fstats8): the deviations from the group's largest x, a data point,
+ * summed in double in a fixed tree; a group whose largest x is not finite
+ * (all -inf, or an error of the row) counts nothing. */
+__device__ __forceinline__ void fls_wg_group_moments(const float (&e)[4], float m, float T, int lane,
+                                                     double *o)
+{
+    const float xm = fls_temper(m, T);
+    const bool fin = xm > -INFINITY && xm < INFINITY;
+    double n = 0.0, s1 = 0.0, s2 = 0.0;
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const float x = fls_temper(e[t], T);
+        if (fin && x > -INFINITY) {
+            const double dd = (double)x - (double)xm;
+            n += 1.0;
+            s1 += dd;
+            s2 += dd * dd;
+        }
+    }
+#pragma unroll
+    for (int o2 = 8; o2 > 0; o2 >>= 1) {
+        n += __shfl_xor_sync(FLS_FULL_MASK, n, o2);
+        s1 += __shfl_xor_sync(FLS_FULL_MASK, s1, o2);
+        s2 += __shfl_xor_sync(FLS_FULL_MASK, s2, o2);
+    }
+    if ((lane & 15) == 0) {
+        const double q = n > 0.0 ? s1 / n : 0.0;
+        o[0] = n;
+        o[1] = n > 0.0 ? (double)xm + q : 0.0;
+        o[2] = n > 0.0 ? fmax(s2 - s1 * q, 0.0) : 0.0;
+    }
+}
+
+/* Row b's tokens of one tile into its (row, draw) lists l (ordered keys,
+ * best first) and lx (their x): the warp's 128 tokens, 4 a lane (e: the
+ * lane's logits, -inf past V; v: its first token). A key enters when it is
+ * at least the list's K-th (tau) and the K-th largest of the lanes' best
+ * keys of the tile (K lanes hold a key that large); the log of a token's
+ * noise is skipped where the bound of its bucket shows its key below tau
+ * (as the select pass does). The keys and their order are the select
+ * pass's: fls_frank of (key, token). */
+__device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int64_t b, uint64_t v, int lane,
+                                             unsigned long long *l, float *lx)
+{
+    const fls_row_params rp = a.rows[b];
+    const int Kb = (int)a.rule[b].K;
+    const float T = rp.temperature;
+    const bool noisy = fls_temperature_noisy(T);
+    const float x[4] = {fls_temper(e.x, T), fls_temper(e.y, T), fls_temper(e.z, T), fls_temper(e.w, T)};
+    const bool any = x[0] > -INFINITY || x[1] > -INFINITY || x[2] > -INFINITY || x[3] > -INFINITY;
+    for (int j = 0; j < a.kdraws; j++) {
+        unsigned long long *lj = l + j * FLS_WG_KMAX;
+        float *xj = lx + j * FLS_WG_KMAX;
+        const float tau = lj[Kb - 1] ? fls_frank_x(lj[Kb - 1]) : -INFINITY;
+        uint4 r[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        if (noisy && any) {
+            r[0] = fls_philox_pair(rp.seed, rp.offset, a.first_draw + (uint32_t)j, v);
+            r[1] = fls_philox_pair(rp.seed, rp.offset, a.first_draw + (uint32_t)j, v + 2);
+        }
+        float key[4], kb = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            key[t] = -INFINITY; /* no key: past V, masked, or below tau by its bound */
+            if (!(x[t] > -INFINITY))
+                continue;
+            if (noisy) {
+                const uint64_t bits = fls_pair_bits(r[t >> 1], v + t);
+                if (a.gup && __fadd_rn(x[t], a.gup[bits >> FLS_GB_SHIFT]) < tau)
+                    continue; /* fl(x + g) <= fl(x + up[bucket]) < tau */
+                key[t] = fls_temperature_key(x[t], fls_gumbel_dev(bits), T);
+            } else {
+                key[t] = x[t];
+            }
+            kb = fmaxf(kb, key[t]);
+        }
+        const float thr = fmaxf(tau, fls_warp_kth_maxf(kb, Kb));
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const bool c = key[t] > -INFINITY && key[t] >= thr;
+            const unsigned long long u = c ? fls_frank(key[t], (int64_t)(v + t)) : 0ull;
+            for (unsigned m = __ballot_sync(FLS_FULL_MASK, c); m; m &= m - 1) {
+                const int src = __ffs(m) - 1;
+                const unsigned long long us = __shfl_sync(FLS_FULL_MASK, u, src);
+                const float xs = __shfl_sync(FLS_FULL_MASK, x[t], src);
+                if (lane == 0 && us > lj[Kb - 1]) {
+                    int q = Kb - 1;
+                    for (; q > 0 && us > lj[q - 1]; q--) {
+                        lj[q] = lj[q - 1];
+                        xj[q] = xj[q - 1];
+                    }
+                    lj[q] = us;
+                    xj[q] = xs;
+                }
+            }
+        }
+        __syncwarp();
+    }
+}
+
 template <int N, int E, bool BF16, bool G>
 __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
     fls_fused_wgmma_kernel(const __grid_constant__ fls_wg_args a)
@@ -775,6 +891,18 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
              * a warp takes rows ew, ew + E, ...; lane p holds tokens 4p .. 4p + 3
              * (lanes 0-15: the tile's first group of 64, 16-31: the second) */
             const int nr = min(N, a.B - bt * N);
+            /* keys: per (row, draw) of the warp's rows a best-first list of
+             * FLS_WG_KMAX ordered keys (fls_frank; 0: empty) and their x */
+            unsigned long long *kl = (unsigned long long *)(smem + C::ST_OFF);
+            float *kx = (float *)(kl + (size_t)N * a.kdraws * FLS_WG_KMAX);
+            if (a.keys) {
+                for (int bl = ew; bl < nr; bl += C::E)
+                    for (int q = lane; q < a.kdraws * FLS_WG_KMAX; q += 32) {
+                        kl[(size_t)bl * a.kdraws * FLS_WG_KMAX + q] = 0ull;
+                        kx[(size_t)bl * a.kdraws * FLS_WG_KMAX + q] = -INFINITY;
+                    }
+                __syncwarp();
+            }
             int it = 0;
             for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
                 const int buf = it % C::NS;
@@ -810,14 +938,38 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                         m = fls_fmax_nan(m, __shfl_xor_sync(FLS_FULL_MASK, m, o));
                         am = fmaxf(am, __shfl_xor_sync(FLS_FULL_MASK, am, o));
                     }
+                    const int64_t g = b * a.m64 + 2 * (int64_t)vt + (lane >> 4);
                     if ((lane & 15) == 0) {
-                        const int64_t g = b * a.m64 + 2 * (int64_t)vt + (lane >> 4);
                         a.g64[g] = m;
                         a.gab[g] = am;
                     }
+                    if (a.gmo)
+                        fls_wg_group_moments(e, m, a.rows[b].temperature, lane, a.gmo + 3 * g);
+                    if (a.keys)
+                        fls_wg_row_keys(a, make_float4(e[0], e[1], e[2], e[3]), b, (uint64_t)(v0 + i), lane,
+                                        kl + (size_t)bl * a.kdraws * FLS_WG_KMAX,
+                                        kx + (size_t)bl * a.kdraws * FLS_WG_KMAX);
                 }
                 __syncwarp();
                 fls_mbar_arrive(SFREE(buf));
+            }
+            if (a.keys) {
+                /* the CTA's lists: entry slot of each (row, draw) */
+                for (int bl = ew; bl < nr; bl += C::E) {
+                    const int64_t b = (int64_t)bt * N + bl;
+                    const int Kb = (int)a.rule[b].K;
+                    for (int q = lane; q < a.kdraws * FLS_WG_KMAX; q += 32) {
+                        const int j = q / FLS_WG_KMAX, r = q % FLS_WG_KMAX;
+                        if (r >= Kb)
+                            continue;
+                        const unsigned long long u = kl[(size_t)bl * a.kdraws * FLS_WG_KMAX + q];
+                        fls_stair_entry o;
+                        o.key = u ? fls_frank_x(u) : -INFINITY;
+                        o.x = u ? kx[(size_t)bl * a.kdraws * FLS_WG_KMAX + q] : -INFINITY;
+                        o.v = u ? (int64_t)(0xffffffffu - (uint32_t)u) : -1;
+                        a.sel[((b * a.kdraws + j) * a.slots + slot) * a.kst + r] = o;
+                    }
+                }
             }
             return;
         }
@@ -1137,7 +1289,7 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
 
 cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                     int B, int64_t V, int64_t D, float *L, int64_t ldl, float *g64,
-                                    float *gab, int sm_count, cudaStream_t st)
+                                    float *gab, const fls_wg_rule_extra *ex, int sm_count, cudaStream_t st)
 {
     const int tile_n = fls_cuda_wgmma_tile_n(B);
     fls_wg_args a;
@@ -1151,6 +1303,21 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
     a.g64 = g64;
     a.gab = gab;
     a.m64 = fls_wgmma_m64(V);
+    if (ex) {
+        a.gmo = ex->gmo;
+        a.rows = ex->rows;
+        a.rule = ex->rule;
+        a.keys = ex->keys;
+        a.kdraws = ex->keys ? ex->draws : 0;
+        a.first_draw = ex->first_draw;
+        a.gup = ex->gup;
+        a.sel = ex->sel;
+        a.kst = ex->kst;
+        if (((a.gmo || a.keys) && !a.rows) ||
+            (a.keys && (a.keys > FLS_WG_KMAX || !a.rule || !a.sel || a.kst < a.keys || a.kdraws < 1 ||
+                        a.kdraws > fls_wgmma_key_draws(B))))
+            return cudaErrorInvalidValue;
+    }
     const bool bf = dt == FLS_DTYPE_BF16;
     /* the epilogue only copies: the sampler's default warps (PERF GPU v6) */
 #define FLS_WG_LCASE(NN, EE)                                                                                 \
@@ -1162,6 +1329,22 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
     FLS_WG_LCASE(128, 11)
 #undef FLS_WG_LCASE
     return cudaErrorInvalidValue;
+}
+
+int fls_wgmma_key_draws(int64_t B)
+{
+    /* the lists live in the sampler's state area, unused in sample mode 2 */
+    const int n = fls_cuda_wgmma_tile_n(B);
+    const int st = n == 16   ? fls_wg_cfg<16, 7>::ST_BYTES
+                   : n == 32 ? fls_wg_cfg<32, 11>::ST_BYTES
+                   : n == 64 ? fls_wg_cfg<64, 11>::ST_BYTES
+                             : fls_wg_cfg<128, 11>::ST_BYTES;
+    return st / (n * FLS_WG_KMAX * (8 + 4));
+}
+
+int fls_wgmma_logits_slots(int64_t B, int64_t V, int sm_count)
+{
+    return fls_wgmma_slots(B, V, fls_cuda_wgmma_tile_n(B), sm_count);
 }
 
 int64_t fls_wgmma_m64(int64_t V)

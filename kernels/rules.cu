@@ -692,21 +692,6 @@ __device__ __forceinline__ void fls_fload8(const fls_rule_dev &d, const float *r
     }
 }
 
-/* Ordered 64-bit rank key: larger is earlier in rank order (larger x, then
- * lower index); x == 0 as +0 (the rank order does not tell -0 from +0). */
-__device__ __forceinline__ unsigned long long fls_frank(float x, int64_t v)
-{
-    const uint32_t u = __float_as_uint(x + 0.0f);
-    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)o << 32) | (0xffffffffu - (uint32_t)v);
-}
-
-__device__ __forceinline__ float fls_frank_x(unsigned long long k)
-{
-    const uint32_t o = (uint32_t)(k >> 32);
-    return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
-}
-
 /* Sorts a[0, n) (n a power of two) into descending order with the block. */
 __device__ void fls_bitonic_desc(unsigned long long *a, int n)
 {
@@ -842,6 +827,19 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     }
 }
 
+/* The 512 threads' statistics a merged in a fixed tree into sp[0] (every
+ * thread sees it). */
+__device__ __forceinline__ void fls_rpart_tree512(fls_rpart *sp, int t, const fls_rpart &a)
+{
+    sp[t] = a;
+    __syncthreads();
+    for (int s = 256; s > 0; s >>= 1) {
+        if (t < s)
+            fls_rpart_merge(sp[t], sp[t + s]);
+        __syncthreads();
+    }
+}
+
 /* One block per row: the chunks' statistics merged (into part i * P), then
  * the decision, or (top list) the candidates' threshold. */
 __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
@@ -862,6 +860,15 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
         __shared__ float wl[16], wa[16];
         float lm = -INFINITY, am = 0.0f;
         int bad = 0;
+        if (d.moments) {
+            /* the groups' moments (gmo), each thread's in table order, then
+             * merged in a fixed tree */
+            fls_rpart mo = fls_rpart_empty();
+            const double *go = d.gmo + (int64_t)i * d.m64 * 3;
+            for (int64_t q = t; q < d.m64; q += blockDim.x)
+                fls_moments_merge(&mo.n, &mo.mean, &mo.m2, go[3 * q], go[3 * q + 1], go[3 * q + 2]);
+            fls_rpart_tree512(sp, t, mo);
+        }
         const float *g64 = d.g64 + (int64_t)i * d.m64, *gab = d.gab + (int64_t)i * d.m64;
         for (int64_t q0 = t; q0 < d.m64; q0 += 4 * (int64_t)blockDim.x) {
             float g[4], ab[4];
@@ -897,6 +904,11 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
                 am = fmaxf(am, wa[w]);
             }
             fls_rpart a = fls_rpart_empty();
+            if (d.moments) {
+                a.n = sp[0].n;
+                a.mean = sp[0].mean;
+                a.m2 = sp[0].m2;
+            }
             const float T = d.rows[b].temperature, xm = fls_temper(lm, T);
             a.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
             a.bad = (bad ? FLS_RBAD_NAN : 0u) | (isinf(fls_temper(am, T)) ? FLS_RBAD_TEMP : 0u);
@@ -907,13 +919,7 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
         fls_rpart a = fls_rpart_empty();
         for (int c = t; c < d.nchunk; c += blockDim.x)
             fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
-        sp[t] = a;
-        __syncthreads();
-        for (int s = 256; s > 0; s >>= 1) {
-            if (t < s)
-                fls_rpart_merge(sp[t], sp[t + s]);
-            __syncthreads();
-        }
+        fls_rpart_tree512(sp, t, a);
     }
     const fls_rpart pt = sp[0];
     if (t == 0) {
@@ -1089,19 +1095,6 @@ template <int N> __device__ __forceinline__ float fls_flist_kth(const fls_fbest 
     return r;
 }
 
-/* The k-th largest of the warp's 32 values (k <= 32; ties count once per
- * lane): k - 1 times, the lowest lane holding the maximum drops out. */
-__device__ __forceinline__ float fls_warp_kth_maxf(float v, int k)
-{
-    for (int r = 1; r < k; r++) {
-        const float m = fls_warp_maxf(v);
-        const unsigned at = __ballot_sync(FLS_FULL_MASK, v == m);
-        if ((threadIdx.x & 31) == __ffs(at) - 1)
-            v = -INFINITY;
-    }
-    return fls_warp_maxf(v);
-}
-
 /* A best-first list of ordered keys (fls_frank of (key, token): one 64-bit
  * compare ranks two entries as fls_key_beats does; 0: empty) whose first k
  * slots are in use: u is carried down past every entry it beats. Every
@@ -1182,7 +1175,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     if (!any) {
         /* no token of the chunk in the support: empty picks, a sum of 0 */
         for (int j = 0; j < d.draws; j++) {
-            fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
+            fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nsel + blockIdx.x) * d.K;
             if (threadIdx.x < Kb)
                 fls_fsel_write(out[threadIdx.x], 0ull, row, T);
         }
@@ -1191,7 +1184,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         return;
     }
     for (int j = 0; j < d.draws; j++) {
-        fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nchunk + blockIdx.x) * d.K;
+        fls_stair_entry *out = d.sel + (((int64_t)i * d.draws + j) * d.nsel + blockIdx.x) * d.K;
         const bool sum = lsedev && j == 0;
         double z = 0.0;
         unsigned long long l[KM];
@@ -1504,8 +1497,8 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
         if (j == 0 && lane == 0)
             d.lse[b] = lse;
     }
-    const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nchunk * d.K;
-    for (int c = lane; c < d.nchunk; c += 32)
+    const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nsel * d.K;
+    for (int c = lane; c < d.nsel; c += 32)
         for (int r = 0; r < Kb; r++) {
             const fls_stair_entry &e = in[(int64_t)c * d.K + r];
             if (e.v < 0)
@@ -1557,7 +1550,9 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
 {
     /* lists of one entry where every row draws one token (fewer registers) */
     const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
-    if (d.K == 1)
+    if (d.wkeys) /* the matmul kept the keys */
+        ;
+    else if (d.K == 1)
         fls_rfast_select_kernel<1><<<grid, 256, 0, st>>>(d);
     else if (d.K <= 4)
         fls_rfast_select_kernel<4><<<grid, 256, 0, st>>>(d);

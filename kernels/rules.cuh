@@ -100,19 +100,22 @@ struct fls_rule_dev {
     float *thr;               /* [nb] the candidates' threshold */
     unsigned *ccount;         /* [nb] */
     unsigned long long *cand; /* [nb * FLS_FCCAP] candidates: ordered x, then ~v */
-    fls_stair_entry *sel;     /* [nb * draws * nchunk * K] each chunk's K best keys of the support */
+    fls_stair_entry *sel;     /* [nb * draws * nsel * K] each chunk's (CTA's) K best keys of the support */
     double *lsep;             /* [nb * nchunk] each chunk's sum of exp(x - m) over the support */
     int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
     int *nsup;                /* [nb] >= 0: the support is the first nsup of the sorted candidates */
     /* the matmul's 64-token tables (fls_launch_wgmma_logits), or NULL: row i's
      * group q at i * m64 + q. With them the collect and select kernels read
      * only the groups whose maximum reaches their threshold, and (gfold:
-     * no need_s, no moments) the row kernel folds the statistics from them
-     * and the statistics pass is not run */
+     * no need_s; the moments, where needed, in gmo) the row kernel folds the
+     * statistics from them and the statistics pass is not run */
     const float *g64, *gab;
+    const double *gmo; /* [nb * m64 * 3] each group's count, mean and m2 (fls_launch_wgmma_logits) */
     int64_t m64;
     int gfold;
     int ldraw; /* the list kernel draws its rows (fls_rule_launch_fast_decide) */
+    int wkeys; /* the matmul kept the K best keys of each CTA (fls_wg_rule_extra): no select pass */
+    int nsel;  /* entries per (row, draw) in sel: nchunk (select pass), or the matmul's CTAs (wkeys) */
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the

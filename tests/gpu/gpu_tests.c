@@ -1231,6 +1231,12 @@ static fls_status rule_gpu_tokens(const fls_params *p, int64_t B, void *dW, void
     return fls_sample_fused(g_gpu, &Wm, &Hm, p, &og);
 }
 
+/* Rows of r have no filter (their support: every finite token). */
+static int rule_no_filter(const rule_spec *r)
+{
+    return r->top_k == 0 && r->top_p >= 1.0f && r->min_p == 0.0f && r->nsigma == 0.0 && !r->per_row;
+}
+
 static int rule_matmul_taken(const uint64_t c0[3])
 {
     uint64_t c1[3];
@@ -1266,7 +1272,13 @@ static void test_rules_agreement_fused(void)
         fls_status sc = rule_cpu_tokens(r, B, 5 + ri, draws, W, H, V, D, tc, &p, &rr);
         uint64_t c0[3];
         fls_cuda_rule_matmul_counts(g_gpu, c0);
+        const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
         fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
+        /* rows without filters: the matmul keeps the keys (many tiles a CTA here) */
+        const uint64_t keys = fls_cuda_rule_matmul_keys(g_gpu) - k0;
+        if (sg == FLS_OK && keys != (uint64_t)rule_no_filter(r))
+            failf("%s: the matmul kept the keys in %llu calls, want %d", r->name, (unsigned long long)keys,
+                  rule_no_filter(r));
         rule_rows_free(&rr);
         if (sc != FLS_OK || sg != FLS_OK) {
             failf("%s: cpu %s, cuda %s", r->name, fls_status_string(sc), fls_status_string(sg));
@@ -1308,10 +1320,10 @@ static void test_rules_agreement_fused(void)
                     same_b += tc[i] == tc2[i];
         }
         printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%); cuBLAS matmul "
-               "%lld/%lld; statistics pass %s the tables\n",
+               "%lld/%lld; statistics and select passes %s the tables%s\n",
                (long long)D, (long long)V, r->name, (long long)same, (long long)n,
                100.0 * (double)same / (double)n, (long long)same_b, (long long)n,
-               stats_identical ? "identical to" : "DIFFERS from");
+               stats_identical ? "identical to" : "DIFFERS from", keys ? " and the matmul's keys" : "");
         if (same * 100 < n * 99 || same_b * 100 < n * 99)
             failf("%s: agreement below 99%%", r->name);
         if (!stats_identical)
@@ -1337,12 +1349,13 @@ done:
  * CPU engine's tokens, for every rule, at B = 1, 5, 64 and 130 (two batch
  * tiles of 128; V = 3001: a tail tile and a partial group of 64). */
 /* the matmuls a rule call may take; the fourth: the wgmma kernel with the
- * list kernel's draws off (FLS_CUDA_LIST_DRAW=0: select and final kernels) */
+ * list kernel's draws and its own keys off (FLS_CUDA_LIST_DRAW=0,
+ * FLS_CUDA_RULE_KEYS=0: select and final kernels) */
 static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma"};
 
 static void test_rules_matmul_paths(void)
 {
-    const int64_t V = 3001, D = 64, Bs[] = {1, 5, 64, 130}, draws = 3, Bmax = 130;
+    const int64_t V = 3001, D = 64, Bs[] = {1, 5, 13, 30, 64, 130}, draws = 3, Bmax = 130;
     g_rng = 9191;
     void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3),
          *H = make_int_matrix(Bmax, D, D, FLS_DTYPE_BF16, 2);
@@ -1351,7 +1364,7 @@ static void test_rules_matmul_paths(void)
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * nmax);
-    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0;
+    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0;
     if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
         failf("memory");
         goto done;
@@ -1366,17 +1379,20 @@ static void test_rules_matmul_paths(void)
             fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, W, H, V, D, tc, &p, &rr);
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
-                if (m == 3)
+                if (m == 3) {
                     setenv("FLS_CUDA_LIST_DRAW", "0", 1);
+                    setenv("FLS_CUDA_RULE_KEYS", "0", 1);
+                }
                 for (size_t i = 0; i < nmax; i++)
                     tg[i] = -7; /* guard */
                 fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
-                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu);
+                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu);
                 fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 unsetenv("FLS_CUDA_LIST_DRAW");
+                unsetenv("FLS_CUDA_RULE_KEYS");
                 calls++;
                 if (sg != FLS_OK) {
                     failf("B=%lld %s %s: cuda %s", (long long)B, r->name, k_matmuls[m],
@@ -1407,6 +1423,16 @@ static void test_rules_matmul_paths(void)
                     bad++;
                 }
                 ldraws += ld != 0;
+                /* the matmul keeps the keys of rows without filters where its
+                 * lists fit the draws (3 draws: B <= 32), unless turned off */
+                const uint64_t kk = fls_cuda_rule_matmul_keys(g_gpu) - k0;
+                const uint64_t kk_want = m == 1 && rule_no_filter(r) && B <= 32;
+                if (kk != kk_want) {
+                    failf("B=%lld %s %s: matmul keys %llu, want %llu", (long long)B, r->name, k_matmuls[m],
+                          (unsigned long long)kk, (unsigned long long)kk_want);
+                    bad++;
+                }
+                mkeys += kk != 0;
                 fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
                 if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
@@ -1422,9 +1448,10 @@ static void test_rules_matmul_paths(void)
         }
     printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
            "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass, wgmma with the list "
-           "kernel's draws off; B = 1, 5, 64, 130; %lld with the tables, %lld drawn by the list kernel)\n",
+           "kernel's draws and the matmul's keys off; B = 1, 5, 13, 30, 64, 130; %lld with the tables, %lld "
+           "drawn by the list kernel, %lld with the matmul's keys)\n",
            (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables,
-           (long long)ldraws);
+           (long long)ldraws, (long long)mkeys);
 done:
     free(W);
     free(H);
