@@ -99,6 +99,7 @@ struct fls_cuda_state {
     uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
     uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
     uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
+    uint64_t rule_row_draw_calls;  /* rule calls whose row kernel may draw (rdraw) */
     char name[256];
 };
 
@@ -642,6 +643,11 @@ extern "C" uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx)
     return ctx && ctx->cuda ? ctx->cuda->rule_key_calls : 0;
 }
 
+extern "C" uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx)
+{
+    return ctx && ctx->cuda ? ctx->cuda->rule_row_draw_calls : 0;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -859,6 +865,17 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.wkeys = wkeys;
     d.nsel = wkeys ? (int)slots : (int)nchunk;
     s->rule_key_calls += wkeys != 0;
+    /* opt-in (FLS_CUDA_ROW_DRAW_CAP = rcap > 0; tests, experiments): with
+     * no top list, the matmul's tables, no log-sum-exp asked and K <= 4 the
+     * row kernel draws a row whose support lies in at most rcap 64-token
+     * groups. Off by default: on the H200 (docs/PERF.md, GPU v19, run 56)
+     * it saved 1-9 us a call for top-n-sigma but cost min-p 14-17 us at
+     * B >= 4, whose wider supports the row's one block walks group by group */
+    const char *rc_env = getenv("FLS_CUDA_ROW_DRAW_CAP");
+    d.rcap = rc_env ? atoi(rc_env) : 0;
+    d.rcap = d.rcap < 0 ? 0 : (d.rcap > FLS_RDRAW_CAP ? FLS_RDRAW_CAP : d.rcap);
+    d.rdraw = d.rcap > 0 && d.gfold && top_cap == 0 && !want_lse && K <= 4 && !wkeys;
+    s->rule_row_draw_calls += d.rdraw != 0;
     if (!L)
         s->rule_matmul_calls[!wg ? 0 : d.gfold ? 1 : 2]++;
     /* every row bounded by a top-k (so its support lies within its top list)

@@ -73,6 +73,11 @@ uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx);
  * (rows without filters, no log-sum-exp asked, the wgmma kernel with its
  * tables; the select pass skipped; FLS_CUDA_RULE_KEYS=0 turns it off). Tests. */
 uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx);
+/* The context's rule calls whose row kernel drew the rows with supports in
+ * at most FLS_CUDA_ROW_DRAW_CAP (1..256; unset or 0: off, the default)
+ * 64-token groups (no top list, the wgmma kernel's tables, no log-sum-exp
+ * asked, K <= 4; the others go through the select pass). Tests. */
+uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx);
 
 /* fls_cuda_sample_fused / _logits with explicit options. L != NULL selects
  * from-logits sampling (W, H ignored). */

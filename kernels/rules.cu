@@ -827,6 +827,8 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     }
 }
 
+__device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m);
+
 /* The 512 threads' statistics a merged in a fixed tree into sp[0] (every
  * thread sees it). */
 __device__ __forceinline__ void fls_rpart_tree512(fls_rpart *sp, int t, const fls_rpart &a)
@@ -860,15 +862,6 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
         __shared__ float wl[16], wa[16];
         float lm = -INFINITY, am = 0.0f;
         int bad = 0;
-        if (d.moments) {
-            /* the groups' moments (gmo), each thread's in table order, then
-             * merged in a fixed tree */
-            fls_rpart mo = fls_rpart_empty();
-            const double *go = d.gmo + (int64_t)i * d.m64 * 3;
-            for (int64_t q = t; q < d.m64; q += blockDim.x)
-                fls_moments_merge(&mo.n, &mo.mean, &mo.m2, go[3 * q], go[3 * q + 1], go[3 * q + 2]);
-            fls_rpart_tree512(sp, t, mo);
-        }
         const float *g64 = d.g64 + (int64_t)i * d.m64, *gab = d.gab + (int64_t)i * d.m64;
         for (int64_t q0 = t; q0 < d.m64; q0 += 4 * (int64_t)blockDim.x) {
             float g[4], ab[4];
@@ -898,6 +891,42 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
             wa[t >> 5] = am;
         }
         bad = __syncthreads_or(bad);
+        const float T = d.rows[b].temperature;
+        /* the groups' moments (gmo) as sums about one shift, the row's
+         * largest x (a data point): count, sum and sum of squares of the
+         * deviations add without a division; each thread's in table order,
+         * the warps' in a fixed tree, then the 16 warps' in order */
+        __shared__ double wm[16][3];
+        float xc = -INFINITY;
+        if (d.moments) {
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+                xc = fmaxf(xc, wl[w]);
+            xc = fls_temper(xc, T);
+            double n = 0.0, s1 = 0.0, s2 = 0.0;
+            if (xc > -INFINITY && xc < INFINITY) {
+                const double *go = d.gmo + (int64_t)i * d.m64 * 3;
+                for (int64_t q = t; q < d.m64; q += blockDim.x) {
+                    const double gn = go[3 * q], dm = go[3 * q + 1] - (double)xc;
+                    if (gn > 0.0) {
+                        n += gn;
+                        s1 += gn * dm;
+                        s2 += go[3 * q + 2] + gn * dm * dm;
+                    }
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                n += __shfl_xor_sync(FLS_FULL_MASK, n, o);
+                s1 += __shfl_xor_sync(FLS_FULL_MASK, s1, o);
+                s2 += __shfl_xor_sync(FLS_FULL_MASK, s2, o);
+            }
+            if ((t & 31) == 0) {
+                wm[t >> 5][0] = n;
+                wm[t >> 5][1] = s1;
+                wm[t >> 5][2] = s2;
+            }
+            __syncthreads();
+        }
         if (t == 0) {
             for (int w = 1; w < (int)(blockDim.x >> 5); w++) {
                 lm = fmaxf(lm, wl[w]);
@@ -905,11 +934,20 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
             }
             fls_rpart a = fls_rpart_empty();
             if (d.moments) {
-                a.n = sp[0].n;
-                a.mean = sp[0].mean;
-                a.m2 = sp[0].m2;
+                double n = 0.0, s1 = 0.0, s2 = 0.0;
+                for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+                    n += wm[w][0];
+                    s1 += wm[w][1];
+                    s2 += wm[w][2];
+                }
+                if (n > 0.0) {
+                    const double q = s1 / n;
+                    a.n = n;
+                    a.mean = (double)xc + q;
+                    a.m2 = fmax(s2 - s1 * q, 0.0);
+                }
             }
-            const float T = d.rows[b].temperature, xm = fls_temper(lm, T);
+            const float xm = fls_temper(lm, T);
             a.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
             a.bad = (bad ? FLS_RBAD_NAN : 0u) | (isinf(fls_temper(am, T)) ? FLS_RBAD_TEMP : 0u);
             sp[0] = a;
@@ -928,8 +966,16 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     }
     const bool pending = d.top_cap > 0 && !(pt.bad & (FLS_RBAD_NAN | FLS_RBAD_TEMP)) && pt.lse_m > -INFINITY;
     if (!pending) {
-        if (t == 0)
+        __shared__ int rgo;
+        if (t == 0) {
             fls_rule_decide_row(d, b, pt, NULL, NULL, NULL, 0, INFINITY, 1, d.rule[b], d.rows[b].temperature);
+            rgo = d.code[b] == FLS_RC_OK && !d.lsedev[b];
+        }
+        if (!d.rdraw)
+            return;
+        __syncthreads();
+        if (rgo) /* a decided row: drawn here when its support's groups are few */
+            fls_rrow_draw(d, i, b, pt.lse_m);
         return;
     }
     /* t: the C-th largest group maximum (-inf when fewer groups: every
@@ -1065,6 +1111,18 @@ template <int N> __device__ __forceinline__ void fls_flist_push(fls_fbest (&l)[N
             l[q] = q > 0 && bt[q > 0 ? q - 1 : 0] ? l[q > 0 ? q - 1 : 0] : c;
 }
 
+/* Whether c enters the best-first list l of k slots (beats its k-th). */
+template <int N>
+__device__ __forceinline__ bool fls_flist_enters(const fls_fbest (&l)[N], int k, const fls_fbest &c)
+{
+    bool r = false;
+#pragma unroll
+    for (int q = 0; q < N; q++)
+        if (q == k - 1)
+            r = fls_fbeats(c, l[q]);
+    return r;
+}
+
 /* Drops the list's head. */
 template <int N> __device__ __forceinline__ void fls_flist_pop(fls_fbest (&l)[N])
 {
@@ -1159,7 +1217,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     __shared__ unsigned long long sw[8 * KM];
     __shared__ double sz[8];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK || d.nsup[i] >= 0)
+    if (d.code[b] != FLS_RC_OK || d.nsup[i] != -1) /* drawn from the list (>= 0) or by the row kernel (-2) */
         return;
     const fls_row_params rp = d.rows[b];
     const float T = rp.temperature, cut = d.cut[b], pre = fls_fpre(cut, T);
@@ -1465,6 +1523,102 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
 /* One warp per (row, draw): the K best of the chunks' picks, or (a support
  * within the sorted candidates, nsup >= 0) of the support's keys drawn from
  * that list alone; written. */
+/* The row kernel's draws (rdraw: the matmul's tables, no top list, no
+ * log-sum-exp asked, K <= 4): row i (call row b, decided, its max m), when
+ * at most rcap of its 64-token groups reach the cut, draws here and marks
+ * itself (nsup = -2: the select and final kernels pass it by); else the
+ * select pass reads it. The keys are the select pass's (fls_frank of the
+ * exact key of every support token, the same tests); a group list's order
+ * (atomics) does not matter, the K best of a set being one set. 16 warps
+ * take the groups, 2 tokens a lane; each warp's Kb best, then warp 0's,
+ * written by fls_fwarp_write as the final kernel writes. */
+__device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m)
+{
+    __shared__ int gq[FLS_RDRAW_CAP];
+    __shared__ unsigned gn;
+    __shared__ unsigned long long wb[16 * 4];
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = (int)(blockDim.x >> 5);
+    const fls_row_params rp = d.rows[b];
+    const float T = rp.temperature, cut = d.cut[b], pre = fls_fpre(cut, T);
+    const bool noisy = fls_temperature_noisy(T);
+    const int Kb = (int)d.rule[b].K;
+    if (t == 0)
+        gn = 0;
+    __syncthreads();
+    const float *g64 = d.g64 + (int64_t)i * d.m64;
+    for (int64_t q = t; q < d.m64; q += blockDim.x)
+        if (g64[q] > pre) {
+            const unsigned p = atomicAdd(&gn, 1u);
+            if (p < FLS_RDRAW_CAP)
+                gq[p] = (int)q;
+        }
+    __syncthreads();
+    const unsigned n = gn;
+    if (n > (unsigned)d.rcap)
+        return; /* many groups: the select pass */
+    if (t == 0)
+        d.nsup[i] = -2;
+    const float *row = d.L + (size_t)i * d.ldl;
+    const double lse = d.lse[b];
+    for (int j = 0; j < d.draws; j++) {
+        unsigned long long l[4];
+        fls_ulist_init(l);
+        for (unsigned g = (unsigned)w; g < n; g += (unsigned)nw) {
+            const int64_t v0 = 64 * (int64_t)gq[g] + 2 * lane;
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                x[e] = -INFINITY;
+                const float le = v0 + e < d.V ? row[v0 + e] : -INFINITY;
+                if (le > pre) {
+                    const float te = fls_temper(le, T);
+                    if (te > -INFINITY && te >= cut)
+                        x[e] = te;
+                }
+            }
+            if (!(x[0] > -INFINITY || x[1] > -INFINITY))
+                continue;
+            uint4 r = make_uint4(0, 0, 0, 0);
+            if (noisy)
+                r = fls_philox_pair(rp.seed, rp.offset, d.first_draw + (uint32_t)j, (uint64_t)v0);
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (x[e] > -INFINITY) {
+                    const float key =
+                        noisy ? fls_temperature_key(x[e],
+                                                    fls_gumbel_dev(fls_pair_bits(r, (uint64_t)(v0 + e))), T)
+                              : x[e];
+                    fls_ulist_push(l, Kb, fls_frank(key, v0 + e));
+                }
+        }
+        for (int r = 0; r < Kb; r++) {
+            const unsigned long long bw = fls_warp_max_u64(l[0]);
+            if (bw && l[0] == bw)
+                fls_ulist_pop(l);
+            if (lane == 0)
+                wb[w * 4 + r] = bw;
+        }
+        __syncthreads();
+        if (w == 0) {
+            unsigned long long bl[4];
+            fls_ulist_init(bl);
+            for (int q = lane; q < nw * Kb; q += 32)
+                fls_ulist_push(bl, Kb, wb[(q / Kb) * 4 + q % Kb]);
+            fls_fbest f[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const unsigned long long u = bl[r];
+                const int64_t v = u ? (int64_t)(0xffffffffu - (uint32_t)u) : -1;
+                f[r].key = u ? fls_frank_x(u) : -INFINITY;
+                f[r].x = u ? fls_temper(row[v], T) : -INFINITY;
+                f[r].v = v;
+            }
+            fls_fwarp_write<4>(d, b, j, Kb, f, m, lse);
+        }
+        __syncthreads(); /* wb is the next draw's */
+    }
+}
+
 template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(fls_rule_dev d)
 {
     const int lane = threadIdx.x & 31;
@@ -1472,7 +1626,7 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
     if (t >= (int64_t)d.nb * d.draws)
         return;
     const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK)
+    if (d.code[b] != FLS_RC_OK || d.nsup[i] == -2) /* -2: drawn by the row kernel */
         return;
     const int Kb = (int)d.rule[b].K;
     const double m = d.part[(int64_t)i * d.P].lse_m;
@@ -1497,18 +1651,29 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
         if (j == 0 && lane == 0)
             d.lse[b] = lse;
     }
+    /* a chunk's (CTA's) entries are best first: the first that does not
+     * enter the lane's list ends the chunk's; its Kb entries loaded together */
     const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nsel * d.K;
-    for (int c = lane; c < d.nsel; c += 32)
-        for (int r = 0; r < Kb; r++) {
-            const fls_stair_entry &e = in[(int64_t)c * d.K + r];
-            if (e.v < 0)
-                break;
-            fls_fbest f;
-            f.x = e.x;
-            f.key = e.key;
-            f.v = e.v;
-            fls_flist_push(l, Kb, f);
+    for (int c = lane; c < d.nsel; c += 32) {
+        fls_stair_entry e[KM];
+#pragma unroll
+        for (int r = 0; r < KM; r++) {
+            e[r].v = -1;
+            if (r < Kb)
+                e[r] = in[(int64_t)c * d.K + r];
         }
+        bool go = true;
+#pragma unroll
+        for (int r = 0; r < KM; r++) {
+            fls_fbest f;
+            f.x = e[r].x;
+            f.key = e[r].key;
+            f.v = e[r].v;
+            go = go && r < Kb && f.v >= 0 && fls_flist_enters(l, Kb, f);
+            if (go)
+                fls_flist_push(l, Kb, f);
+        }
+    }
     fls_fwarp_write(d, b, j, Kb, l, m, lse);
 }
 

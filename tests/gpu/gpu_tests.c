@@ -1274,6 +1274,7 @@ static void test_rules_agreement_fused(void)
         fls_cuda_rule_matmul_counts(g_gpu, c0);
         const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
         fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
+        int rdraw = 0;
         /* rows without filters: the matmul keeps the keys (many tiles a CTA here) */
         const uint64_t keys = fls_cuda_rule_matmul_keys(g_gpu) - k0;
         if (sg == FLS_OK && keys != (uint64_t)rule_no_filter(r))
@@ -1298,32 +1299,43 @@ static void test_rules_agreement_fused(void)
          * cuBLAS rounds its sums in another order */
         int64_t same_b = 0;
         int stats_identical = 0;
-        for (int m = 0; m < 2; m++) {
-            setenv("FLS_CUDA_RULE_MATMUL", m ? "cublas" : "wgmma_stats", 1);
+        /* m = 2: the default matmul with the row kernel's draws turned on */
+        static const char *const alt[] = {"wgmma_stats", "cublas", "wgmma"};
+        for (int m = 0; m < 3; m++) {
+            setenv("FLS_CUDA_RULE_MATMUL", alt[m], 1);
+            if (m == 2)
+                setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
             rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
             fls_cuda_rule_matmul_counts(g_gpu, c0);
+            const uint64_t rd0 = fls_cuda_rule_row_draws(g_gpu);
             sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
             rule_rows_free(&rr);
             unsetenv("FLS_CUDA_RULE_MATMUL");
+            unsetenv("FLS_CUDA_ROW_DRAW_CAP");
             if (sg != FLS_OK) {
-                failf("%s: cuda (%s) %s", r->name, m ? "cublas" : "wgmma_stats", fls_status_string(sg));
+                failf("%s: cuda (%s) %s", r->name, alt[m], fls_status_string(sg));
                 break;
             }
-            if (rule_matmul_taken(c0) != (m ? 0 : 2))
-                failf("%s: FLS_CUDA_RULE_MATMUL=%s took path %d", r->name, m ? "cublas" : "wgmma_stats",
-                      rule_matmul_taken(c0));
+            const int want = m == 0 ? 2 : m == 1 ? 0 : took;
+            if (rule_matmul_taken(c0) != want)
+                failf("%s: FLS_CUDA_RULE_MATMUL=%s took path %d", r->name, alt[m], rule_matmul_taken(c0));
             fls_cuda_memcpy(tc2, dt, 8 * (size_t)n, 0);
-            if (m == 0)
-                stats_identical = memcmp(tc2, tg, 8 * (size_t)n) == 0;
-            else
+            if (m == 1) {
                 for (int64_t i = 0; i < n; i++)
                     same_b += tc[i] == tc2[i];
+                continue;
+            }
+            if (m == 2)
+                rdraw = fls_cuda_rule_row_draws(g_gpu) != rd0;
+            const int ident = memcmp(tc2, tg, 8 * (size_t)n) == 0;
+            stats_identical = m == 0 ? ident : stats_identical && ident;
         }
         printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%); cuBLAS matmul "
                "%lld/%lld; statistics and select passes %s the tables%s\n",
                (long long)D, (long long)V, r->name, (long long)same, (long long)n,
                100.0 * (double)same / (double)n, (long long)same_b, (long long)n,
-               stats_identical ? "identical to" : "DIFFERS from", keys ? " and the matmul's keys" : "");
+               stats_identical ? "identical to" : "DIFFERS from",
+               keys ? " and the matmul's keys" : (rdraw ? " (and with the row kernel's draws on)" : ""));
         if (same * 100 < n * 99 || same_b * 100 < n * 99)
             failf("%s: agreement below 99%%", r->name);
         if (!stats_identical)
@@ -1348,9 +1360,12 @@ done:
  * row kernel) and the wgmma kernel through the statistics pass all give the
  * CPU engine's tokens, for every rule, at B = 1, 5, 64 and 130 (two batch
  * tiles of 128; V = 3001: a tail tile and a partial group of 64). */
-/* the matmuls a rule call may take; the fourth: the wgmma kernel with the
- * list kernel's draws and its own keys off (FLS_CUDA_LIST_DRAW=0,
- * FLS_CUDA_RULE_KEYS=0: select and final kernels) */
+/* the matmuls a rule call may take; the wgmma kernel (the second) with the
+ * row kernel's draws turned on (FLS_CUDA_ROW_DRAW_CAP=256; off by default);
+ * the fourth: the wgmma kernel with the list kernel's draws and its own keys
+ * off (FLS_CUDA_LIST_DRAW=0, FLS_CUDA_RULE_KEYS=0) and the row kernel's on
+ * at a cap of 1 group (FLS_CUDA_ROW_DRAW_CAP=1: it passes nearly every row
+ * on to the select and final kernels) */
 static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma"};
 
 static void test_rules_matmul_paths(void)
@@ -1364,7 +1379,7 @@ static void test_rules_matmul_paths(void)
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * nmax);
-    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0;
+    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0, rdraws = 0;
     if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
         failf("memory");
         goto done;
@@ -1379,20 +1394,25 @@ static void test_rules_matmul_paths(void)
             fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, W, H, V, D, tc, &p, &rr);
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
+                if (m == 1)
+                    setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
                 if (m == 3) {
                     setenv("FLS_CUDA_LIST_DRAW", "0", 1);
                     setenv("FLS_CUDA_RULE_KEYS", "0", 1);
+                    setenv("FLS_CUDA_ROW_DRAW_CAP", "1", 1);
                 }
                 for (size_t i = 0; i < nmax; i++)
                     tg[i] = -7; /* guard */
                 fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
-                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu);
+                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu),
+                               rd0 = fls_cuda_rule_row_draws(g_gpu);
                 fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 unsetenv("FLS_CUDA_LIST_DRAW");
                 unsetenv("FLS_CUDA_RULE_KEYS");
+                unsetenv("FLS_CUDA_ROW_DRAW_CAP");
                 calls++;
                 if (sg != FLS_OK) {
                     failf("B=%lld %s %s: cuda %s", (long long)B, r->name, k_matmuls[m],
@@ -1433,6 +1453,8 @@ static void test_rules_matmul_paths(void)
                     bad++;
                 }
                 mkeys += kk != 0;
+                /* the row kernel draws (turned on here; no top list, the tables, K <= 4) */
+                rdraws += m == 1 && fls_cuda_rule_row_draws(g_gpu) != rd0;
                 fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
                 if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
@@ -1448,10 +1470,15 @@ static void test_rules_matmul_paths(void)
         }
     printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
            "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass, wgmma with the list "
-           "kernel's draws and the matmul's keys off; B = 1, 5, 13, 30, 64, 130; %lld with the tables, %lld "
-           "drawn by the list kernel, %lld with the matmul's keys)\n",
+           "kernel's draws and the matmul's keys off, the row kernel's at 1 group; B = 1, 5, 13, 30, 64, "
+           "130; %lld "
+           "with the tables, %lld drawn by the list kernel, %lld with the matmul's keys, %lld by the row "
+           "kernel)\n",
            (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables,
-           (long long)ldraws, (long long)mkeys);
+           (long long)ldraws, (long long)mkeys, (long long)rdraws);
+    if (rdraws == 0 || mkeys == 0 || ldraws == 0)
+        failf("a draw path was never taken (list %lld, matmul keys %lld, row kernel %lld)", (long long)ldraws,
+              (long long)mkeys, (long long)rdraws);
 done:
     free(W);
     free(H);
