@@ -16,6 +16,6 @@ for spec in row:rule_minp005:1 row:rule_nsigma1:16 final:rule_wr4:16; do
   $NCU -i /tmp/$n.ncu-rep --page details > $OUT/$n.details.txt 2>&1
   $NCU -i /tmp/$n.ncu-rep --page source --print-source cuda,sass --csv 2>/dev/null | gzip > $OUT/$n.cusass.csv.gz
   grep -E "Duration|Registers Per|Warp Cycles Per Issued|Executed Ipc A" $OUT/$n.details.txt | head -6
-  python3 build-scripts/hotspots.py $OUT/$n.cusass.csv.gz 22 2>&1 | tee $OUT/$n.hot.txt | head -60
+  python3 paper_repro/results/gpu_v18_rules_h200_2026-12-01/run48/hotspots.py $OUT/$n.cusass.csv.gz 22 2>&1 | tee $OUT/$n.hot.txt | head -60
 done
 echo "all $(( $(date +%s) - t0 )) s"
