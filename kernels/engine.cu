@@ -806,8 +806,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     }
     cudaStream_t str = s->stream;
     fls_status st = FLS_OK;
-    /* the rows' parameters, one upload (after the first block's matmul is
-     * queued: its staging then overlaps the matmul) */
+    /* the rows' parameters and rules in one host buffer (upload_rows) */
     const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
     char *hup = dev_rows ? NULL : (char *)malloc(rb + ub);
     if (!dev_rows && !hup)

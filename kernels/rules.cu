@@ -829,19 +829,6 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
 
 __device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m);
 
-/* The 512 threads' statistics a merged in a fixed tree into sp[0] (every
- * thread sees it). */
-__device__ __forceinline__ void fls_rpart_tree512(fls_rpart *sp, int t, const fls_rpart &a)
-{
-    sp[t] = a;
-    __syncthreads();
-    for (int s = 256; s > 0; s >>= 1) {
-        if (t < s)
-            fls_rpart_merge(sp[t], sp[t + s]);
-        __syncthreads();
-    }
-}
-
 /* One block per row: the chunks' statistics merged (into part i * P), then
  * the decision, or (top list) the candidates' threshold. */
 __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
@@ -891,22 +878,21 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
             wa[t >> 5] = am;
         }
         bad = __syncthreads_or(bad);
-        const float T = d.rows[b].temperature;
+        /* the row's largest logit, in every thread */
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            lm = fmaxf(lm, wl[w]);
+        const float T = d.rows[b].temperature, xm = fls_temper(lm, T);
         /* the groups' moments (gmo) as sums about one shift, the row's
          * largest x (a data point): count, sum and sum of squares of the
          * deviations add without a division; each thread's in table order,
          * the warps' in a fixed tree, then the 16 warps' in order */
         __shared__ double wm[16][3];
-        float xc = -INFINITY;
         if (d.moments) {
-            for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-                xc = fmaxf(xc, wl[w]);
-            xc = fls_temper(xc, T);
             double n = 0.0, s1 = 0.0, s2 = 0.0;
-            if (xc > -INFINITY && xc < INFINITY) {
+            if (xm > -INFINITY && xm < INFINITY) {
                 const double *go = d.gmo + (int64_t)i * d.m64 * 3;
                 for (int64_t q = t; q < d.m64; q += blockDim.x) {
-                    const double gn = go[3 * q], dm = go[3 * q + 1] - (double)xc;
+                    const double gn = go[3 * q], dm = go[3 * q + 1] - (double)xm;
                     if (gn > 0.0) {
                         n += gn;
                         s1 += gn * dm;
@@ -928,10 +914,8 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
             __syncthreads();
         }
         if (t == 0) {
-            for (int w = 1; w < (int)(blockDim.x >> 5); w++) {
-                lm = fmaxf(lm, wl[w]);
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++)
                 am = fmaxf(am, wa[w]);
-            }
             fls_rpart a = fls_rpart_empty();
             if (d.moments) {
                 double n = 0.0, s1 = 0.0, s2 = 0.0;
@@ -943,11 +927,10 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
                 if (n > 0.0) {
                     const double q = s1 / n;
                     a.n = n;
-                    a.mean = (double)xc + q;
+                    a.mean = (double)xm + q;
                     a.m2 = fmax(s2 - s1 * q, 0.0);
                 }
             }
-            const float xm = fls_temper(lm, T);
             a.lse_m = xm > -INFINITY && xm < INFINITY ? (double)xm : -INFINITY;
             a.bad = (bad ? FLS_RBAD_NAN : 0u) | (isinf(fls_temper(am, T)) ? FLS_RBAD_TEMP : 0u);
             sp[0] = a;
@@ -957,7 +940,13 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
         fls_rpart a = fls_rpart_empty();
         for (int c = t; c < d.nchunk; c += blockDim.x)
             fls_rpart_merge(a, d.part[(int64_t)i * d.P + c]);
-        fls_rpart_tree512(sp, t, a);
+        sp[t] = a;
+        __syncthreads();
+        for (int s = 256; s > 0; s >>= 1) {
+            if (t < s)
+                fls_rpart_merge(sp[t], sp[t + s]);
+            __syncthreads();
+        }
     }
     const fls_rpart pt = sp[0];
     if (t == 0) {
