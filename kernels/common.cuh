@@ -29,6 +29,27 @@
 #include "temperature.h"
 
 #define FLS_FULL_MASK 0xffffffffu
+
+/* Programmatic dependent launch (sm_90): a kernel launched with the
+ * programmatic-serialization attribute may start while the kernel before it
+ * in the stream still runs; fls_pdl_wait() blocks until that kernel has
+ * completed and its writes are visible (a no-op when launched without the
+ * attribute), so it comes before any read of the previous kernels' outputs
+ * and any write. fls_pdl_trigger() lets the next such kernel launch (its
+ * blocks then wait in fls_pdl_wait); a block that exits triggers too. */
+__device__ __forceinline__ void fls_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fls_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* Tokens per warp segment in the from-logits sampler: fls_segment_len(B),
  * a power of two dividing FLS_SEG (even: Philox pairs; chunks are multiples of FLS_SEG). */
 #define FLS_SEG 1024

@@ -100,6 +100,7 @@ struct fls_cuda_state {
     uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
     uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
     uint64_t rule_row_draw_calls;  /* rule calls whose row kernel may draw (rdraw) */
+    uint64_t rule_pdl_calls;       /* rule calls whose later kernels were programmatic dependents */
     char name[256];
 };
 
@@ -648,6 +649,11 @@ extern "C" uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx)
     return ctx && ctx->cuda ? ctx->cuda->rule_row_draw_calls : 0;
 }
 
+extern "C" uint64_t fls_cuda_rule_pdl(const fls_context_t *ctx)
+{
+    return ctx && ctx->cuda ? ctx->cuda->rule_pdl_calls : 0;
+}
+
 /*
  * The rule family on the CUDA engine: the one-pass statistics of
  * kernels/rules.cu over the caller's fp32 logits (L) or over blocks of rows
@@ -686,6 +692,13 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     int64_t cf = 1;
     while (cf < 16 && (V + 2 * cf * FLS_FCK - 1) / (2 * cf * FLS_FCK) * nb >= 1056)
         cf *= 2;
+    /* experiments: FLS_CUDA_RULE_CF = 1, 2, 4, 8 or 16 sub-chunks a chunk (the same tokens) */
+    const char *cf_env = getenv("FLS_CUDA_RULE_CF");
+    if (cf_env) {
+        const int f = atoi(cf_env);
+        if (f == 1 || f == 2 || f == 4 || f == 8 || f == 16)
+            cf = f;
+    }
     const int64_t nchunk = (V + cf * FLS_FCK - 1) / (cf * FLS_FCK);
     /* group maxima: at least 4 per entry of the top list where the groups allow */
     int gsz = FLS_FCK;
@@ -875,6 +888,16 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.rcap = d.rcap < 0 ? 0 : (d.rcap > FLS_RDRAW_CAP ? FLS_RDRAW_CAP : d.rcap);
     d.rdraw = d.rcap > 0 && d.gfold && top_cap == 0 && !want_lse && K <= 4 && !wkeys;
     s->rule_row_draw_calls += d.rdraw != 0;
+    /* the kernels after the row kernel start as programmatic dependents
+     * (each one's launch overlaps the end of the one before it; every such
+     * kernel waits for it before reading anything). Measured on the H200
+     * (docs/PERF.md, GPU v20, run 59): 1-6 us a call saved on the select
+     * and list chains at B >= 16, but 7-9 us lost where the final kernel
+     * follows the row kernel directly (the matmul's keys), so not there.
+     * FLS_CUDA_PDL=0 / 1: never / always (A/B, tests) */
+    const char *pdl_env = getenv("FLS_CUDA_PDL");
+    d.pdl = pdl_env && !strcmp(pdl_env, "0") ? 0 : pdl_env && !strcmp(pdl_env, "1") ? 1 : !wkeys;
+    s->rule_pdl_calls += d.pdl != 0;
     if (!L)
         s->rule_matmul_calls[!wg ? 0 : d.gfold ? 1 : 2]++;
     /* every row bounded by a top-k (so its support lies within its top list)
@@ -988,6 +1011,8 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             for (int round = 0; st == FLS_OK; round++) {
                 /* with ldraw the list kernel drew every row it decided; the
                  * rows the host decided are selected in round 1 */
+                if (round == 1)
+                    d.pdl = 0; /* after the host's copies: plain launches */
                 if (round == 1 && d.wkeys) {
                     /* the rows the host decided: the select pass's picks */
                     d.wkeys = 0;
@@ -998,7 +1023,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 if (st == FLS_OK && commit)
                     st = fls_from_cuda(fls_rule_launch_commit(
                         d.code, (int)B, d.tok, d.lp, d.lse, B * draws * K, out->tokens, out->logprobs,
-                        out->logsumexp, queue_only ? s->sticky : NULL, tflag, str));
+                        out->logsumexp, queue_only ? s->sticky : NULL, tflag, d.pdl, str));
                 if (st != FLS_OK || queue_only)
                     break;
                 st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));

@@ -78,6 +78,11 @@ uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx);
  * 64-token groups (no top list, the wgmma kernel's tables, no log-sum-exp
  * asked, K <= 4; the others go through the select pass). Tests. */
 uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx);
+/* The context's rule calls on the threshold-first path whose kernels after
+ * the row kernel were launched as programmatic dependents (the default,
+ * except where the matmul kept the keys; FLS_CUDA_PDL=0 / 1: never /
+ * always, the same tokens). Tests. */
+uint64_t fls_cuda_rule_pdl(const fls_context_t *ctx);
 
 /* fls_cuda_sample_fused / _logits with explicit options. L != NULL selects
  * from-logits sampling (W, H ignored). */

@@ -13,6 +13,26 @@
 #include "stair.h"
 #include "topc.h"
 
+/* Launches kern<<<g, bl, smem, st>>>(args...), as a programmatic dependent
+ * of the stream's previous kernel when pdl (the kernel starts with
+ * fls_pdl_wait, so it reads nothing before that kernel has finished). */
+template <typename... P, typename... A>
+static cudaError_t fls_rlaunch(void (*kern)(P...), dim3 g, dim3 bl, size_t smem, cudaStream_t st, int pdl,
+                               A... args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = g;
+    c.blockDim = bl;
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    c.attrs = at;
+    c.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&c, kern, args...);
+}
+
 #define FLS_RW 8 /* at most this many warps (parts) per block */
 
 /* One warp's candidate buffer and the thresholds of its states. */
@@ -488,6 +508,8 @@ __global__ void __launch_bounds__(256)
                            int64_t n, int64_t *otok, float *olp, float *olse, unsigned *sticky,
                            const unsigned *tflag)
 {
+    fls_pdl_wait();
+    fls_pdl_trigger();
     __shared__ unsigned seen;
     if (threadIdx.x == 0)
         seen = tflag && *tflag ? 16u : 0u; /* a device temperature out of range: first, as on the host */
@@ -528,12 +550,11 @@ __global__ void __launch_bounds__(256)
 
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   unsigned *sticky, const unsigned *tflag, cudaStream_t st)
+                                   unsigned *sticky, const unsigned *tflag, int pdl, cudaStream_t st)
 {
     const int64_t nblk = (n > B ? n : B) / 256 + 1;
-    fls_rule_commit_kernel<<<(unsigned)(nblk < 64 ? nblk : 64), 256, 0, st>>>(code, B, tok, lp, lse, n, otok,
-                                                                              olp, olse, sticky, tflag);
-    return cudaGetLastError();
+    return fls_rlaunch(fls_rule_commit_kernel, dim3((unsigned)(nblk < 64 ? nblk : 64)), dim3(256), 0, st, pdl,
+                       code, B, tok, lp, lse, n, otok, olp, olse, sticky, tflag);
 }
 
 __global__ void fls_rule_fill_kernel(fls_row_rule *dst, int B, fls_row_rule r)
@@ -835,6 +856,8 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
 {
     extern __shared__ __align__(16) char fls_rdyn[];
     __shared__ fls_rpart sp[512];
+    fls_pdl_wait(); /* a no-op: the row kernel follows the matmul (or a copy) without overlap */
+    fls_pdl_trigger();
     const int i = blockIdx.x, b = d.r0 + i, t = threadIdx.x;
     /* the group maxima (dynamic: M4 float4), then with the matmul's tables
      * and a top list, the row's table of 64-token maxima (m64 floats) */
@@ -1013,6 +1036,8 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
 /* The tokens x >= thr of the pending rows, into the row's candidates. */
 __global__ void __launch_bounds__(256) fls_rfast_collect_kernel(fls_rule_dev d)
 {
+    fls_pdl_wait();
+    fls_pdl_trigger();
     const int lane = threadIdx.x & 31, i = blockIdx.y, b = d.r0 + i;
     if (d.code[b] != FLS_RC_PENDING)
         return;
@@ -1205,6 +1230,8 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
 {
     __shared__ unsigned long long sw[8 * KM];
     __shared__ double sz[8];
+    fls_pdl_wait();
+    fls_pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
     if (d.code[b] != FLS_RC_OK || d.nsup[i] != -1) /* drawn from the list (>= 0) or by the row kernel (-2) */
         return;
@@ -1397,6 +1424,8 @@ template <int KM> __device__ void fls_fdraw_cand(const fls_rule_dev &d, int i, i
 template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(fls_rule_dev d)
 {
     extern __shared__ __align__(16) char fls_rdyn[];
+    fls_pdl_wait();
+    fls_pdl_trigger();
     const int i = blockIdx.x, b = d.r0 + i;
     if (d.code[b] != FLS_RC_PENDING)
         return;
@@ -1610,6 +1639,8 @@ __device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m)
 
 template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(fls_rule_dev d)
 {
+    fls_pdl_wait();
+    fls_pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t >= (int64_t)d.nb * d.draws)
@@ -1682,20 +1713,17 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
         e = cudaGetLastError();
     }
     if (d.top_cap > 0 && e == cudaSuccess) {
-        fls_rfast_collect_kernel<<<grid, 256, 0, st>>>(d);
+        e = fls_rlaunch(fls_rfast_collect_kernel, grid, dim3(256), 0, st, d.pdl, d);
         const size_t lb = (size_t)FLS_FCCAP * 8 +
                           (size_t)FLS_FTOP * (sizeof(fls_top_entry) + 2 * sizeof(double)) + sizeof(double);
-        e = cudaGetLastError();
         /* lists of one entry where every row draws one token (fewer registers) */
         void (*kern)(fls_rule_dev) = d.K == 1   ? fls_rfast_list_kernel<1>
                                      : d.K <= 4 ? fls_rfast_list_kernel<4>
                                                 : fls_rfast_list_kernel<FLS_FKMAX>;
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lb);
-        if (e == cudaSuccess) {
-            kern<<<(unsigned)d.nb, 256, lb, st>>>(d);
-            e = cudaGetLastError();
-        }
+        if (e == cudaSuccess)
+            e = fls_rlaunch(kern, dim3((unsigned)d.nb), dim3(256), lb, st, d.pdl, d);
     }
     return e;
 }
@@ -1704,25 +1732,17 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
 {
     /* lists of one entry where every row draws one token (fewer registers) */
     const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
-    if (d.wkeys) /* the matmul kept the keys */
-        ;
-    else if (d.K == 1)
-        fls_rfast_select_kernel<1><<<grid, 256, 0, st>>>(d);
-    else if (d.K <= 4)
-        fls_rfast_select_kernel<4><<<grid, 256, 0, st>>>(d);
-    else
-        fls_rfast_select_kernel<FLS_FKMAX><<<grid, 256, 0, st>>>(d);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = cudaSuccess;
+    if (!d.wkeys) /* else the matmul kept the keys */
+        e = fls_rlaunch(d.K == 1   ? fls_rfast_select_kernel<1>
+                        : d.K <= 4 ? fls_rfast_select_kernel<4>
+                                   : fls_rfast_select_kernel<FLS_FKMAX>,
+                        grid, dim3(256), 0, st, d.pdl, d);
     const unsigned fb = (unsigned)(((int64_t)d.nb * d.draws + 3) / 4);
-    if (e == cudaSuccess) {
-        if (d.K == 1)
-            fls_rfast_final_kernel<1><<<fb, 128, 0, st>>>(d);
-        else if (d.K <= 4)
-            fls_rfast_final_kernel<4><<<fb, 128, 0, st>>>(d);
-        else
-            fls_rfast_final_kernel<FLS_FKMAX><<<fb, 128, 0, st>>>(d);
-        e = cudaGetLastError();
-    }
-
+    if (e == cudaSuccess)
+        e = fls_rlaunch(d.K == 1   ? fls_rfast_final_kernel<1>
+                        : d.K <= 4 ? fls_rfast_final_kernel<4>
+                                   : fls_rfast_final_kernel<FLS_FKMAX>,
+                        dim3(fb), dim3(128), 0, st, d.pdl, d);
     return e;
 }

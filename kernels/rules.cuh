@@ -123,6 +123,8 @@ struct fls_rule_dev {
     int rdraw; /* the row kernel draws a decided row whose support lies in at most rcap groups (fls_rrow_draw)
                 */
     int rcap;  /* <= FLS_RDRAW_CAP */
+    int pdl;   /* the threshold-first path's kernels after the first are launched as programmatic
+                  dependents (fls_pdl_wait): each may start while the one before it ends */
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the
@@ -166,10 +168,11 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st);
  * (float)lse[b]; otherwise nothing is written and, when sticky is not NULL
  * (an asynchronous call), the call's first error goes there (fls_status_code;
  * FLS_SC_UNSUPPORTED for rows only the host can decide). tflag (rows packed
- * from device arrays) not 0: a temperature out of range, FLS_SC_TEMPERATURE. */
+ * from device arrays) not 0: a temperature out of range, FLS_SC_TEMPERATURE.
+ * pdl: launched as a programmatic dependent of the kernel before it. */
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   unsigned *sticky, const unsigned *tflag, cudaStream_t st);
+                                   unsigned *sticky, const unsigned *tflag, int pdl, cudaStream_t st);
 
 /* dst[b] = r for the B rows (the rule values of a captured call). */
 cudaError_t fls_rule_launch_fill(fls_row_rule *dst, int B, const fls_row_rule &r, cudaStream_t st);

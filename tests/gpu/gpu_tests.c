@@ -1298,20 +1298,31 @@ static void test_rules_agreement_fused(void)
          * statistics pass give the tables' tokens bit for bit (same logits);
          * cuBLAS rounds its sums in another order */
         int64_t same_b = 0;
-        int stats_identical = 0;
-        /* m = 2: the default matmul with the row kernel's draws turned on */
-        static const char *const alt[] = {"wgmma_stats", "cublas", "wgmma"};
-        for (int m = 0; m < 3; m++) {
+        int stats_identical = 0, plain_identical = 0;
+        /* m = 2: the default matmul with the row kernel's draws turned on;
+         * m = 3: launched the other way (programmatic dependents or plain:
+         * the default is plain only where the matmul keeps the keys) */
+        static const char *const alt[] = {"wgmma_stats", "cublas", "wgmma", "wgmma"};
+        for (int m = 0; m < 4; m++) {
             setenv("FLS_CUDA_RULE_MATMUL", alt[m], 1);
             if (m == 2)
                 setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
+            if (m == 3)
+                setenv("FLS_CUDA_PDL", keys ? "1" : "0", 1);
             rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
             fls_cuda_rule_matmul_counts(g_gpu, c0);
-            const uint64_t rd0 = fls_cuda_rule_row_draws(g_gpu);
+            const uint64_t rd0 = fls_cuda_rule_row_draws(g_gpu), pd0 = fls_cuda_rule_pdl(g_gpu),
+                           kd0 = fls_cuda_rule_matmul_keys(g_gpu);
             sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
             rule_rows_free(&rr);
             unsetenv("FLS_CUDA_RULE_MATMUL");
             unsetenv("FLS_CUDA_ROW_DRAW_CAP");
+            unsetenv("FLS_CUDA_PDL");
+            /* the default: programmatic unless the call's matmul kept the keys */
+            const int want_pdl = m == 3 ? keys != 0 : fls_cuda_rule_matmul_keys(g_gpu) == kd0;
+            if (sg == FLS_OK && (fls_cuda_rule_pdl(g_gpu) != pd0) != want_pdl)
+                failf("%s: programmatic launches %s (FLS_CUDA_PDL %s)", r->name,
+                      want_pdl ? "not taken" : "taken", m == 3 ? (keys ? "1" : "0") : "unset");
             if (sg != FLS_OK) {
                 failf("%s: cuda (%s) %s", r->name, alt[m], fls_status_string(sg));
                 break;
@@ -1328,18 +1339,25 @@ static void test_rules_agreement_fused(void)
             if (m == 2)
                 rdraw = fls_cuda_rule_row_draws(g_gpu) != rd0;
             const int ident = memcmp(tc2, tg, 8 * (size_t)n) == 0;
+            if (m == 3) {
+                plain_identical = ident;
+                continue;
+            }
             stats_identical = m == 0 ? ident : stats_identical && ident;
         }
         printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%); cuBLAS matmul "
-               "%lld/%lld; statistics and select passes %s the tables%s\n",
+               "%lld/%lld; statistics and select passes %s the tables%s; %s launches %s\n",
                (long long)D, (long long)V, r->name, (long long)same, (long long)n,
                100.0 * (double)same / (double)n, (long long)same_b, (long long)n,
                stats_identical ? "identical to" : "DIFFERS from",
-               keys ? " and the matmul's keys" : (rdraw ? " (and with the row kernel's draws on)" : ""));
+               keys ? " and the matmul's keys" : (rdraw ? " (and with the row kernel's draws on)" : ""),
+               keys ? "programmatic" : "plain", plain_identical ? "identical" : "DIFFER");
         if (same * 100 < n * 99 || same_b * 100 < n * 99)
             failf("%s: agreement below 99%%", r->name);
         if (!stats_identical)
             failf("%s: the statistics pass and the matmul's tables give different tokens", r->name);
+        if (!plain_identical)
+            failf("%s: launches the other way (FLS_CUDA_PDL) give different tokens", r->name);
     }
     if (tables < 1)
         failf("no rule call folded the matmul's tables (min-p and top-k need only maxima)");
