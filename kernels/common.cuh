@@ -193,19 +193,17 @@ __device__ __forceinline__ float fls_warp_sumf(float v)
     return v;
 }
 
-/* Ordered 64-bit rank key: larger is earlier in rank order (larger x, then
- * lower index); x == 0 as +0 (the rank order does not tell -0 from +0). */
+/* Ordered 64-bit rank key: rule.h's fls_pack of (x, v), larger is earlier
+ * in rank order (larger x, then lower index); x == 0 as +0 (the rank order
+ * does not tell -0 from +0). fls_frank_x: its x back (fls_unord). */
 __device__ __forceinline__ unsigned long long fls_frank(float x, int64_t v)
 {
-    const uint32_t u = __float_as_uint(x + 0.0f);
-    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)o << 32) | (0xffffffffu - (uint32_t)v);
+    return fls_pack(x + 0.0f, (uint32_t)v);
 }
 
 __device__ __forceinline__ float fls_frank_x(unsigned long long k)
 {
-    const uint32_t o = (uint32_t)(k >> 32);
-    return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+    return fls_unord((uint32_t)(k >> 32));
 }
 
 /* The k-th largest of the warp's 32 values (k <= 32; ties count once per
@@ -851,25 +849,8 @@ typedef struct fls_wg_rule_extra {
     const float *gup; /* the Gumbel bound table or NULL */
     fls_stair_entry *sel;
     int64_t kst;
-    /* stairs (or 0): per (row b, draw j) of rows with K = 1 a staircase of
-     * at most stairs entries: the CTA's tokens (x, key) that no other token
-     * of the CTA beats in both (x descending, keys ascending: entry r is the
-     * best key among the CTA's tokens with x >= its x), at
-     * wst[((b * draws + j) * slots + c) * (stairs + 1) + r] (empty: v = -1),
-     * then an entry whose x is the floor: the staircase answers exactly for
-     * every cut c > floor (-inf: for every cut). A full staircase drops its
-     * lowest entry and raises the floor to its x; a row with min-p p skips
-     * the tokens with x below its CTA's largest x + ln p (less a margin) and
-     * raises the floor to that. Draws at most fls_wgmma_key_draws(B);
-     * stairs at most fls_wgmma_stair_cap(B, draws). */
-    int stairs;
-    fls_stair_entry *wst;
 } fls_wg_rule_extra;
 int fls_wgmma_key_draws(int64_t B);
-/* The largest staircase (entries) per (row, draw) for B rows and draws
- * draws (at most FLS_WG_SMAX; 0 when the state area holds none). */
-#define FLS_WG_SMAX 16
-int fls_wgmma_stair_cap(int64_t B, int64_t draws);
 int fls_wgmma_logits_slots(int64_t B, int64_t V, int sm_count);
 cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                     int B, int64_t V, int64_t D, float *L, int64_t ldl, float *g64,

@@ -99,8 +99,6 @@ struct fls_cuda_state {
     uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
     uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
     uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
-    uint64_t rule_stair_calls;     /* rule calls whose matmul kept staircases (wsn) */
-    uint64_t rule_stair_rows;      /* their rows drawn from the staircases (counted when asked) */
     uint64_t rule_row_draw_calls;  /* rule calls whose row kernel may draw (rdraw) */
     uint64_t rule_pdl_calls;       /* rule calls whose later kernels were programmatic dependents */
     char name[256];
@@ -651,13 +649,6 @@ extern "C" uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx)
     return ctx && ctx->cuda ? ctx->cuda->rule_row_draw_calls : 0;
 }
 
-extern "C" uint64_t fls_cuda_rule_stairs(const fls_context_t *ctx, uint64_t *rows)
-{
-    if (rows)
-        *rows = ctx && ctx->cuda ? ctx->cuda->rule_stair_rows : 0;
-    return ctx && ctx->cuda ? ctx->cuda->rule_stair_calls : 0;
-}
-
 extern "C" uint64_t fls_cuda_rule_pdl(const fls_context_t *ctx)
 {
     return ctx && ctx->cuda ? ctx->cuda->rule_pdl_calls : 0;
@@ -778,29 +769,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     for (int64_t b = 0; b < B && wkeys; b++)
         for (int f = 0; f < FLS_FILTER_COUNT && wkeys; f++)
             wkeys = fls_filter_off(f, req->rule[b].value[f]);
-    /* opt-in (FLS_CUDA_RULE_STAIRS=1): rows of one token a draw and no top
-     * list (min-p, top-n-sigma, or no filter among rows with one), no
-     * log-sum-exp asked: the matmul keeps each CTA's staircase per (row,
-     * draw), and the row kernel sends a row whose cut lies above every floor
-     * past the select pass. Exact (the select pass's keys), but slower on the
-     * H200 (docs/PERF.md, GPU v20, runs 62-63: every token's noise in the
-     * epilogue costs more than the select pass it saves, 1.13x against 1.10x
-     * the fused kernel at B = 16, 1.29x against 1.09x at B = 64), so off by
-     * default. FLS_CUDA_RULE_STAIR_CAP=n (tests): smaller staircases, more
-     * rows through the select pass */
-    const char *ws_env = getenv("FLS_CUDA_RULE_STAIRS"), *wc_env = getenv("FLS_CUDA_RULE_STAIR_CAP");
-#define FLS_CUDA_STAIRS_DEFAULT 0
-    int wsn = 0;
-    if (wg && mm == FLS_RULE_MATMUL_WGMMA && fast && !want_lse && K == 1 && top_cap == 0 && !wkeys &&
-        draws <= fls_wgmma_key_draws(B) && (ws_env ? strcmp(ws_env, "0") != 0 : FLS_CUDA_STAIRS_DEFAULT)) {
-        wsn = fls_wgmma_stair_cap(B, draws);
-        const int forced = wc_env ? atoi(wc_env) : 0;
-        if (forced > 0 && forced < wsn)
-            wsn = forced;
-        else if (wsn < 2)
-            wsn = 0;
-    }
-    const int64_t slots = wkeys || wsn ? fls_wgmma_logits_slots(B, V, s->sm_count) : 0;
+    const int64_t slots = wkeys ? fls_wgmma_logits_slots(B, V, s->sm_count) : 0;
     /* entries per (row, draw) of the chunks' (or the CTAs') picks */
     const int64_t nsel = slots > nchunk ? slots : nchunk;
     fls_rule_dev d;
@@ -834,7 +803,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.sel = c.take<fls_stair_entry>((size_t)(nb * draws * nsel * K));
             d.lsep = c.take<double>((size_t)(nb * nchunk));
             d.nsup = c.take<int>((size_t)nb);
-            d.wst = wsn ? c.take<fls_stair_entry>((size_t)(nb * draws * slots) * (size_t)(wsn + 1)) : NULL;
         }
         buf = L ? NULL : c.take<float>((size_t)(nb * V));
         tflag = dev_rows ? c.take<unsigned>(1) : NULL;
@@ -909,9 +877,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.wkeys = wkeys;
     d.nsel = wkeys ? (int)slots : (int)nchunk;
     s->rule_key_calls += wkeys != 0;
-    d.wsn = wsn;
-    d.wslots = (int)slots;
-    s->rule_stair_calls += wsn != 0;
     /* opt-in (FLS_CUDA_ROW_DRAW_CAP = rcap > 0; tests, experiments): with
      * no top list, the matmul's tables, no log-sum-exp asked and K <= 4 the
      * row kernel draws a row whose support lies in at most rcap 64-token
@@ -921,7 +886,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     const char *rc_env = getenv("FLS_CUDA_ROW_DRAW_CAP");
     d.rcap = rc_env ? atoi(rc_env) : 0;
     d.rcap = d.rcap < 0 ? 0 : (d.rcap > FLS_RDRAW_CAP ? FLS_RDRAW_CAP : d.rcap);
-    d.rdraw = d.rcap > 0 && d.gfold && top_cap == 0 && !want_lse && K <= 4 && !wkeys && !wsn;
+    d.rdraw = d.rcap > 0 && d.gfold && top_cap == 0 && !want_lse && K <= 4 && !wkeys;
     s->rule_row_draw_calls += d.rdraw != 0;
     /* the kernels after the row kernel start as programmatic dependents
      * (each one's launch overlaps the end of the one before it; every such
@@ -1023,9 +988,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 ex.gup = d.gup;
                 ex.sel = d.sel;
                 ex.kst = K;
-                ex.stairs = wsn;
-                ex.wst = d.wst;
-                if ((ex.gmo || ex.keys || ex.stairs) && !uploaded) /* the matmul reads the rows */
+                if ((ex.gmo || ex.keys) && !uploaded) /* the matmul reads the rows */
                     st = upload_rows();
                 if (st == FLS_OK)
                     st = fls_from_cuda(fls_launch_wgmma_logits(W->data, W->ld, Hb.data, Hb.ld, W->dtype,
@@ -1064,15 +1027,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 if (st != FLS_OK || queue_only)
                     break;
                 st = fls_rule_down(str, code + r0, d.code + r0, (size_t)nbc * sizeof(int));
-                if (st == FLS_OK && round == 0 && d.wsn && getenv("FLS_CUDA_RULE_STAIR_COUNT")) {
-                    /* tests: the rows the staircases drew (nsup -3), one more download */
-                    int *ns = (int *)malloc((size_t)nbc * sizeof(int));
-                    st = ns ? fls_rule_down(str, ns, d.nsup, (size_t)nbc * sizeof(int))
-                            : FLS_ERR_OUT_OF_MEMORY;
-                    for (int64_t i = 0; i < nbc && st == FLS_OK; i++)
-                        s->rule_stair_rows += ns[i] == -3;
-                    free(ns);
-                }
                 int again = 0;
                 for (int64_t i = 0; i < nbc && st == FLS_OK && round == 0; i++)
                     if (code[r0 + i] == FLS_RC_SECOND) {

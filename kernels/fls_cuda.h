@@ -83,13 +83,6 @@ uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx);
  * except where the matmul kept the keys; FLS_CUDA_PDL=0 / 1: never /
  * always, the same tokens). Tests. */
 uint64_t fls_cuda_rule_pdl(const fls_context_t *ctx);
-/* The context's rule calls whose matmul kept a staircase per (row, draw,
- * CTA) (opt-in, FLS_CUDA_RULE_STAIRS=1: rows of K = 1 without a top list,
- * no log-sum-exp asked, the wgmma kernel's tables; FLS_CUDA_RULE_STAIR_CAP=n
- * shrinks them); rows (or NULL): the rows those
- * calls drew from the staircases rather than the select pass, counted only
- * while FLS_CUDA_RULE_STAIR_COUNT is set (one more download a call). Tests. */
-uint64_t fls_cuda_rule_stairs(const fls_context_t *ctx, uint64_t *rows);
 
 /* fls_cuda_sample_fused / _logits with explicit options. L != NULL selects
  * from-logits sampling (W, H ignored). */

@@ -124,9 +124,6 @@ struct fls_wg_args {
     const float *gup;
     fls_stair_entry *sel;
     int64_t kst;
-    /* sample == 2: per (row, draw) of K = 1 rows a staircase (fls_wg_rule_extra) */
-    int stairs;
-    fls_stair_entry *wst;
 };
 
 /* ---- PTX helpers ---- */
@@ -762,176 +759,6 @@ __device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int
     }
 }
 
-/* A token (ordered key u = fls_frank(key, v), x) into one staircase: su
- * (0: empty) and sx, its n <= S entries by x descending and u ascending,
- * and its floor fl (one lane). The token is dropped when some entry has
- * x' >= x and u' > u, or x <= fl; else it goes in and the entries it beats
- * in both (x' <= x, u' < u: a run right after it) go out. Past S entries
- * the last (lowest x) goes out and the floor rises to its x: the entries
- * kept answer every cut above the floor as all the tokens would. */
-__device__ __noinline__ void fls_wg_stair_insert(unsigned long long *su, float *sx, float *fl, int *cnt,
-                                                 int S, unsigned long long u, float x)
-{
-    if (!(x > *fl))
-        return;
-    int n = *cnt;
-    int q = 0;
-    while (q < n && sx[q] > x)
-        q++;
-    if (q > 0 && su[q - 1] > u)
-        return; /* beaten by a larger x with a larger key */
-    if (q < n && sx[q] == x && su[q] > u)
-        return;   /* beaten by an equal x with a larger key */
-    if (q == S) { /* full, and the token would be the lowest: it goes out itself */
-        *fl = fmaxf(*fl, x);
-        return;
-    }
-    int r = q;
-    while (r < n && su[r] < u)
-        r++; /* [q, r): x' <= x and u' < u */
-    const int keep = n - r;
-    if (r == q) { /* nothing removed: shift right by one, the last may fall off */
-        if (n == S) {
-            *fl = fmaxf(*fl, sx[S - 1]);
-            n--;
-        }
-        for (int k = n; k > q; k--) {
-            su[k] = su[k - 1];
-            sx[k] = sx[k - 1];
-        }
-        *cnt = n + 1;
-    } else {
-        for (int k = 0; k < keep; k++) {
-            su[q + 1 + k] = su[r + k];
-            sx[q + 1 + k] = sx[r + k];
-        }
-        for (int k = q + 1 + keep; k < n; k++)
-            su[k] = 0ull;
-        *cnt = q + 1 + keep;
-    }
-    su[q] = u;
-    sx[q] = x;
-}
-
-/* Row b's tokens of one tile into its staircases (one per draw: su, sx of
- * S entries each, fl the floors, cn the counts): the warp's 128 tokens, 4 a
- * lane (e: the lane's logits, -inf past V; v: its first token). A token
- * below the floor draws no noise; one whose x is at most the lowest entry's
- * and whose key is below that entry's (the best key of the staircase), or
- * at most the largest x0 and below x0's key, is beaten (by its bound first,
- * as the select pass skips a log); the others go to fls_wg_stair_insert one
- * by one (lane 0). min-p: the floor first rises to
- * x0 + ln p less a margin (the row's cut is at least max x + ln p, and the
- * floor only decides which cuts the staircase answers). The keys and their
- * order are the select pass's. */
-__device__ __noinline__ void fls_wg_row_stairs(const fls_wg_args &a, float4 e, int64_t b, uint64_t v,
-                                               int lane, unsigned long long *su, float *sx, float *fl,
-                                               int *cn)
-{
-    const fls_row_params rp = a.rows[b];
-    const float T = rp.temperature;
-    const bool noisy = fls_temperature_noisy(T);
-    const double mp = a.rule[b].value[FLS_FILTER_MIN_P];
-    const float lnp = fls_min_p_off(mp) ? -INFINITY : (float)log(mp);
-    const float x[4] = {fls_temper(e.x, T), fls_temper(e.y, T), fls_temper(e.z, T), fls_temper(e.w, T)};
-    const int S = a.stairs;
-    for (int j = 0; j < a.kdraws; j++) {
-        unsigned long long *uj = su + j * S;
-        float *xj = sx + j * S;
-        const int n = cn[j];
-        const unsigned long long u0 = n ? uj[0] : 0ull, ul = n ? uj[n - 1] : 0ull;
-        const float x0 = n ? xj[0] : -INFINITY, k0 = n ? fls_frank_x(u0) : -INFINITY;
-        const float xl = n ? xj[n - 1] : -INFINITY, kl = n ? fls_frank_x(ul) : -INFINITY;
-        float f = fl[j];
-        if (lnp > -INFINITY && x0 > -INFINITY) {
-            const float pre = x0 + lnp - (0.0625f + 0.001f * fabsf(x0));
-            if (pre > f) {
-                f = pre;
-                __syncwarp();
-                if (lane == 0)
-                    fl[j] = f;
-            }
-        }
-        const bool any = x[0] > f || x[1] > f || x[2] > f || x[3] > f;
-        uint4 r[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-        if (noisy && any) {
-            r[0] = fls_philox_pair(rp.seed, rp.offset, a.first_draw + (uint32_t)j, v);
-            r[1] = fls_philox_pair(rp.seed, rp.offset, a.first_draw + (uint32_t)j, v + 2);
-        }
-        unsigned long long u[4];
-        bool c[4];
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            u[t] = 0ull;
-            c[t] = false;
-            if (!(x[t] > f))
-                continue; /* below the floor (or -inf) */
-            /* at most the lowest entry's x: beaten unless above the best key */
-            const bool low = x[t] <= xl;
-            float key = x[t];
-            if (noisy) {
-                const uint64_t bits = fls_pair_bits(r[t >> 1], v + t);
-                if (x[t] <= x0 && a.gup && __fadd_rn(x[t], a.gup[bits >> FLS_GB_SHIFT]) < (low ? kl : k0))
-                    continue; /* fl(x + g) <= fl(x + up[bucket]) < that key */
-                key = fls_temperature_key(x[t], fls_gumbel_dev(bits), T);
-            }
-            u[t] = fls_frank(key, (int64_t)(v + t));
-            c[t] = x[t] > x0 || u[t] > (low ? ul : u0);
-        }
-        /* the candidates' own staircase first, best key first: the warp's
-         * best candidate goes in, and every candidate of x at most its x
-         * (beaten by it) goes out; a few rounds on a tile, not one
-         * insertion per candidate */
-        for (;;) {
-            unsigned long long lb = 0ull;
-            float lx = -INFINITY;
-#pragma unroll
-            for (int t = 0; t < 4; t++)
-                if (c[t] && u[t] > lb) {
-                    lb = u[t];
-                    lx = x[t];
-                }
-            const unsigned long long wb = fls_warp_max_u64(lb);
-            if (!wb)
-                break;
-            const float wx =
-                __shfl_sync(FLS_FULL_MASK, lx, __ffs(__ballot_sync(FLS_FULL_MASK, lb == wb)) - 1);
-            if (lane == 0)
-                fls_wg_stair_insert(uj, xj, fl + j, cn + j, S, wb, wx);
-#pragma unroll
-            for (int t = 0; t < 4; t++)
-                c[t] = c[t] && x[t] > wx;
-        }
-        __syncwarp();
-    }
-}
-
-/* Row b's (warp row bl's) tokens of one tile into its K best keys
- * (a.keys) or its staircases (a.stairs, rows of K = 1), in the sampler's
- * state area (the layouts of fls_fused_wgmma_kernel's sample mode 2). */
-template <int N, int E, bool G>
-__device__ __noinline__ void fls_wg_row_extra(const fls_wg_args &a, float4 e, int64_t b, uint64_t v, int lane,
-                                              int bl)
-{
-    typedef fls_wg_cfg<N, E, G> C;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const uint32_t raw = fls_wg_smem(smem_raw);
-    unsigned char *st = smem_raw + (((raw + 1023u) & ~1023u) - raw) + C::ST_OFF;
-    if (a.keys) {
-        unsigned long long *kl = (unsigned long long *)st;
-        float *kx = (float *)(kl + (size_t)N * a.kdraws * FLS_WG_KMAX);
-        fls_wg_row_keys(a, e, b, v, lane, kl + (size_t)bl * a.kdraws * FLS_WG_KMAX,
-                        kx + (size_t)bl * a.kdraws * FLS_WG_KMAX);
-    } else if (a.rule[b].K == 1) {
-        const int SD = a.stairs * a.kdraws;
-        unsigned long long *wu = (unsigned long long *)st;
-        float *wx = (float *)(wu + (size_t)N * SD), *wf = wx + (size_t)N * SD;
-        int *wn = (int *)(wf + (size_t)N * a.kdraws);
-        fls_wg_row_stairs(a, e, b, v, lane, wu + (size_t)bl * SD, wx + (size_t)bl * SD,
-                          wf + (size_t)bl * a.kdraws, wn + (size_t)bl * a.kdraws);
-    }
-}
-
 template <int N, int E, bool BF16, bool G>
 __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
     fls_fused_wgmma_kernel(const __grid_constant__ fls_wg_args a)
@@ -1076,25 +903,6 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                     }
                 __syncwarp();
             }
-            /* staircases: per (row, draw) S ordered keys (0: empty), their x,
-             * then per (row, draw) the floor */
-            const int SD = a.stairs * a.kdraws;
-            unsigned long long *wu = (unsigned long long *)(smem + C::ST_OFF);
-            float *wx = (float *)(wu + (size_t)N * SD), *wf = wx + (size_t)N * SD;
-            int *wn = (int *)(wf + (size_t)N * a.kdraws);
-            if (a.stairs) {
-                for (int bl = ew; bl < nr; bl += C::E) {
-                    for (int q = lane; q < SD; q += 32) {
-                        wu[(size_t)bl * SD + q] = 0ull;
-                        wx[(size_t)bl * SD + q] = -INFINITY;
-                    }
-                    for (int q = lane; q < a.kdraws; q += 32) {
-                        wf[(size_t)bl * a.kdraws + q] = -INFINITY;
-                        wn[(size_t)bl * a.kdraws + q] = 0;
-                    }
-                }
-                __syncwarp();
-            }
             int it = 0;
             for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
                 const int buf = it % C::NS;
@@ -1137,11 +945,10 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                     }
                     if (a.gmo)
                         fls_wg_group_moments(e, m, a.rows[b].temperature, lane, a.gmo + 3 * g);
-                    /* one call site (registers); sample mode 2 runs with 7 or 11 warps */
-                    if constexpr (E <= 11)
-                        if (a.keys || a.stairs)
-                            fls_wg_row_extra<N, E, G>(a, make_float4(e[0], e[1], e[2], e[3]), b,
-                                                      (uint64_t)(v0 + i), lane, bl);
+                    if (a.keys)
+                        fls_wg_row_keys(a, make_float4(e[0], e[1], e[2], e[3]), b, (uint64_t)(v0 + i), lane,
+                                        kl + (size_t)bl * a.kdraws * FLS_WG_KMAX,
+                                        kx + (size_t)bl * a.kdraws * FLS_WG_KMAX);
                 }
                 __syncwarp();
                 fls_mbar_arrive(SFREE(buf));
@@ -1161,30 +968,6 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                         o.x = u ? kx[(size_t)bl * a.kdraws * FLS_WG_KMAX + q] : -INFINITY;
                         o.v = u ? (int64_t)(0xffffffffu - (uint32_t)u) : -1;
                         a.sel[((b * a.kdraws + j) * a.slots + slot) * a.kst + r] = o;
-                    }
-                }
-            }
-            if (a.stairs) {
-                /* the CTA's staircases and floors: entry slot of each (row, draw)
-                 * (a row with K > 1 writes empty staircases under a floor of +inf:
-                 * never used) */
-                for (int bl = ew; bl < nr; bl += C::E) {
-                    const int64_t b = (int64_t)bt * N + bl;
-                    const bool k1 = a.rule[b].K == 1;
-                    for (int q = lane; q < a.kdraws * (a.stairs + 1); q += 32) {
-                        const int j = q / (a.stairs + 1), r = q % (a.stairs + 1);
-                        fls_stair_entry o;
-                        if (r == a.stairs) {
-                            o.x = k1 ? wf[(size_t)bl * a.kdraws + j] : INFINITY;
-                            o.key = -INFINITY;
-                            o.v = -1;
-                        } else {
-                            const unsigned long long u = k1 ? wu[(size_t)bl * SD + j * a.stairs + r] : 0ull;
-                            o.key = u ? fls_frank_x(u) : -INFINITY;
-                            o.x = u ? wx[(size_t)bl * SD + j * a.stairs + r] : -INFINITY;
-                            o.v = u ? (int64_t)(0xffffffffu - (uint32_t)u) : -1;
-                        }
-                        a.wst[((b * a.kdraws + j) * a.slots + slot) * (a.stairs + 1) + r] = o;
                     }
                 }
             }
@@ -1530,15 +1313,9 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
         a.gup = ex->gup;
         a.sel = ex->sel;
         a.kst = ex->kst;
-        a.stairs = ex->stairs;
-        a.wst = ex->wst;
-        if (a.stairs)
-            a.kdraws = ex->draws;
-        if (((a.gmo || a.keys || a.stairs) && !a.rows) || (a.keys && a.stairs) ||
+        if (((a.gmo || a.keys) && !a.rows) ||
             (a.keys && (a.keys > FLS_WG_KMAX || !a.rule || !a.sel || a.kst < a.keys || a.kdraws < 1 ||
-                        a.kdraws > fls_wgmma_key_draws(B))) ||
-            (a.stairs && (a.stairs < 0 || !a.rule || !a.wst || a.kdraws < 1 ||
-                          a.stairs > fls_wgmma_stair_cap(B, a.kdraws))))
+                        a.kdraws > fls_wgmma_key_draws(B))))
             return cudaErrorInvalidValue;
     }
     const bool bf = dt == FLS_DTYPE_BF16;
@@ -1563,21 +1340,6 @@ int fls_wgmma_key_draws(int64_t B)
                    : n == 64 ? fls_wg_cfg<64, 11>::ST_BYTES
                              : fls_wg_cfg<128, 11>::ST_BYTES;
     return st / (n * FLS_WG_KMAX * (8 + 4));
-}
-
-int fls_wgmma_stair_cap(int64_t B, int64_t draws)
-{
-    /* the staircases live in the sampler's state area, unused in sample mode 2 */
-    const int n = fls_cuda_wgmma_tile_n(B);
-    const int st = n == 16   ? fls_wg_cfg<16, 7>::ST_BYTES
-                   : n == 32 ? fls_wg_cfg<32, 11>::ST_BYTES
-                   : n == 64 ? fls_wg_cfg<64, 11>::ST_BYTES
-                             : fls_wg_cfg<128, 11>::ST_BYTES;
-    if (draws < 1)
-        return 0;
-    const int64_t s =
-        ((int64_t)st / n / draws - 8) / 12; /* 8 + 4 bytes an entry, 4 + 4 the floor and count */
-    return s < 0 ? 0 : s > FLS_WG_SMAX ? FLS_WG_SMAX : (int)s;
 }
 
 int fls_wgmma_logits_slots(int64_t B, int64_t V, int sm_count)

@@ -856,8 +856,7 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
 {
     extern __shared__ __align__(16) char fls_rdyn[];
     __shared__ fls_rpart sp[512];
-    fls_pdl_wait(); /* a no-op: the row kernel follows the matmul (or a copy) without overlap */
-    fls_pdl_trigger();
+    fls_pdl_trigger(); /* launched plainly after the matmul (or a copy): the next kernels may start */
     const int i = blockIdx.x, b = d.r0 + i, t = threadIdx.x;
     /* the group maxima (dynamic: M4 float4), then with the matmul's tables
      * and a top list, the row's table of 64-token maxima (m64 floats) */
@@ -983,24 +982,11 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
             fls_rule_decide_row(d, b, pt, NULL, NULL, NULL, 0, INFINITY, 1, d.rule[b], d.rows[b].temperature);
             rgo = d.code[b] == FLS_RC_OK && !d.lsedev[b];
         }
-        if (!d.rdraw && !d.wsn)
+        if (!d.rdraw)
             return;
         __syncthreads();
-        if (rgo &&
-            d.wsn) { /* a decided row: from the matmul's staircases when its cut is above every floor */
-            const float cut = d.cut[b];
-            int below = 0;
-            const int n = (int)d.draws * d.wslots;
-            for (int q = t; q < n; q += blockDim.x) {
-                const float f = d.wst[((int64_t)i * n + q) * (d.wsn + 1) + d.wsn].x;
-                below |= !(f == -INFINITY || cut > f);
-            }
-            below = __syncthreads_or(below);
-            if (t == 0 && !below)
-                d.nsup[i] = -3;
-        } else if (rgo) { /* a decided row: drawn here when its support's groups are few */
+        if (rgo) /* a decided row: drawn here when its support's groups are few */
             fls_rrow_draw(d, i, b, pt.lse_m);
-        }
         return;
     }
     /* t: the C-th largest group maximum (-inf when fewer groups: every
@@ -1665,31 +1651,6 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
     const double m = d.part[(int64_t)i * d.P].lse_m;
     if (d.nsup[i] >= 0) {
         fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
-        return;
-    }
-    if (d.nsup[i] == -3) {
-        /* each CTA's staircase answers the cut: its entry of smallest x >= cut
-         * (entries by x descending, keys ascending) holds the best key of the
-         * CTA's support */
-        const float cut = d.cut[b];
-        fls_fbest l[KM];
-        fls_flist_init(l);
-        for (int c = lane; c < d.wslots; c += 32) {
-            const fls_stair_entry *e = d.wst + (((int64_t)i * d.draws + j) * d.wslots + c) * (d.wsn + 1);
-            fls_fbest f;
-            f.v = -1;
-            for (int r = 0; r < d.wsn; r++) {
-                const fls_stair_entry q = e[r];
-                if (q.v < 0 || !(q.x >= cut))
-                    break;
-                f.x = q.x;
-                f.key = q.key;
-                f.v = q.v;
-            }
-            if (f.v >= 0)
-                fls_flist_push(l, 1, f);
-        }
-        fls_fwarp_write(d, b, j, 1, l, m, d.lse[b]);
         return;
     }
     fls_fbest l[KM];

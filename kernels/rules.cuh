@@ -107,8 +107,7 @@ struct fls_rule_dev {
     double *lsep;             /* [nb * nchunk] each chunk's sum of exp(x - m) over the support */
     int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
     int *nsup;                /* [nb] >= 0: the support is the first nsup of the sorted candidates;
-                                 -1: the select pass reads the row; -2: the row kernel drew it;
-                                 -3: the final kernel draws it from the matmul's staircases */
+                                 -1: the select pass reads the row; -2: the row kernel drew it */
     /* the matmul's 64-token tables (fls_launch_wgmma_logits), or NULL: row i's
      * group q at i * m64 + q. With them the collect and select kernels read
      * only the groups whose maximum reaches their threshold, and (gfold:
@@ -121,16 +120,11 @@ struct fls_rule_dev {
     int ldraw; /* the list kernel draws its rows (fls_rule_launch_fast_decide) */
     int wkeys; /* the matmul kept the K best keys of each CTA (fls_wg_rule_extra): no select pass */
     int nsel;  /* entries per (row, draw) in sel: nchunk (select pass), or the matmul's CTAs (wkeys) */
-    int rdraw; /* the row kernel draws a decided row whose support lies in at most rcap groups (fls_rrow_draw)
-                */
+    int rdraw; /* the row kernel draws a decided row whose support lies in at most rcap groups
+                  (fls_rrow_draw) */
     int rcap;  /* <= FLS_RDRAW_CAP */
-    /* the matmul's staircases (fls_wg_rule_extra.stairs): wsn entries and a
-     * floor per (row i, draw j, CTA c) at wst + ((i * draws + j) * wslots + c) * (wsn + 1);
-     * nsup -3: the row kernel found the row's cut above every floor */
-    fls_stair_entry *wst;
-    int wsn, wslots;
-    int pdl; /* the threshold-first path's kernels after the first are launched as programmatic
-                dependents (fls_pdl_wait): each may start while the one before it ends */
+    int pdl;   /* the threshold-first path's kernels after the first are launched as programmatic
+                  dependents (fls_pdl_wait): each may start while the one before it ends */
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the

@@ -1231,14 +1231,6 @@ static fls_status rule_gpu_tokens(const fls_params *p, int64_t B, void *dW, void
     return fls_sample_fused(g_gpu, &Wm, &Hm, p, &og);
 }
 
-/* Rows of r take one token a draw and no top list (min-p, top-n-sigma):
- * the matmul's staircases apply. */
-static int rule_stairs(const rule_spec *r)
-{
-    return r->top_k == 0 && r->wr == 0 && !(r->top_p < 1.0f) && !r->per_row &&
-           (r->min_p > 0.0f || r->nsigma > 0.0);
-}
-
 /* Rows of r have no filter (their support: every finite token). */
 static int rule_no_filter(const rule_spec *r)
 {
@@ -1281,22 +1273,7 @@ static void test_rules_agreement_fused(void)
         uint64_t c0[3];
         fls_cuda_rule_matmul_counts(g_gpu, c0);
         const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
-        uint64_t sr0 = 0, sr1 = 0;
-        const uint64_t sw0 = fls_cuda_rule_stairs(g_gpu, &sr0);
-        setenv("FLS_CUDA_RULE_STAIR_COUNT", "1", 1);
-        setenv("FLS_CUDA_RULE_STAIRS", "1", 1);
         fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
-        unsetenv("FLS_CUDA_RULE_STAIR_COUNT");
-        unsetenv("FLS_CUDA_RULE_STAIRS");
-        /* rows of one token a draw without a top list (min-p, top-n-sigma):
-         * the matmul keeps staircases; the rows whose cut lies above every
-         * CTA's floor are drawn from them (the others by the select pass) */
-        const uint64_t sw = fls_cuda_rule_stairs(g_gpu, &sr1) - sw0, srows = sr1 - sr0;
-        if (sg == FLS_OK && sw != (uint64_t)rule_stairs(r))
-            failf("%s: the matmul kept staircases in %llu calls, want %d", r->name, (unsigned long long)sw,
-                  rule_stairs(r));
-        if (sg == FLS_OK && sw && srows == 0)
-            failf("%s: no row was drawn from the matmul's staircases", r->name);
         int rdraw = 0;
         /* rows without filters: the matmul keeps the keys (many tiles a CTA here) */
         const uint64_t keys = fls_cuda_rule_matmul_keys(g_gpu) - k0;
@@ -1328,10 +1305,8 @@ static void test_rules_agreement_fused(void)
         static const char *const alt[] = {"wgmma_stats", "cublas", "wgmma", "wgmma"};
         for (int m = 0; m < 4; m++) {
             setenv("FLS_CUDA_RULE_MATMUL", alt[m], 1);
-            if (m == 2) {
+            if (m == 2)
                 setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
-                setenv("FLS_CUDA_RULE_STAIRS", "0", 1);
-            }
             if (m == 3)
                 setenv("FLS_CUDA_PDL", keys ? "1" : "0", 1);
             rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
@@ -1342,7 +1317,6 @@ static void test_rules_agreement_fused(void)
             rule_rows_free(&rr);
             unsetenv("FLS_CUDA_RULE_MATMUL");
             unsetenv("FLS_CUDA_ROW_DRAW_CAP");
-            unsetenv("FLS_CUDA_RULE_STAIRS");
             unsetenv("FLS_CUDA_PDL");
             /* the default: programmatic unless the call's matmul kept the keys */
             const int want_pdl = m == 3 ? keys != 0 : fls_cuda_rule_matmul_keys(g_gpu) == kd0;
@@ -1371,17 +1345,13 @@ static void test_rules_agreement_fused(void)
             }
             stats_identical = m == 0 ? ident : stats_identical && ident;
         }
-        char sbuf[96] = "";
-        if (sw)
-            snprintf(sbuf, sizeof sbuf, "; %llu/%lld rows drawn from the matmul's staircases",
-                     (unsigned long long)srows, (long long)B);
         printf("    RULE AGREEMENT fused bf16 D=%lld V=%lld T=0.7 %-14s %lld/%lld (%.3f%%); cuBLAS matmul "
-               "%lld/%lld; statistics and select passes %s the tables%s; %s launches %s%s\n",
+               "%lld/%lld; statistics and select passes %s the tables%s; %s launches %s\n",
                (long long)D, (long long)V, r->name, (long long)same, (long long)n,
                100.0 * (double)same / (double)n, (long long)same_b, (long long)n,
                stats_identical ? "identical to" : "DIFFERS from",
                keys ? " and the matmul's keys" : (rdraw ? " (and with the row kernel's draws on)" : ""),
-               keys ? "programmatic" : "plain", plain_identical ? "identical" : "DIFFER", sbuf);
+               keys ? "programmatic" : "plain", plain_identical ? "identical" : "DIFFER");
         if (same * 100 < n * 99 || same_b * 100 < n * 99)
             failf("%s: agreement below 99%%", r->name);
         if (!stats_identical)
@@ -1414,10 +1384,7 @@ done:
  * off (FLS_CUDA_LIST_DRAW=0, FLS_CUDA_RULE_KEYS=0) and the row kernel's on
  * at a cap of 1 group (FLS_CUDA_ROW_DRAW_CAP=1: it passes nearly every row
  * on to the select and final kernels) */
-static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma", "wgmma"};
-/* (the second with the matmul's staircases off, so that the row kernel draws;
- * the fourth with staircases of one entry: floors everywhere, most rows
- * through the select pass; the fifth: staircases on, the rest as by default) */
+static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma"};
 
 static void test_rules_matmul_paths(void)
 {
@@ -1430,14 +1397,11 @@ static void test_rules_matmul_paths(void)
     void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
          *dt = NULL;
     fls_cuda_malloc(&dt, 8 * nmax);
-    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0, rdraws = 0, stair_calls = 0;
-    uint64_t srows0 = 0, srows = 0;
+    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0, rdraws = 0;
     if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
         failf("memory");
         goto done;
     }
-    setenv("FLS_CUDA_RULE_STAIR_COUNT", "1", 1);
-    fls_cuda_rule_stairs(g_gpu, &srows0);
     for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
         for (size_t ri = 0; ri < N_RULES; ri++) {
             const int64_t B = Bs[bi];
@@ -1446,35 +1410,27 @@ static void test_rules_matmul_paths(void)
             rule_rows rr;
             const int64_t n = B * draws * (r->wr ? r->wr : 1);
             fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, W, H, V, D, tc, &p, &rr);
-            for (size_t m = 0; m < 5 && sc == FLS_OK; m++) {
+            for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
-                if (m == 1) {
+                if (m == 1)
                     setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
-                    setenv("FLS_CUDA_RULE_STAIRS", "0", 1);
-                }
                 if (m == 3) {
                     setenv("FLS_CUDA_LIST_DRAW", "0", 1);
                     setenv("FLS_CUDA_RULE_KEYS", "0", 1);
                     setenv("FLS_CUDA_ROW_DRAW_CAP", "1", 1);
-                    setenv("FLS_CUDA_RULE_STAIR_CAP", "1", 1);
-                    setenv("FLS_CUDA_RULE_STAIRS", "1", 1);
                 }
-                if (m == 4)
-                    setenv("FLS_CUDA_RULE_STAIRS", "1", 1);
                 for (size_t i = 0; i < nmax; i++)
                     tg[i] = -7; /* guard */
                 fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
                 const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu),
-                               rd0 = fls_cuda_rule_row_draws(g_gpu), sw0 = fls_cuda_rule_stairs(g_gpu, NULL);
+                               rd0 = fls_cuda_rule_row_draws(g_gpu);
                 fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 unsetenv("FLS_CUDA_LIST_DRAW");
                 unsetenv("FLS_CUDA_RULE_KEYS");
                 unsetenv("FLS_CUDA_ROW_DRAW_CAP");
-                unsetenv("FLS_CUDA_RULE_STAIRS");
-                unsetenv("FLS_CUDA_RULE_STAIR_CAP");
                 calls++;
                 if (sg != FLS_OK) {
                     failf("B=%lld %s %s: cuda %s", (long long)B, r->name, k_matmuls[m],
@@ -1508,23 +1464,13 @@ static void test_rules_matmul_paths(void)
                 /* the matmul keeps the keys of rows without filters where its
                  * lists fit the draws (3 draws: B <= 32), unless turned off */
                 const uint64_t kk = fls_cuda_rule_matmul_keys(g_gpu) - k0;
-                const uint64_t kk_want = (m == 1 || m == 4) && rule_no_filter(r) && B <= 32;
+                const uint64_t kk_want = m == 1 && rule_no_filter(r) && B <= 32;
                 if (kk != kk_want) {
                     failf("B=%lld %s %s: matmul keys %llu, want %llu", (long long)B, r->name, k_matmuls[m],
                           (unsigned long long)kk, (unsigned long long)kk_want);
                     bad++;
                 }
                 mkeys += kk != 0;
-                /* the matmul keeps staircases for rows of one token a draw
-                 * without a top list where they fit the draws (3: B <= 32) */
-                const uint64_t sw = fls_cuda_rule_stairs(g_gpu, NULL) - sw0;
-                const uint64_t sw_want = (m == 3 || m == 4) && rule_stairs(r) && B <= 32;
-                if (sw != sw_want) {
-                    failf("B=%lld %s %s: matmul staircases %llu, want %llu", (long long)B, r->name,
-                          k_matmuls[m], (unsigned long long)sw, (unsigned long long)sw_want);
-                    bad++;
-                }
-                stair_calls += sw != 0;
                 /* the row kernel draws (turned on here; no top list, the tables, K <= 4) */
                 rdraws += m == 1 && fls_cuda_rule_row_draws(g_gpu) != rd0;
                 fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
@@ -1540,23 +1486,17 @@ static void test_rules_matmul_paths(void)
                 bad++;
             }
         }
-    fls_cuda_rule_stairs(g_gpu, &srows);
-    unsetenv("FLS_CUDA_RULE_STAIR_COUNT");
-    srows -= srows0;
     printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
-           "on the path asked for (cublas, wgmma + tables with the row kernel's draws, wgmma + statistics "
-           "pass, wgmma with the list kernel's draws and the matmul's keys off, the row kernel's at 1 group "
-           "and staircases of 1 entry, wgmma as by default; B = 1, 5, 13, 30, 64, 130; %lld with the tables, "
-           "%lld drawn by the list kernel, %lld with the matmul's keys, %lld by the row kernel, %lld with "
-           "the matmul's staircases, %llu rows drawn from them)\n",
+           "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass, wgmma with the list "
+           "kernel's draws and the matmul's keys off, the row kernel's at 1 group; B = 1, 5, 13, 30, 64, "
+           "130; %lld "
+           "with the tables, %lld drawn by the list kernel, %lld with the matmul's keys, %lld by the row "
+           "kernel)\n",
            (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables,
-           (long long)ldraws, (long long)mkeys, (long long)rdraws, (long long)stair_calls,
-           (unsigned long long)srows);
-    if (rdraws == 0 || mkeys == 0 || ldraws == 0 || stair_calls == 0 || srows == 0)
-        failf("a draw path was never taken (list %lld, matmul keys %lld, row kernel %lld, staircases %lld "
-              "calls, %llu rows)",
-              (long long)ldraws, (long long)mkeys, (long long)rdraws, (long long)stair_calls,
-              (unsigned long long)srows);
+           (long long)ldraws, (long long)mkeys, (long long)rdraws);
+    if (rdraws == 0 || mkeys == 0 || ldraws == 0)
+        failf("a draw path was never taken (list %lld, matmul keys %lld, row kernel %lld)", (long long)ldraws,
+              (long long)mkeys, (long long)rdraws);
 done:
     free(W);
     free(H);
