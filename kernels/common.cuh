@@ -849,11 +849,6 @@ typedef struct fls_wg_rule_extra {
     const float *gup; /* the Gumbel bound table or NULL */
     fls_stair_entry *sel;
     int64_t kst;
-    /* or NULL: [B * FLS_GTHR_DRAWS] words tagged ktag (the engine's shared
-     * row thresholds, fls_ws.gthr): the CTAs' K-th keys per (row, draw),
-     * at b * draws + j (used with gup only) */
-    unsigned long long *kthr;
-    unsigned ktag;
 } fls_wg_rule_extra;
 int fls_wgmma_key_draws(int64_t B);
 int fls_wgmma_logits_slots(int64_t B, int64_t V, int sm_count);

@@ -99,7 +99,6 @@ struct fls_cuda_state {
     uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
     uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
     uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
-    uint64_t rule_kthr_calls;      /* of which the CTAs shared their K-th keys (gthr) */
     uint64_t rule_row_draw_calls;  /* rule calls whose row kernel may draw (rdraw) */
     uint64_t rule_pdl_calls;       /* rule calls whose later kernels were programmatic dependents */
     char name[256];
@@ -645,11 +644,6 @@ extern "C" uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx)
     return ctx && ctx->cuda ? ctx->cuda->rule_key_calls : 0;
 }
 
-extern "C" uint64_t fls_cuda_rule_matmul_kthr(const fls_context_t *ctx)
-{
-    return ctx && ctx->cuda ? ctx->cuda->rule_kthr_calls : 0;
-}
-
 extern "C" uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx)
 {
     return ctx && ctx->cuda ? ctx->cuda->rule_row_draw_calls : 0;
@@ -994,25 +988,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 ex.gup = d.gup;
                 ex.sel = d.sel;
                 ex.kst = K;
-                const char *kt_env = getenv("FLS_CUDA_RULE_KTHR"); /* =0: not shared (A/B) */
-                if (wkeys && d.gup && !(kt_env && !strcmp(kt_env, "0"))) {
-                    /* the CTAs share their lists' K-th keys (a fresh tag
-                     * per launch; in a capture the reserved tag 1 on
-                     * cleared words at every replay, where the array
-                     * already holds the rows: a capture never allocates) */
-                    if (capturing) {
-                        if (s->gthr && B <= s->gthr_rows) {
-                            ex.kthr = s->gthr;
-                            ex.ktag = 1u;
-                            st = fls_from_cuda(cudaMemsetAsync(ex.kthr, 0, fls_gthr_bytes(B), str));
-                        }
-                    } else {
-                        st = fls_ensure_gthr(s, B, &ex.kthr);
-                        ex.ktag = ex.kthr ? ++s->tepoch : 0u;
-                    }
-                    s->rule_kthr_calls += ex.kthr != NULL;
-                }
-                if (st == FLS_OK && (ex.gmo || ex.keys) && !uploaded) /* the matmul reads the rows */
+                if ((ex.gmo || ex.keys) && !uploaded) /* the matmul reads the rows */
                     st = upload_rows();
                 if (st == FLS_OK)
                     st = fls_from_cuda(fls_launch_wgmma_logits(W->data, W->ld, Hb.data, Hb.ld, W->dtype,

@@ -73,10 +73,6 @@ uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx);
  * (rows without filters, no log-sum-exp asked, the wgmma kernel with its
  * tables; the select pass skipped; FLS_CUDA_RULE_KEYS=0 turns it off). Tests. */
 uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx);
-/* Of those, the calls whose CTAs shared their lists' K-th keys (a token
- * whose key's bound lies below another CTA's K-th key skips its logs and
- * its list; on unless the Gumbel bounds are off: no_skip). Tests. */
-uint64_t fls_cuda_rule_matmul_kthr(const fls_context_t *ctx);
 /* The context's rule calls whose row kernel drew the rows with supports in
  * at most FLS_CUDA_ROW_DRAW_CAP (1..256; unset or 0: off, the default)
  * 64-token groups (no top list, the wgmma kernel's tables, no log-sum-exp

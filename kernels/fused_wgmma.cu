@@ -58,9 +58,6 @@ template <int N, int E_, bool G = false> struct fls_wg_cfg {
     static constexpr int REG_MMA = 176;
     static constexpr int REG_REST = 112;
     static constexpr int R = E >= 15 ? 1 : 2; /* rows per sampler call (registers) */
-    /* the tiles and warps fls_launch_wgmma_logits runs (sample mode 2);
-     * the others compile without that mode */
-    static constexpr bool LOGITS = !G && (N == 16 ? E == 7 : E == 11);
     static_assert(NTHREADS % 128 == 0, "roles are whole warpgroups (setmaxnreg)");
     /* setmaxnreg redistributes the CTA's launch allocation (65536 / NTHREADS
      * per thread, in units of 8); asking for more blocks forever */
@@ -127,8 +124,6 @@ struct fls_wg_args {
     const float *gup;
     fls_stair_entry *sel;
     int64_t kst;
-    unsigned long long *kthr; /* or NULL: the CTAs' shared K-th keys per (row, draw), tag ktag */
-    unsigned ktag;
 };
 
 /* ---- PTX helpers ---- */
@@ -701,17 +696,11 @@ __device__ __forceinline__ void fls_wg_group_moments(const float (&e)[4], float 
 /* Row b's tokens of one tile into its (row, draw) lists l (ordered keys,
  * best first) and lx (their x): the warp's 128 tokens, 4 a lane (e: the
  * lane's logits, -inf past V; v: its first token). A key enters when it is
- * at least the threshold tau and the K-th largest of the lanes' best keys
- * of the tile (K lanes hold a key that large). tau is the list's K-th key
- * or, if larger, the largest K-th key any CTA of the row has shared in
- * a.kthr this launch (that CTA holds K keys at least that large, so a
- * smaller key is not among the row's K best; tag a.ktag, as fls_ws.gthr's
- * sharing of the best key); the division and the logs of a token's noise
- * are skipped where the tempered logit's upper bound (fls_temper_upper)
- * plus its bucket's noise bound shows its key below tau. The K-th largest
- * is only taken where at least K lanes hold a key of at least tau (else
- * it is below tau). Every key of the row's K best enters its CTA's list,
- * with the select pass's keys and order: fls_frank of (key, token). */
+ * at least the list's K-th (tau) and the K-th largest of the lanes' best
+ * keys of the tile (K lanes hold a key that large); the log of a token's
+ * noise is skipped where the bound of its bucket shows its key below tau
+ * (as the select pass does). The keys and their order are the select
+ * pass's: fls_frank of (key, token). */
 __device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int64_t b, uint64_t v, int lane,
                                              unsigned long long *l, float *lx)
 {
@@ -719,58 +708,42 @@ __device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int
     const int Kb = (int)a.rule[b].K;
     const float T = rp.temperature;
     const bool noisy = fls_temperature_noisy(T);
-    const float rT = noisy ? fls_temper_rcp(T) : 0.0f; /* 0: divide exactly */
-    const float le[4] = {e.x, e.y, e.z, e.w};
-    const bool any = le[0] > -INFINITY || le[1] > -INFINITY || le[2] > -INFINITY || le[3] > -INFINITY;
+    const float x[4] = {fls_temper(e.x, T), fls_temper(e.y, T), fls_temper(e.z, T), fls_temper(e.w, T)};
+    const bool any = x[0] > -INFINITY || x[1] > -INFINITY || x[2] > -INFINITY || x[3] > -INFINITY;
     for (int j = 0; j < a.kdraws; j++) {
         unsigned long long *lj = l + j * FLS_WG_KMAX;
         float *xj = lx + j * FLS_WG_KMAX;
-        /* the other CTAs' K-th keys (loaded first: the Philox blocks hide the latency) */
-        unsigned long long *gw = a.kthr ? a.kthr + (uint32_t)(b * a.kdraws + j) : NULL;
-        const unsigned long long g = gw ? __ldcg(gw) : 0ull;
+        const float tau = lj[Kb - 1] ? fls_frank_x(lj[Kb - 1]) : -INFINITY;
         uint4 r[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
         if (noisy && any) {
             r[0] = fls_philox_pair(rp.seed, rp.offset, a.first_draw + (uint32_t)j, v);
             r[1] = fls_philox_pair(rp.seed, rp.offset, a.first_draw + (uint32_t)j, v + 2);
         }
-        const unsigned long long kth0 = lj[Kb - 1];
-        float tau = kth0 ? fls_frank_x(kth0) : -INFINITY;
-        if (gw && (uint32_t)(g >> 32) == a.ktag)
-            tau = fmaxf(tau, fls_unord((uint32_t)g));
         float key[4], kb = -INFINITY;
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             key[t] = -INFINITY; /* no key: past V, masked, or below tau by its bound */
-            /* y >= x = fls_temper(l, T): x itself where rT is 0 (greedy rows too) */
-            const float y = rT == 0.0f ? fls_temper(le[t], T) : fls_temper_upper(le[t], rT);
-            if (!(y > -INFINITY))
+            if (!(x[t] > -INFINITY))
                 continue;
             if (noisy) {
                 const uint64_t bits = fls_pair_bits(r[t >> 1], v + t);
-                if (a.gup && __fadd_rn(y, a.gup[bits >> FLS_GB_SHIFT]) < tau)
-                    continue; /* fl(x + g) <= fl(y + up[bucket]) < tau */
-                const float x = rT == 0.0f ? y : fls_temper(le[t], T);
-                key[t] = x > -INFINITY ? fls_temperature_key(x, fls_gumbel_dev(bits), T) : -INFINITY;
+                if (a.gup && __fadd_rn(x[t], a.gup[bits >> FLS_GB_SHIFT]) < tau)
+                    continue; /* fl(x + g) <= fl(x + up[bucket]) < tau */
+                key[t] = fls_temperature_key(x[t], fls_gumbel_dev(bits), T);
             } else {
-                key[t] = y;
+                key[t] = x[t];
             }
             kb = fmaxf(kb, key[t]);
         }
-        /* lanes whose best key reaches tau: none, nothing enters */
-        const unsigned reach = __ballot_sync(FLS_FULL_MASK, kb > -INFINITY && kb >= tau);
-        if (!reach)
-            continue;
-        const float thr = __popc(reach) >= Kb ? fmaxf(tau, fls_warp_kth_maxf(kb, Kb)) : tau;
-        bool grew = false;
+        const float thr = fmaxf(tau, fls_warp_kth_maxf(kb, Kb));
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             const bool c = key[t] > -INFINITY && key[t] >= thr;
             const unsigned long long u = c ? fls_frank(key[t], (int64_t)(v + t)) : 0ull;
-            const float xc = c ? fls_temper(le[t], T) : 0.0f; /* a candidate's x again */
             for (unsigned m = __ballot_sync(FLS_FULL_MASK, c); m; m &= m - 1) {
                 const int src = __ffs(m) - 1;
                 const unsigned long long us = __shfl_sync(FLS_FULL_MASK, u, src);
-                const float xs = __shfl_sync(FLS_FULL_MASK, xc, src);
+                const float xs = __shfl_sync(FLS_FULL_MASK, x[t], src);
                 if (lane == 0 && us > lj[Kb - 1]) {
                     int q = Kb - 1;
                     for (; q > 0 && us > lj[q - 1]; q--) {
@@ -779,13 +752,9 @@ __device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int
                     }
                     lj[q] = us;
                     xj[q] = xs;
-                    grew = true;
                 }
             }
         }
-        /* a full list's K-th key, shared with the row's other CTAs */
-        if (lane == 0 && grew && gw && lj[Kb - 1])
-            atomicMax(gw, ((unsigned long long)a.ktag << 32) | (lj[Kb - 1] >> 32));
         __syncwarp();
     }
 }
@@ -916,7 +885,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
         if (C::REG_SPLIT)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::REG_REST) : "memory");
         const int ew = warp - 5, et = tid - 160;
-        if (C::LOGITS && a.sample == 2) {
+        if (a.sample == 2) {
             /* ---- the logits and their 64-token tables (the rule family's
              * statistics: kernels/rules.cu's row kernel folds the tables) ----
              * a warp takes rows ew, ew + E, ...; lane p holds tokens 4p .. 4p + 3
@@ -1344,8 +1313,6 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
         a.gup = ex->gup;
         a.sel = ex->sel;
         a.kst = ex->kst;
-        a.kthr = ex->keys && ex->gup ? ex->kthr : NULL;
-        a.ktag = ex->ktag;
         if (((a.gmo || a.keys) && !a.rows) ||
             (a.keys && (a.keys > FLS_WG_KMAX || !a.rule || !a.sel || a.kst < a.keys || a.kdraws < 1 ||
                         a.kdraws > fls_wgmma_key_draws(B))))
@@ -1354,7 +1321,6 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
     const bool bf = dt == FLS_DTYPE_BF16;
     /* the epilogue only copies: the sampler's default warps (PERF GPU v6) */
 #define FLS_WG_LCASE(NN, EE)                                                                                 \
-    static_assert(fls_wg_cfg<NN, EE>::LOGITS, "a tiling compiled without sample mode 2");                    \
     if (tile_n == NN)                                                                                        \
         return bf ? fls_wg_launch<NN, EE, true>(a, st) : fls_wg_launch<NN, EE, false>(a, st);
     FLS_WG_LCASE(16, 7)

@@ -1671,34 +1671,26 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
             d.lse[b] = lse;
     }
     /* a chunk's (CTA's) entries are best first: the first that does not
-     * enter the lane's list ends the chunk's; the Kb entries of two chunks
-     * loaded together, then taken in chunk order */
+     * enter the lane's list ends the chunk's; its Kb entries loaded together */
     const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nsel * d.K;
-    for (int c0 = lane; c0 < d.nsel; c0 += 64) {
-        fls_stair_entry e[2][KM];
+    for (int c = lane; c < d.nsel; c += 32) {
+        fls_stair_entry e[KM];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int c = c0 + 32 * h;
-#pragma unroll
-            for (int r = 0; r < KM; r++) {
-                e[h][r].v = -1;
-                if (r < Kb && c < d.nsel)
-                    e[h][r] = in[(int64_t)c * d.K + r];
-            }
+        for (int r = 0; r < KM; r++) {
+            e[r].v = -1;
+            if (r < Kb)
+                e[r] = in[(int64_t)c * d.K + r];
         }
+        bool go = true;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            bool go = true;
-#pragma unroll
-            for (int r = 0; r < KM; r++) {
-                fls_fbest f;
-                f.x = e[h][r].x;
-                f.key = e[h][r].key;
-                f.v = e[h][r].v;
-                go = go && r < Kb && f.v >= 0 && fls_flist_enters(l, Kb, f);
-                if (go)
-                    fls_flist_push(l, Kb, f);
-            }
+        for (int r = 0; r < KM; r++) {
+            fls_fbest f;
+            f.x = e[r].x;
+            f.key = e[r].key;
+            f.v = e[r].v;
+            go = go && r < Kb && f.v >= 0 && fls_flist_enters(l, Kb, f);
+            if (go)
+                fls_flist_push(l, Kb, f);
         }
     }
     fls_fwarp_write(d, b, j, Kb, l, m, lse);
