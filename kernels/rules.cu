@@ -1537,9 +1537,6 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
         fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
 }
 
-/* One warp per (row, draw): the K best of the chunks' picks, or (a support
- * within the sorted candidates, nsup >= 0) of the support's keys drawn from
- * that list alone; written. */
 /* The row kernel's draws (rdraw: the matmul's tables, no top list, no
  * log-sum-exp asked, K <= 4): row i (call row b, decided, its max m), when
  * at most rcap of its 64-token groups reach the cut, draws here and marks
@@ -1636,12 +1633,24 @@ __device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m)
     }
 }
 
-template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(fls_rule_dev d)
+/* One block per (row, draw): the K best of the chunks' (or the matmul's
+ * CTAs') picks, or (a support within the sorted candidates, nsup >= 0) of
+ * the support's keys drawn from that list alone (warp 0); written. The
+ * FLS_FFIN_WARPS warps take the chunks (a thread's few lists, best first:
+ * the first entry that does not enter its list ends a chunk's), each
+ * warp's K best go to shared memory, and warp 0 takes their K best: the K
+ * best of one set of distinct tokens under one total order, so the same
+ * picks as any other split (docs/PERF.md GPU v21: one warp a row took
+ * 17-18 us for K = 4 over 132 CTAs' lists). */
+#define FLS_FFIN_WARPS 8
+template <int KM>
+__global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fls_rule_dev d)
 {
+    __shared__ fls_fbest wl[FLS_FFIN_WARPS][KM];
     fls_pdl_wait();
     fls_pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t t = blockIdx.x;
     if (t >= (int64_t)d.nb * d.draws)
         return;
     const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
@@ -1650,30 +1659,14 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
     const int Kb = (int)d.rule[b].K;
     const double m = d.part[(int64_t)i * d.P].lse_m;
     if (d.nsup[i] >= 0) {
-        fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
+        if (w == 0)
+            fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
         return;
     }
     fls_fbest l[KM];
     fls_flist_init(l);
-    double lse;
-    if (!d.lsedev[b]) {
-        lse = d.lse[b];
-    } else {
-        double z = 0.0;
-        for (int c = lane; c < d.nchunk; c += 32)
-            z += d.lsep[(int64_t)i * d.nchunk + c];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            z += __shfl_down_sync(FLS_FULL_MASK, z, o);
-        z = __shfl_sync(FLS_FULL_MASK, z, 0);
-        lse = m + log(z);
-        if (j == 0 && lane == 0)
-            d.lse[b] = lse;
-    }
-    /* a chunk's (CTA's) entries are best first: the first that does not
-     * enter the lane's list ends the chunk's; its Kb entries loaded together */
     const fls_stair_entry *in = d.sel + ((int64_t)i * d.draws + j) * d.nsel * d.K;
-    for (int c = lane; c < d.nsel; c += 32) {
+    for (int c = threadIdx.x; c < d.nsel; c += blockDim.x) {
         fls_stair_entry e[KM];
 #pragma unroll
         for (int r = 0; r < KM; r++) {
@@ -1692,6 +1685,41 @@ template <int KM> __global__ void __launch_bounds__(128) fls_rfast_final_kernel(
             if (go)
                 fls_flist_push(l, Kb, f);
         }
+    }
+    /* the warp's K best, best first (v = -1 past its last) */
+#pragma unroll
+    for (int r = 0; r < KM; r++) {
+        if (r >= Kb)
+            break;
+        const fls_fbest bw = fls_fbest_warp(l[0]);
+        if (bw.v >= 0 && l[0].v == bw.v)
+            fls_flist_pop(l);
+        if (lane == 0)
+            wl[w][r] = bw;
+    }
+    __syncthreads();
+    if (w != 0)
+        return;
+    /* warp 0: lane q < FLS_FFIN_WARPS holds warp q's list */
+    fls_flist_init(l);
+#pragma unroll
+    for (int r = 0; r < KM; r++)
+        if (r < Kb && lane < FLS_FFIN_WARPS)
+            l[r] = wl[lane][r];
+    double lse;
+    if (!d.lsedev[b]) {
+        lse = d.lse[b];
+    } else {
+        double z = 0.0;
+        for (int c = lane; c < d.nchunk; c += 32)
+            z += d.lsep[(int64_t)i * d.nchunk + c];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            z += __shfl_down_sync(FLS_FULL_MASK, z, o);
+        z = __shfl_sync(FLS_FULL_MASK, z, 0);
+        lse = m + log(z);
+        if (j == 0 && lane == 0)
+            d.lse[b] = lse;
     }
     fls_fwarp_write(d, b, j, Kb, l, m, lse);
 }
@@ -1737,11 +1765,13 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
                         : d.K <= 4 ? fls_rfast_select_kernel<4>
                                    : fls_rfast_select_kernel<FLS_FKMAX>,
                         grid, dim3(256), 0, st, d.pdl, d);
-    const unsigned fb = (unsigned)(((int64_t)d.nb * d.draws + 3) / 4);
+    if ((int64_t)d.nb * d.draws > INT32_MAX) /* a block per (row, draw) */
+        return cudaErrorInvalidConfiguration;
+    const unsigned fb = (unsigned)((int64_t)d.nb * d.draws);
     if (e == cudaSuccess)
         e = fls_rlaunch(d.K == 1   ? fls_rfast_final_kernel<1>
                         : d.K <= 4 ? fls_rfast_final_kernel<4>
                                    : fls_rfast_final_kernel<FLS_FKMAX>,
-                        dim3(fb), dim3(128), 0, st, d.pdl, d);
+                        dim3(fb), dim3(32 * FLS_FFIN_WARPS), 0, st, d.pdl, d);
     return e;
 }
