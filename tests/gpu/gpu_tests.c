@@ -1507,6 +1507,95 @@ done:
     fls_cuda_free(dt);
 }
 
+/* The matmul's keys at the larger tiles: rows without filters at B = 40
+ * and 64 (tile 64, where the matmul keeps the keys with 15 epilogue warps
+ * by default) and B = 100 (tile 128), one draw, on integer inputs (every
+ * path computes the same floats): the tokens are the CPU engine's with 15
+ * and with 11 warps (FLS_CUDA_LOGITS_WARPS) and through the select pass
+ * (FLS_CUDA_RULE_KEYS=0). */
+static void test_rules_matmul_keys_tiles(void)
+{
+    const int64_t V = 3001, D = 64, Bs[] = {40, 64, 100}, draws = 1, Bmax = 100;
+    static const char *const warps[] = {NULL, "11", "15"};
+    g_rng = 9292;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3),
+         *H = make_int_matrix(Bmax, D, D, FLS_DTYPE_BF16, 2);
+    const size_t nmax = (size_t)(Bmax * draws * 4);
+    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
+    void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
+         *dt = NULL;
+    fls_cuda_malloc(&dt, 8 * nmax);
+    int64_t calls = 0, bad = 0, keys = 0;
+    if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
+        failf("memory");
+        goto done;
+    }
+    for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
+        for (size_t ri = 0; ri < N_RULES; ri++) {
+            const rule_spec *r = &k_rules[ri];
+            if (!rule_no_filter(r))
+                continue;
+            const int64_t B = Bs[bi], n = B * draws * (r->wr ? r->wr : 1);
+            fls_params p;
+            rule_rows rr;
+            fls_status sc = rule_cpu_tokens(r, B, 21 + ri, draws, W, H, V, D, tc, &p, &rr);
+            for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
+                setenv("FLS_CUDA_RULE_MATMUL", "wgmma", 1);
+                if (m < 3 && warps[m])
+                    setenv("FLS_CUDA_LOGITS_WARPS", warps[m], 1);
+                if (m == 3)
+                    setenv("FLS_CUDA_RULE_KEYS", "0", 1);
+                for (size_t i = 0; i < nmax; i++)
+                    tg[i] = -7; /* guard */
+                fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
+                const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
+                fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
+                unsetenv("FLS_CUDA_RULE_MATMUL");
+                unsetenv("FLS_CUDA_LOGITS_WARPS");
+                unsetenv("FLS_CUDA_RULE_KEYS");
+                calls++;
+                const char *what = m == 3 ? "select pass" : m == 0 ? "default warps" : warps[m];
+                if (sg != FLS_OK) {
+                    failf("B=%lld %s (%s): cuda %s", (long long)B, r->name, what, fls_status_string(sg));
+                    bad++;
+                    continue;
+                }
+                const uint64_t kk = fls_cuda_rule_matmul_keys(g_gpu) - k0;
+                if (kk != (m < 3)) {
+                    failf("B=%lld %s (%s): matmul keys %llu, want %d", (long long)B, r->name, what,
+                          (unsigned long long)kk, m < 3);
+                    bad++;
+                }
+                keys += kk != 0;
+                fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
+                if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
+                    failf("B=%lld %s (%s): tokens differ from the CPU engine's", (long long)B, r->name, what);
+                    bad++;
+                }
+            }
+            rule_rows_free(&rr);
+            if (sc != FLS_OK) {
+                failf("B=%lld %s: cpu %s", (long long)B, r->name, fls_status_string(sc));
+                bad++;
+            }
+        }
+    printf(
+        "    RULE MATMUL KEYS integer inputs V=%lld D=%lld, B = 40, 64, 100, rows without filters: %lld/%lld "
+        "calls identical to the CPU engine (%lld with the matmul's keys: default, 11 and 15 epilogue "
+        "warps; the others through the select pass)\n",
+        (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)keys);
+    if (keys == 0)
+        failf("the matmul never kept the keys");
+done:
+    free(W);
+    free(H);
+    free(tc);
+    free(tg);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dt);
+}
+
 /* first_draw: draws 9..39 of a run on every GPU configuration (and from
  * logits) are the CPU engine's draws 9..39 of one call of 40 (integer
  * logits: every path computes the same floats). */
@@ -2874,6 +2963,7 @@ int main(int argc, char **argv)
     run_test("rules_async_identical_or_refused", test_rules_async);
     run_test("rules_agreement_fused_bf16_4096x151936", test_rules_agreement_fused);
     run_test("rules_matmul_paths_identical_to_cpu", test_rules_matmul_paths);
+    run_test("rules_matmul_keys_tiles_identical_to_cpu", test_rules_matmul_keys_tiles);
     run_test("goodness_of_fit_gpu", test_goodness_of_fit);
 #ifdef FLS_HAVE_AUDIT
     run_test("stats_audit_cuda_engine", test_audit);
