@@ -1384,21 +1384,53 @@ done:
  * off (FLS_CUDA_LIST_DRAW=0, FLS_CUDA_RULE_KEYS=0) and the row kernel's on
  * at a cap of 1 group (FLS_CUDA_ROW_DRAW_CAP=1: it passes nearly every row
  * on to the select and final kernels) */
+/* Integer-valued W (V x D) and H (Bmax x D) on host and device, and token
+ * buffers for Bmax rows of `draws` draws of up to 4 tokens: the rule
+ * matmul tests' inputs (every path computes the same floats). */
+typedef struct {
+    void *W, *H, *dW, *dH, *dt;
+    int64_t *tc, *tg;
+    size_t nmax;
+} int_rule_inputs;
+
+static int int_rule_inputs_make(int_rule_inputs *f, int64_t V, int64_t D, int64_t Bmax, int64_t draws)
+{
+    f->W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3);
+    f->H = make_int_matrix(Bmax, D, D, FLS_DTYPE_BF16, 2);
+    f->nmax = (size_t)(Bmax * draws * 4);
+    f->tc = malloc(8 * f->nmax);
+    f->tg = malloc(8 * f->nmax);
+    f->dW = f->W ? to_dev(f->W, (size_t)(V * D) * 2) : NULL;
+    f->dH = f->H ? to_dev(f->H, (size_t)(Bmax * D) * 2) : NULL;
+    f->dt = NULL;
+    fls_cuda_malloc(&f->dt, 8 * f->nmax);
+    return f->W && f->H && f->tc && f->tg && f->dW && f->dH && f->dt;
+}
+
+static void int_rule_inputs_free(int_rule_inputs *f)
+{
+    free(f->W);
+    free(f->H);
+    free(f->tc);
+    free(f->tg);
+    fls_cuda_free(f->dW);
+    fls_cuda_free(f->dH);
+    fls_cuda_free(f->dt);
+}
+
 static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma"};
 
 static void test_rules_matmul_paths(void)
 {
     const int64_t V = 3001, D = 64, Bs[] = {1, 5, 13, 30, 64, 130}, draws = 3, Bmax = 130;
     g_rng = 9191;
-    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3),
-         *H = make_int_matrix(Bmax, D, D, FLS_DTYPE_BF16, 2);
-    const size_t nmax = (size_t)(Bmax * draws * 4);
-    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
-    void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
-         *dt = NULL;
-    fls_cuda_malloc(&dt, 8 * nmax);
+    int_rule_inputs f;
+    const int ok = int_rule_inputs_make(&f, V, D, Bmax, draws);
+    void *W = f.W, *H = f.H, *dW = f.dW, *dH = f.dH, *dt = f.dt;
+    int64_t *tc = f.tc, *tg = f.tg;
+    const size_t nmax = f.nmax;
     int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0, rdraws = 0;
-    if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
+    if (!ok) {
         failf("memory");
         goto done;
     }
@@ -1498,13 +1530,7 @@ static void test_rules_matmul_paths(void)
         failf("a draw path was never taken (list %lld, matmul keys %lld, row kernel %lld)", (long long)ldraws,
               (long long)mkeys, (long long)rdraws);
 done:
-    free(W);
-    free(H);
-    free(tc);
-    free(tg);
-    fls_cuda_free(dW);
-    fls_cuda_free(dH);
-    fls_cuda_free(dt);
+    int_rule_inputs_free(&f);
 }
 
 /* The matmul's keys at the larger tiles: rows without filters at B = 40
@@ -1518,15 +1544,13 @@ static void test_rules_matmul_keys_tiles(void)
     const int64_t V = 3001, D = 64, Bs[] = {40, 64, 100}, draws = 1, Bmax = 100;
     static const char *const warps[] = {NULL, "11", "15"};
     g_rng = 9292;
-    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3),
-         *H = make_int_matrix(Bmax, D, D, FLS_DTYPE_BF16, 2);
-    const size_t nmax = (size_t)(Bmax * draws * 4);
-    int64_t *tc = malloc(8 * nmax), *tg = malloc(8 * nmax);
-    void *dW = W ? to_dev(W, (size_t)(V * D) * 2) : NULL, *dH = H ? to_dev(H, (size_t)(Bmax * D) * 2) : NULL,
-         *dt = NULL;
-    fls_cuda_malloc(&dt, 8 * nmax);
+    int_rule_inputs f;
+    const int ok = int_rule_inputs_make(&f, V, D, Bmax, draws);
+    void *W = f.W, *H = f.H, *dW = f.dW, *dH = f.dH, *dt = f.dt;
+    int64_t *tc = f.tc, *tg = f.tg;
+    const size_t nmax = f.nmax;
     int64_t calls = 0, bad = 0, keys = 0;
-    if (!W || !H || !tc || !tg || !dW || !dH || !dt) {
+    if (!ok) {
         failf("memory");
         goto done;
     }
@@ -1587,13 +1611,7 @@ static void test_rules_matmul_keys_tiles(void)
     if (keys == 0)
         failf("the matmul never kept the keys");
 done:
-    free(W);
-    free(H);
-    free(tc);
-    free(tg);
-    fls_cuda_free(dW);
-    fls_cuda_free(dH);
-    fls_cuda_free(dt);
+    int_rule_inputs_free(&f);
 }
 
 /* first_draw: draws 9..39 of a run on every GPU configuration (and from
