@@ -1339,6 +1339,10 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
     return cudaErrorInvalidValue;
 }
 
+/* fls_launch_wgmma_logits may run the keys with 15 warps at tile 64: the
+ * lists' room does not depend on the warps */
+static_assert(fls_wg_cfg<64, 15>::ST_BYTES == fls_wg_cfg<64, 11>::ST_BYTES, "key lists per warp count");
+
 int fls_wgmma_key_draws(int64_t B)
 {
     /* the lists live in the sampler's state area, unused in sample mode 2 */

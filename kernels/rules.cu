@@ -33,6 +33,11 @@ static cudaError_t fls_rlaunch(void (*kern)(P...), dim3 g, dim3 bl, size_t smem,
     return cudaLaunchKernelEx(&c, kern, args...);
 }
 
+/* The instance of a kernel template over its lists' length for K: lists
+ * of one entry where every row draws one token (fewer registers), of 4,
+ * or of FLS_FKMAX. */
+#define FLS_RULE_BY_K(kern, K) ((K) == 1 ? kern<1> : (K) <= 4 ? kern<4> : kern<FLS_FKMAX>)
+
 #define FLS_RW 8 /* at most this many warps (parts) per block */
 
 /* One warp's candidate buffer and the thresholds of its states. */
@@ -1155,6 +1160,28 @@ template <int N> __device__ __forceinline__ void fls_flist_init(fls_fbest (&l)[N
     }
 }
 
+/* The warp's k best of its lanes' best-first lists l, one a round while
+ * any is left: the round's best is popped from its lane's list and passed
+ * to put(r, best) in every lane; returns how many. */
+template <int N, typename F>
+__device__ __forceinline__ int fls_flist_warp_take(fls_fbest (&l)[N], int k, F put)
+{
+    int got = 0;
+#pragma unroll
+    for (int r = 0; r < N; r++) {
+        if (r >= k)
+            break;
+        const fls_fbest bw = fls_fbest_warp(l[0]);
+        if (bw.v < 0)
+            break;
+        if (l[0].v == bw.v)
+            fls_flist_pop(l);
+        put(r, bw);
+        got = r + 1;
+    }
+    return got;
+}
+
 /* The key of the list's k-th entry (-inf while it has fewer). */
 template <int N> __device__ __forceinline__ float fls_flist_kth(const fls_fbest (&l)[N], int k)
 {
@@ -1196,6 +1223,20 @@ template <int N> __device__ __forceinline__ void fls_ulist_init(unsigned long lo
 #pragma unroll
     for (int q = 0; q < N; q++)
         l[q] = 0ull;
+}
+
+/* The warp's k best of its lanes' best-first lists l, one a round: the
+ * round's maximum is popped from its lane's list and passed to
+ * put(r, best) in every lane (0: none left). */
+template <int N, typename F>
+__device__ __forceinline__ void fls_ulist_warp_take(unsigned long long (&l)[N], int k, F put)
+{
+    for (int r = 0; r < k; r++) {
+        const unsigned long long bw = fls_warp_max_u64(l[0]);
+        if (bw && l[0] == bw) /* the winner's lane pops it */
+            fls_ulist_pop(l);
+        put(r, bw);
+    }
 }
 
 /* The key of the list's k-th entry (-inf while it has fewer). */
@@ -1324,26 +1365,20 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
         /* each warp's Kb best (Kb rounds: the warp's best head, popped from
          * its lane's list), then warp 0 the block's Kb best of those: two
          * barriers a draw, not three a round */
-        for (int r = 0; r < Kb; r++) {
-            const unsigned long long bw = fls_warp_max_u64(l[0]);
-            if (bw && l[0] == bw) /* the winner's lane pops it */
-                fls_ulist_pop(l);
+        fls_ulist_warp_take(l, Kb, [&](int r, unsigned long long bw) {
             if (lane == 0)
                 sw[w * KM + r] = bw;
-        }
+        });
         __syncthreads();
         if (w == 0) {
             unsigned long long bl[KM];
             fls_ulist_init(bl);
             for (int q = lane; q < 8 * Kb; q += 32)
                 fls_ulist_push(bl, Kb, sw[(q / Kb) * KM + q % Kb]);
-            for (int r = 0; r < Kb; r++) {
-                const unsigned long long bw = fls_warp_max_u64(bl[0]);
-                if (bw && bl[0] == bw)
-                    fls_ulist_pop(bl);
+            fls_ulist_warp_take(bl, Kb, [&](int r, unsigned long long bw) {
                 if (lane == 0)
                     fls_fsel_write(out[r], bw, row, T);
-            }
+            });
         }
         __syncthreads(); /* sw is the next draw's */
     }
@@ -1358,20 +1393,10 @@ __device__ void fls_fwarp_write(const fls_rule_dev &d, int b, int j, int Kb, fls
     const int lane = threadIdx.x & 31;
     float px[KM];
     int64_t pv[KM];
-    int got = 0;
-#pragma unroll
-    for (int r = 0; r < KM; r++) {
-        if (r >= Kb)
-            break;
-        const fls_fbest bw = fls_fbest_warp(l[0]);
-        if (bw.v < 0)
-            break;
-        if (l[0].v == bw.v)
-            fls_flist_pop(l);
+    const int got = fls_flist_warp_take(l, Kb, [&](int r, const fls_fbest &bw) {
         px[r] = bw.x;
         pv[r] = bw.v;
-        got = r + 1;
-    }
+    });
     if (lane != 0)
         return;
     if (got == 0) {
@@ -1605,13 +1630,10 @@ __device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m)
                     fls_ulist_push(l, Kb, fls_frank(key, v0 + e));
                 }
         }
-        for (int r = 0; r < Kb; r++) {
-            const unsigned long long bw = fls_warp_max_u64(l[0]);
-            if (bw && l[0] == bw)
-                fls_ulist_pop(l);
+        fls_ulist_warp_take(l, Kb, [&](int r, unsigned long long bw) {
             if (lane == 0)
                 wb[w * 4 + r] = bw;
-        }
+        });
         __syncthreads();
         if (w == 0) {
             unsigned long long bl[4];
@@ -1647,13 +1669,11 @@ template <int KM>
 __global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fls_rule_dev d)
 {
     __shared__ fls_fbest wl[FLS_FFIN_WARPS][KM];
+    __shared__ int wn[FLS_FFIN_WARPS];
     fls_pdl_wait();
     fls_pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int64_t t = blockIdx.x;
-    if (t >= (int64_t)d.nb * d.draws)
-        return;
-    const int i = (int)(t / d.draws), j = (int)(t % d.draws), b = d.r0 + i;
+    const int i = (int)(blockIdx.x / d.draws), j = (int)(blockIdx.x % d.draws), b = d.r0 + i;
     if (d.code[b] != FLS_RC_OK || d.nsup[i] == -2) /* -2: drawn by the row kernel */
         return;
     const int Kb = (int)d.rule[b].K;
@@ -1686,17 +1706,13 @@ __global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fl
                 fls_flist_push(l, Kb, f);
         }
     }
-    /* the warp's K best, best first (v = -1 past its last) */
-#pragma unroll
-    for (int r = 0; r < KM; r++) {
-        if (r >= Kb)
-            break;
-        const fls_fbest bw = fls_fbest_warp(l[0]);
-        if (bw.v >= 0 && l[0].v == bw.v)
-            fls_flist_pop(l);
+    /* the warp's K best, best first */
+    const int got = fls_flist_warp_take(l, Kb, [&](int r, const fls_fbest &bw) {
         if (lane == 0)
             wl[w][r] = bw;
-    }
+    });
+    if (lane == 0)
+        wn[w] = got;
     __syncthreads();
     if (w != 0)
         return;
@@ -1704,7 +1720,7 @@ __global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fl
     fls_flist_init(l);
 #pragma unroll
     for (int r = 0; r < KM; r++)
-        if (r < Kb && lane < FLS_FFIN_WARPS)
+        if (lane < FLS_FFIN_WARPS && r < wn[lane])
             l[r] = wl[lane][r];
     double lse;
     if (!d.lsedev[b]) {
@@ -1743,10 +1759,7 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
         e = fls_rlaunch(fls_rfast_collect_kernel, grid, dim3(256), 0, st, d.pdl, d);
         const size_t lb = (size_t)FLS_FCCAP * 8 +
                           (size_t)FLS_FTOP * (sizeof(fls_top_entry) + 2 * sizeof(double)) + sizeof(double);
-        /* lists of one entry where every row draws one token (fewer registers) */
-        void (*kern)(fls_rule_dev) = d.K == 1   ? fls_rfast_list_kernel<1>
-                                     : d.K <= 4 ? fls_rfast_list_kernel<4>
-                                                : fls_rfast_list_kernel<FLS_FKMAX>;
+        void (*kern)(fls_rule_dev) = FLS_RULE_BY_K(fls_rfast_list_kernel, d.K);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lb);
         if (e == cudaSuccess)
@@ -1757,21 +1770,14 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
 
 cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
 {
-    /* lists of one entry where every row draws one token (fewer registers) */
+    if ((int64_t)d.nb * d.draws > INT32_MAX) /* the final kernel: a block per (row, draw) */
+        return cudaErrorInvalidConfiguration;
     const dim3 grid((unsigned)d.nchunk, (unsigned)d.nb);
     cudaError_t e = cudaSuccess;
     if (!d.wkeys) /* else the matmul kept the keys */
-        e = fls_rlaunch(d.K == 1   ? fls_rfast_select_kernel<1>
-                        : d.K <= 4 ? fls_rfast_select_kernel<4>
-                                   : fls_rfast_select_kernel<FLS_FKMAX>,
-                        grid, dim3(256), 0, st, d.pdl, d);
-    if ((int64_t)d.nb * d.draws > INT32_MAX) /* a block per (row, draw) */
-        return cudaErrorInvalidConfiguration;
-    const unsigned fb = (unsigned)((int64_t)d.nb * d.draws);
+        e = fls_rlaunch(FLS_RULE_BY_K(fls_rfast_select_kernel, d.K), grid, dim3(256), 0, st, d.pdl, d);
     if (e == cudaSuccess)
-        e = fls_rlaunch(d.K == 1   ? fls_rfast_final_kernel<1>
-                        : d.K <= 4 ? fls_rfast_final_kernel<4>
-                                   : fls_rfast_final_kernel<FLS_FKMAX>,
-                        dim3(fb), dim3(32 * FLS_FFIN_WARPS), 0, st, d.pdl, d);
+        e = fls_rlaunch(FLS_RULE_BY_K(fls_rfast_final_kernel, d.K), dim3((unsigned)((int64_t)d.nb * d.draws)),
+                        dim3(32 * FLS_FFIN_WARPS), 0, st, d.pdl, d);
     return e;
 }

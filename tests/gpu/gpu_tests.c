@@ -1426,9 +1426,6 @@ static void test_rules_matmul_paths(void)
     g_rng = 9191;
     int_rule_inputs f;
     const int ok = int_rule_inputs_make(&f, V, D, Bmax, draws);
-    void *W = f.W, *H = f.H, *dW = f.dW, *dH = f.dH, *dt = f.dt;
-    int64_t *tc = f.tc, *tg = f.tg;
-    const size_t nmax = f.nmax;
     int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0, rdraws = 0;
     if (!ok) {
         failf("memory");
@@ -1441,7 +1438,7 @@ static void test_rules_matmul_paths(void)
             fls_params p;
             rule_rows rr;
             const int64_t n = B * draws * (r->wr ? r->wr : 1);
-            fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, W, H, V, D, tc, &p, &rr);
+            fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, f.W, f.H, V, D, f.tc, &p, &rr);
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
                 if (m == 1)
@@ -1451,14 +1448,14 @@ static void test_rules_matmul_paths(void)
                     setenv("FLS_CUDA_RULE_KEYS", "0", 1);
                     setenv("FLS_CUDA_ROW_DRAW_CAP", "1", 1);
                 }
-                for (size_t i = 0; i < nmax; i++)
-                    tg[i] = -7; /* guard */
-                fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
+                for (size_t i = 0; i < f.nmax; i++)
+                    f.tg[i] = -7; /* guard */
+                fls_cuda_memcpy(f.dt, f.tg, 8 * f.nmax, 1);
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
                 const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu),
                                rd0 = fls_cuda_rule_row_draws(g_gpu);
-                fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
+                fls_status sg = rule_gpu_tokens(&p, B, f.dW, f.dH, V, D, f.dt);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 unsetenv("FLS_CUDA_LIST_DRAW");
                 unsetenv("FLS_CUDA_RULE_KEYS");
@@ -1505,8 +1502,8 @@ static void test_rules_matmul_paths(void)
                 mkeys += kk != 0;
                 /* the row kernel draws (turned on here; no top list, the tables, K <= 4) */
                 rdraws += m == 1 && fls_cuda_rule_row_draws(g_gpu) != rd0;
-                fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
-                if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
+                fls_cuda_memcpy(f.tg, f.dt, 8 * (size_t)n, 0);
+                if (memcmp(f.tg, f.tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
                           k_matmuls[m]);
                     bad++;
@@ -1546,9 +1543,6 @@ static void test_rules_matmul_keys_tiles(void)
     g_rng = 9292;
     int_rule_inputs f;
     const int ok = int_rule_inputs_make(&f, V, D, Bmax, draws);
-    void *W = f.W, *H = f.H, *dW = f.dW, *dH = f.dH, *dt = f.dt;
-    int64_t *tc = f.tc, *tg = f.tg;
-    const size_t nmax = f.nmax;
     int64_t calls = 0, bad = 0, keys = 0;
     if (!ok) {
         failf("memory");
@@ -1562,18 +1556,18 @@ static void test_rules_matmul_keys_tiles(void)
             const int64_t B = Bs[bi], n = B * draws * (r->wr ? r->wr : 1);
             fls_params p;
             rule_rows rr;
-            fls_status sc = rule_cpu_tokens(r, B, 21 + ri, draws, W, H, V, D, tc, &p, &rr);
+            fls_status sc = rule_cpu_tokens(r, B, 21 + ri, draws, f.W, f.H, V, D, f.tc, &p, &rr);
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
                 setenv("FLS_CUDA_RULE_MATMUL", "wgmma", 1);
                 if (m < 3 && warps[m])
                     setenv("FLS_CUDA_LOGITS_WARPS", warps[m], 1);
                 if (m == 3)
                     setenv("FLS_CUDA_RULE_KEYS", "0", 1);
-                for (size_t i = 0; i < nmax; i++)
-                    tg[i] = -7; /* guard */
-                fls_cuda_memcpy(dt, tg, 8 * nmax, 1);
+                for (size_t i = 0; i < f.nmax; i++)
+                    f.tg[i] = -7; /* guard */
+                fls_cuda_memcpy(f.dt, f.tg, 8 * f.nmax, 1);
                 const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
-                fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
+                fls_status sg = rule_gpu_tokens(&p, B, f.dW, f.dH, V, D, f.dt);
                 unsetenv("FLS_CUDA_RULE_MATMUL");
                 unsetenv("FLS_CUDA_LOGITS_WARPS");
                 unsetenv("FLS_CUDA_RULE_KEYS");
@@ -1591,8 +1585,8 @@ static void test_rules_matmul_keys_tiles(void)
                     bad++;
                 }
                 keys += kk != 0;
-                fls_cuda_memcpy(tg, dt, 8 * (size_t)n, 0);
-                if (memcmp(tg, tc, 8 * (size_t)n) != 0) {
+                fls_cuda_memcpy(f.tg, f.dt, 8 * (size_t)n, 0);
+                if (memcmp(f.tg, f.tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s (%s): tokens differ from the CPU engine's", (long long)B, r->name, what);
                     bad++;
                 }
