@@ -775,18 +775,12 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     fls_rule_dev d;
     memset(&d, 0, sizeof d);
     float *buf = NULL;
-    const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
-    const size_t rbw = (rb + ub + 7) / 8 * 8;
-    unsigned *words = NULL;
     for (int pass = 0; pass < 2; pass++) {
         fls_carve c = {pass ? s->ws : NULL, 0};
-        /* rows and rules adjacent, then two words (the device temperatures'
-         * flag, the final kernel's count of finished blocks, zeroed): one
-         * upload, or one memset of the words */
-        char *up = c.take<char>(rbw + 2 * sizeof(unsigned));
+        /* rows and rules adjacent: one upload */
+        char *up = c.take<char>((size_t)B * (sizeof(fls_row_params) + sizeof(fls_row_rule)));
         rows_d = (fls_row_params *)up;
         rule_d = up ? (fls_row_rule *)(up + (size_t)B * sizeof(fls_row_params)) : NULL;
-        words = up ? (unsigned *)(up + rbw) : NULL;
         d.part = c.take<fls_rpart>((size_t)(nb * P));
         d.top = topb ? c.take<char>((size_t)(nb * P) * topb) : NULL;
         d.stair = fast ? NULL : c.take<char>((size_t)(nb * P * nd) * sb);
@@ -811,7 +805,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             d.nsup = c.take<int>((size_t)nb);
         }
         buf = L ? NULL : c.take<float>((size_t)(nb * V));
-        tflag = dev_rows ? words : NULL;
+        tflag = dev_rows ? c.take<unsigned>(1) : NULL;
         g64 = wg ? c.take<float>((size_t)(nb * m64)) : NULL;
         gab = wg ? c.take<float>((size_t)(nb * m64)) : NULL;
         gmo = wg && moments ? c.take<double>((size_t)(nb * m64) * 3) : NULL;
@@ -825,8 +819,9 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     }
     cudaStream_t str = s->stream;
     fls_status st = FLS_OK;
-    /* the rows' parameters and rules, and the two words zeroed, in one host buffer (upload_rows) */
-    char *hup = dev_rows ? NULL : (char *)calloc(1, rbw + 2 * sizeof(unsigned));
+    /* the rows' parameters and rules in one host buffer (upload_rows) */
+    const size_t rb = (size_t)B * sizeof(fls_row_params), ub = (size_t)B * sizeof(fls_row_rule);
+    char *hup = dev_rows ? NULL : (char *)malloc(rb + ub);
     if (!dev_rows && !hup)
         return FLS_ERR_OUT_OF_MEMORY;
     if (hup) {
@@ -932,18 +927,6 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
      * word that fls_context_sync reads; other rule calls stay synchronous */
     const int queue_only = commit && (s->async || opts.no_sync || capturing);
     int committed = 0;
-    /* the final kernel's last block commits where the final kernel runs
-     * (FLS_CUDA_FINAL_COMMIT=0: the commit kernel always, A/B and tests) */
-    const char *fc_env = getenv("FLS_CUDA_FINAL_COMMIT");
-    const int fcommit = commit && !(fc_env && !strcmp(fc_env, "0"));
-    d.cm.otok = out->tokens;
-    d.cm.olp = out->logprobs;
-    d.cm.olse = out->logsumexp;
-    d.cm.sticky = queue_only ? s->sticky : NULL;
-    d.cm.tflag = tflag;
-    d.cm.n = B * draws * K;
-    d.cm.B = (int)B;
-    d.cm.done = words + 1;
     int *code = (int *)malloc((size_t)B * sizeof(int));
     /* host rows for the rows the host decides, allocated at the first */
     float *x = NULL;
@@ -966,7 +949,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             memset(&pws, 0, sizeof pws);
             pws.tempflag = tflag;
             pws.epoch = 1;
-            cudaError_t ce = cudaMemsetAsync(words, 0, 2 * sizeof(unsigned), str);
+            cudaError_t ce = cudaMemsetAsync(tflag, 0, sizeof(unsigned), str);
             if (ce == cudaSuccess)
                 ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value,
                                           req->dev_row_seeds, req->seed, req->dev_row_offsets, req->offset,
@@ -977,7 +960,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
             if (su == FLS_OK && !capturing)
                 su = fls_rule_up(str, rule_d, req->rule, ub);
         } else {
-            su = fls_rule_up(str, rows_d, hup, rbw + 2 * sizeof(unsigned));
+            su = fls_rule_up(str, rows_d, hup, rb + ub);
         }
         uploaded = 1;
         return su;
@@ -1035,11 +1018,9 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                     d.wkeys = 0;
                     d.nsel = d.nchunk;
                 }
-                const int fin = !(d.ldraw && round == 0);
-                d.fcommit = fin && fcommit;
-                if (fin)
+                if (!(d.ldraw && round == 0))
                     st = fls_from_cuda(fls_rule_launch_fast_select(d, str));
-                if (st == FLS_OK && commit && !d.fcommit)
+                if (st == FLS_OK && commit)
                     st = fls_from_cuda(fls_rule_launch_commit(
                         d.code, (int)B, d.tok, d.lp, d.lse, B * draws * K, out->tokens, out->logprobs,
                         out->logsumexp, queue_only ? s->sticky : NULL, tflag, d.pdl, str));

@@ -508,22 +508,20 @@ __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n
  * asynchronous call): block 0 records the call's error there, in the CPU
  * engine's order (a NaN, an overflow of l / T, an empty row), or, when
  * only rows for the host are left, FLS_SC_UNSUPPORTED. */
-/* The commit by one block's threads (t0, step: this thread's share of the
- * outputs): nothing written unless every code is FLS_RC_OK; then block 0
- * (first) records the call's first error in the sticky word. The staged
- * values are read through L2 (__ldcg): the final kernel's last block reads
- * what its other blocks wrote. */
-__device__ void fls_commit_block(const fls_rcommit &cm, const int *code, const int64_t *tok, const float *lp,
-                                 const double *lse, int64_t t0, int64_t step, bool first)
+__global__ void __launch_bounds__(256)
+    fls_rule_commit_kernel(const int *code, int B, const int64_t *tok, const float *lp, const double *lse,
+                           int64_t n, int64_t *otok, float *olp, float *olse, unsigned *sticky,
+                           const unsigned *tflag)
 {
+    fls_pdl_wait();
+    fls_pdl_trigger();
     __shared__ unsigned seen;
     if (threadIdx.x == 0)
-        seen =
-            cm.tflag && *cm.tflag ? 16u : 0u; /* a device temperature out of range: first, as on the host */
+        seen = tflag && *tflag ? 16u : 0u; /* a device temperature out of range: first, as on the host */
     __syncthreads();
     unsigned mine = 0;
-    for (int k = threadIdx.x; k < cm.B; k += blockDim.x) {
-        const int c = __ldcg(code + k);
+    for (int k = threadIdx.x; k < B; k += blockDim.x) {
+        const int c = code[k];
         mine |= c == FLS_RC_OK           ? 0u
                 : c == FLS_RC_NAN        ? 1u
                 : c == FLS_RC_TEMP       ? 2u
@@ -534,52 +532,34 @@ __device__ void fls_commit_block(const fls_rcommit &cm, const int *code, const i
         atomicOr(&seen, mine);
     __syncthreads();
     if (seen) {
-        if (cm.sticky && first && threadIdx.x == 0) {
+        if (sticky && blockIdx.x == 0 && threadIdx.x == 0) {
             const unsigned sc = (seen & 16u)  ? FLS_SC_TEMPERATURE
                                 : (seen & 1u) ? FLS_SC_NAN
                                 : (seen & 2u) ? FLS_SC_TEMPERATURE
                                 : (seen & 4u) ? FLS_SC_ALL_MASKED
                                               : FLS_SC_UNSUPPORTED;
-            atomicCAS(cm.sticky, 0u, sc);
+            atomicCAS(sticky, 0u, sc);
         }
         return;
     }
-    for (int64_t q = t0; q < cm.n; q += step) {
-        cm.otok[q] = __ldcg(tok + q);
-        if (cm.olp)
-            cm.olp[q] = __ldcg(lp + q);
+    const int64_t t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = t0; q < n; q += step) {
+        otok[q] = tok[q];
+        if (olp)
+            olp[q] = lp[q];
     }
-    if (cm.olse)
-        for (int64_t q = t0; q < cm.B; q += step)
-            cm.olse[q] = (float)__ldcg(lse + q);
-}
-
-__global__ void __launch_bounds__(256)
-    fls_rule_commit_kernel(fls_rcommit cm, const int *code, const int64_t *tok, const float *lp,
-                           const double *lse)
-{
-    fls_pdl_wait();
-    fls_pdl_trigger();
-    fls_commit_block(cm, code, tok, lp, lse, (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
-                     (int64_t)gridDim.x * blockDim.x, blockIdx.x == 0);
+    if (olse)
+        for (int64_t q = t0; q < B; q += step)
+            olse[q] = (float)lse[q];
 }
 
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
                                    unsigned *sticky, const unsigned *tflag, int pdl, cudaStream_t st)
 {
-    fls_rcommit cm;
-    cm.otok = otok;
-    cm.olp = olp;
-    cm.olse = olse;
-    cm.sticky = sticky;
-    cm.tflag = tflag;
-    cm.n = n;
-    cm.B = B;
-    cm.done = NULL;
     const int64_t nblk = (n > B ? n : B) / 256 + 1;
     return fls_rlaunch(fls_rule_commit_kernel, dim3((unsigned)(nblk < 64 ? nblk : 64)), dim3(256), 0, st, pdl,
-                       cm, code, tok, lp, lse);
+                       code, B, tok, lp, lse, n, otok, olp, olse, sticky, tflag);
 }
 
 __global__ void fls_rule_fill_kernel(fls_row_rule *dst, int B, fls_row_rule r)
@@ -1685,10 +1665,13 @@ __device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m)
  * picks as any other split (docs/PERF.md GPU v21: one warp a row took
  * 17-18 us for K = 4 over 132 CTAs' lists). */
 #define FLS_FFIN_WARPS 8
-template <int KM> __device__ void fls_rfast_final_draw(const fls_rule_dev &d)
+template <int KM>
+__global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fls_rule_dev d)
 {
     __shared__ fls_fbest wl[FLS_FFIN_WARPS][KM];
     __shared__ int wn[FLS_FFIN_WARPS];
+    fls_pdl_wait();
+    fls_pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int i = (int)(blockIdx.x / d.draws), j = (int)(blockIdx.x % d.draws), b = d.r0 + i;
     if (d.code[b] != FLS_RC_OK || d.nsup[i] == -2) /* -2: drawn by the row kernel */
@@ -1755,32 +1738,6 @@ template <int KM> __device__ void fls_rfast_final_draw(const fls_rule_dev &d)
             d.lse[b] = lse;
     }
     fls_fwarp_write(d, b, j, Kb, l, m, lse);
-}
-
-/* With fcommit the block that finishes last commits the call (the commit
- * kernel's work, one kernel fewer on the chain): every thread fences its
- * writes, then one count per block; the last resets the count (it is
- * zeroed with the rows' upload, and a second round relaunches this kernel). */
-template <int KM>
-__global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fls_rule_dev d)
-{
-    fls_pdl_wait();
-    fls_pdl_trigger();
-    fls_rfast_final_draw<KM>(d);
-    if (!d.fcommit)
-        return;
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(d.cm.done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    fls_commit_block(d.cm, d.code, d.tok, d.lp, d.lse, threadIdx.x, blockDim.x, true);
-    if (threadIdx.x == 0)
-        *d.cm.done = 0u;
 }
 
 cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)

@@ -54,19 +54,6 @@ enum fls_rcode : int {
     FLS_RC_PENDING = 6,    /* threshold-first path: the row waits for its top list */
 };
 
-/* The commit of a call (fls_rule_launch_commit): the outputs, the async
- * status word, the device temperatures' flag; done counts the final
- * kernel's finished blocks when that kernel commits (fls_rule_dev.fcommit). */
-struct fls_rcommit {
-    int64_t *otok;
-    float *olp, *olse;
-    unsigned *sticky;
-    const unsigned *tflag;
-    int64_t n; /* staged tokens */
-    int B;     /* the call's rows */
-    unsigned *done;
-};
-
 /* One block of rows [r0, r0 + nb) of a call: device pointers. */
 /* The most 64-token groups of a support the row kernel draws from (rdraw). */
 #define FLS_RDRAW_CAP 256
@@ -130,16 +117,14 @@ struct fls_rule_dev {
     const double *gmo; /* [nb * m64 * 3] each group's count, mean and m2 (fls_launch_wgmma_logits) */
     int64_t m64;
     int gfold;
-    int ldraw;      /* the list kernel draws its rows (fls_rule_launch_fast_decide) */
-    int wkeys;      /* the matmul kept the K best keys of each CTA (fls_wg_rule_extra): no select pass */
-    int nsel;       /* entries per (row, draw) in sel: nchunk (select pass), or the matmul's CTAs (wkeys) */
-    int rdraw;      /* the row kernel draws a decided row whose support lies in at most rcap groups
-                       (fls_rrow_draw) */
-    int rcap;       /* <= FLS_RDRAW_CAP */
-    int pdl;        /* the threshold-first path's kernels after the first are launched as programmatic
-                       dependents (fls_pdl_wait): each may start while the one before it ends */
-    int fcommit;    /* the final kernel's last block commits the call (cm; cm.done zero at its launch) */
-    fls_rcommit cm; /* with fcommit */
+    int ldraw; /* the list kernel draws its rows (fls_rule_launch_fast_decide) */
+    int wkeys; /* the matmul kept the K best keys of each CTA (fls_wg_rule_extra): no select pass */
+    int nsel;  /* entries per (row, draw) in sel: nchunk (select pass), or the matmul's CTAs (wkeys) */
+    int rdraw; /* the row kernel draws a decided row whose support lies in at most rcap groups
+                  (fls_rrow_draw) */
+    int rcap;  /* <= FLS_RDRAW_CAP */
+    int pdl;   /* the threshold-first path's kernels after the first are launched as programmatic
+                  dependents (fls_pdl_wait): each may start while the one before it ends */
 };
 
 /* The threshold-first path's sizes: tokens per chunk (one block), the
