@@ -1946,9 +1946,11 @@ static void async_graph_case(int rule)
     pd.temperature = dT;
     pd.row_seeds = dS;
     pd.row_offsets = dO;
-    if (rule) {
+    if (rule == 1) { /* the list kernel draws; the commit kernel commits */
         pd.top_k = 50;
         pd.top_p = 0.9f;
+    } else if (rule == 2) { /* the select pass and the final kernel, whose last block commits */
+        pd.min_p = 0.05f;
     }
     fls_outputs od = {(int64_t *)dtok, NULL, NULL};
     int64_t got[40], want[40];
@@ -1986,6 +1988,7 @@ static void async_graph_case(int rule)
         ph.row_offsets = offs;
         ph.top_k = pd.top_k;
         ph.top_p = pd.top_p;
+        ph.min_p = pd.min_p;
         fls_outputs oh = {(int64_t *)dtok, NULL, NULL};
         CHECK_ST(fls_sample_fused(g_gpu, &Wm, &Hm, &ph, &oh));
         fls_device_download(want, dtok, sizeof want);
@@ -2037,7 +2040,10 @@ static void async_graph_case(int rule)
     }
     printf("    ASYNC graph replays%s: 5 x %lld tokens identical to synchronous calls; error status through "
            "the graph\n",
-           rule ? " (top-k 50 + top-p 0.9)" : "", (long long)B);
+           rule == 1   ? " (top-k 50 + top-p 0.9)"
+           : rule == 2 ? " (min-p 0.05)"
+                       : "",
+           (long long)B);
     fls_kat_graph_destroy(exec);
     fls_context_destroy(actx);
     fls_kat_stream_destroy(stream);
@@ -2051,12 +2057,13 @@ static void async_graph_case(int rule)
     free(H);
 }
 
-/* The plain sampler, then a rule (top-k 50 + top-p 0.9, one value for every
- * row), each captured and replayed. */
+/* The plain sampler, then a rule (top-k 50 + top-p 0.9, then min-p 0.05,
+ * one value for every row), each captured and replayed. */
 static void test_async_graph(void)
 {
     async_graph_case(0);
     async_graph_case(1);
+    async_graph_case(2);
 }
 
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
