@@ -688,10 +688,22 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         nb = nb < 1 ? 1 : (nb > B ? B : nb);
     }
     /* the threshold-first path (rules.cuh) unless a limit or a test forces the staircases */
-    /* chunks of cf x FLS_FCK tokens: about 8 blocks per multiprocessor at least */
+    /* chunks of cf x FLS_FCK tokens: the fewest sub-chunks a chunk whose
+     * (chunks x rows) blocks of the select pass fit in one wave of its
+     * resident blocks (docs/PERF.md v22: a second partial wave cost min-p
+     * at B = 16 1-2%). FLS_CUDA_RULE_WAVE=0 (A/B): the rule before v22,
+     * at least 1056 blocks (8 a multiprocessor), which ignored that the
+     * kernel's registers allow 3 to 5 */
     int64_t cf = 1;
-    while (cf < 16 && (V + 2 * cf * FLS_FCK - 1) / (2 * cf * FLS_FCK) * nb >= 1056)
-        cf *= 2;
+    const char *wave_env = getenv("FLS_CUDA_RULE_WAVE");
+    const int64_t bpm = K <= FLS_FKMAX ? fls_rule_select_blocks_per_sm(K) : 0;
+    if ((wave_env && !strcmp(wave_env, "0")) || bpm <= 0) {
+        while (cf < 16 && (V + 2 * cf * FLS_FCK - 1) / (2 * cf * FLS_FCK) * nb >= 1056)
+            cf *= 2;
+    } else {
+        while (cf < 16 && (V + cf * FLS_FCK - 1) / (cf * FLS_FCK) * nb > bpm * s->sm_count)
+            cf *= 2;
+    }
     /* experiments: FLS_CUDA_RULE_CF = 1, 2, 4, 8 or 16 sub-chunks a chunk (the same tokens) */
     const char *cf_env = getenv("FLS_CUDA_RULE_CF");
     if (cf_env) {

@@ -1768,6 +1768,18 @@ cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st)
     return e;
 }
 
+int fls_rule_select_blocks_per_sm(int64_t K)
+{
+    int n = 0;
+    if (K < 1 || K > FLS_FKMAX ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, FLS_RULE_BY_K(fls_rfast_select_kernel, K), 256,
+                                                      0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st)
 {
     if ((int64_t)d.nb * d.draws > INT32_MAX) /* the final kernel: a block per (row, draw) */

@@ -161,6 +161,9 @@ cudaError_t fls_rule_launch_select(const fls_rule_dev &d, cudaStream_t st);
  * to the host like an undecided one.
  */
 cudaError_t fls_rule_launch_fast_decide(const fls_rule_dev &d, cudaStream_t st);
+/* The select pass's resident blocks per multiprocessor at this K (its
+ * registers decide it: 5 at K = 1, 3 at K <= 4 on sm_90), 0 if unknown. */
+int fls_rule_select_blocks_per_sm(int64_t K);
 cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st);
 
 /* When every code of the call's B rows is FLS_RC_OK: otok[q] = tok[q] and
