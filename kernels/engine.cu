@@ -101,6 +101,8 @@ struct fls_cuda_state {
     uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
     uint64_t rule_row_draw_calls;  /* rule calls whose row kernel may draw (rdraw) */
     uint64_t rule_pdl_calls;       /* rule calls whose later kernels were programmatic dependents */
+    int select_bpm[FLS_FKMAX + 1]; /* [K]: the select pass's resident blocks a multiprocessor (0: not
+                                      asked yet; fls_rule_select_blocks_per_sm) */
     char name[256];
 };
 
@@ -690,20 +692,19 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     /* the threshold-first path (rules.cuh) unless a limit or a test forces the staircases */
     /* chunks of cf x FLS_FCK tokens: the fewest sub-chunks a chunk whose
      * (chunks x rows) blocks of the select pass fit in one wave of its
-     * resident blocks (docs/PERF.md v22: a second partial wave cost min-p
-     * at B = 16 1-2%). FLS_CUDA_RULE_WAVE=0 (A/B): the rule before v22,
-     * at least 1056 blocks (8 a multiprocessor), which ignored that the
-     * kernel's registers allow 3 to 5 */
-    int64_t cf = 1;
-    const char *wave_env = getenv("FLS_CUDA_RULE_WAVE");
-    const int64_t bpm = K <= FLS_FKMAX ? fls_rule_select_blocks_per_sm(K) : 0;
-    if ((wave_env && !strcmp(wave_env, "0")) || bpm <= 0) {
-        while (cf < 16 && (V + 2 * cf * FLS_FCK - 1) / (2 * cf * FLS_FCK) * nb >= 1056)
-            cf *= 2;
-    } else {
-        while (cf < 16 && (V + cf * FLS_FCK - 1) / (cf * FLS_FCK) * nb > bpm * s->sm_count)
-            cf *= 2;
+     * resident blocks, asked once per context and K (docs/PERF.md v22: the
+     * rule before, at least 8 blocks a multiprocessor where the kernel's
+     * registers allow 3 to 5, ran min-p at B = 16 in 1.8 waves; 8 where
+     * the query fails or K takes the staircase path) */
+    int64_t bpm = 8;
+    if (K >= 1 && K <= FLS_FKMAX) {
+        if (s->select_bpm[K] == 0)
+            s->select_bpm[K] = fls_rule_select_blocks_per_sm(K);
+        bpm = s->select_bpm[K] > 0 ? s->select_bpm[K] : 8;
     }
+    int64_t cf = 1;
+    while (cf < 16 && (V + cf * FLS_FCK - 1) / (cf * FLS_FCK) * nb > bpm * s->sm_count)
+        cf *= 2;
     /* experiments: FLS_CUDA_RULE_CF = 1, 2, 4, 8 or 16 sub-chunks a chunk (the same tokens) */
     const char *cf_env = getenv("FLS_CUDA_RULE_CF");
     if (cf_env) {

@@ -1949,7 +1949,7 @@ static void async_graph_case(int rule)
     if (rule == 1) { /* the list kernel draws; the commit kernel commits */
         pd.top_k = 50;
         pd.top_p = 0.9f;
-    } else if (rule == 2) { /* the select pass and the final kernel, whose last block commits */
+    } else if (rule == 2) { /* the select pass, the final kernel, then the commit kernel */
         pd.min_p = 0.05f;
     }
     fls_outputs od = {(int64_t *)dtok, NULL, NULL};
