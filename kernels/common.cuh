@@ -849,6 +849,7 @@ typedef struct fls_wg_rule_extra {
     const float *gup; /* the Gumbel bound table or NULL */
     fls_stair_entry *sel;
     int64_t kst;
+    int warps; /* the epilogue's warps at tile 64: 0 = 15 where the keys are kept, else 11; 11 or 15 */
 } fls_wg_rule_extra;
 int fls_wgmma_key_draws(int64_t B);
 int fls_wgmma_logits_slots(int64_t B, int64_t V, int sm_count);

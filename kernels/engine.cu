@@ -93,13 +93,13 @@ struct fls_cuda_state {
     unsigned tepoch;               /* the last wgmma pass's tag in gthr */
     float *gbound;                 /* [2 FLS_GB_N + FLS_GB2_N]: the Gumbel bound tables (up, lo, then the top
                                       bucket's up2), device */
-    int no_skip;                   /* FLS_CUDA_NO_SKIP=1 at context creation: never skip */
+    fls_cuda_opts dev;             /* the options of the public entry points: zero (the production
+                                      defaults) unless a test or bench sets them (fls_cuda_set_dev_opts) */
     int async;                     /* fls_context_config.async */
     unsigned *sticky;              /* [1]: the first error code of the calls since the last sync */
     uint64_t rule_matmul_calls[3]; /* fused rule calls: cuBLAS, wgmma + tables, wgmma + statistics pass */
     uint64_t rule_list_draw_calls; /* rule calls whose list kernel drew the rows (ldraw) */
     uint64_t rule_key_calls;       /* rule calls whose matmul kept the keys (wkeys) */
-    uint64_t rule_row_draw_calls;  /* rule calls whose row kernel may draw (rdraw) */
     uint64_t rule_pdl_calls;       /* rule calls whose later kernels were programmatic dependents */
     int select_bpm[FLS_FKMAX + 1]; /* [K]: the select pass's resident blocks a multiprocessor (0: not
                                       asked yet; fls_rule_select_blocks_per_sm) */
@@ -212,8 +212,6 @@ extern "C" fls_status fls_cuda_context_init(fls_context_t *ctx)
         return fls_from_cuda(te);
     }
     s->async = ctx->config.async != 0;
-    const char *ns = getenv("FLS_CUDA_NO_SKIP");
-    s->no_skip = ns && ns[0] && strcmp(ns, "0") != 0;
     ctx->cuda = s;
     return FLS_OK;
 }
@@ -309,6 +307,17 @@ extern "C" fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *sr
 extern "C" void fls_cuda_opts_default(fls_cuda_opts *o)
 {
     memset(o, 0, sizeof *o);
+}
+
+extern "C" fls_status fls_cuda_set_dev_opts(fls_context_t *ctx, const fls_cuda_opts *opts)
+{
+    if (!ctx || !ctx->cuda)
+        return FLS_ERR_NO_DEVICE;
+    if (opts)
+        ctx->cuda->dev = *opts;
+    else
+        fls_cuda_opts_default(&ctx->cuda->dev);
+    return FLS_OK;
 }
 
 /* W and H fit the tensor-core kernel's operand rules. */
@@ -506,27 +515,26 @@ static fls_ws fls_ws_view(const fls_cuda_state *s, unsigned epoch, unsigned long
 
 /* ---- the rule family (kernels/rules.cuh) ---- */
 
-/* The top list's capacity on the GPU: the largest top-k of the call (up to
- * 65536), and at least FLS_CUDA_TOP_CAP (default 256) when a row's nucleus
- * or support log-sum-exp needs the list; 0 when the CPU engine keeps none.
+/* The top list's capacity on the GPU: the longest list a row's filter
+ * asks for by its value (up to 65536), and at least opts.rule_top_cap
+ * (default 256) where a row reads a list that no value bounds (an open
+ * list, or its support's log-sum-exp); 0 when the CPU engine keeps none.
  * Any capacity gives the same tokens: a row whose statistics do not decide
  * is decided from its full logits. */
-static int64_t fls_rule_top_cap(const fls_request *req, const cpu_rule_ctx *rc, int want_lse)
+static int64_t fls_rule_top_cap(const fls_request *req, const cpu_rule_ctx *rc, int want_lse,
+                                const fls_cuda_opts &opts)
 {
     if (rc->top_cap == 0)
         return 0;
-    int64_t cap = 0, floor_cap = 256;
-    const char *e = getenv("FLS_CUDA_TOP_CAP");
-    if (e && atoll(e) > 0)
-        floor_cap = atoll(e);
+    int64_t cap = 0;
+    const int64_t floor_cap = opts.rule_top_cap > 0 ? opts.rule_top_cap : 256;
     for (int64_t b = 0; b < req->batch; b++) {
-        const double k = req->rule[b].value[FLS_FILTER_TOP_K], p = req->rule[b].value[FLS_FILTER_TOP_P];
-        if (k > (double)cap && k <= 65536.0)
-            cap = (int64_t)k;
-        /* a nucleus or a support's log-sum-exp that no top-k bounds */
-        if (fls_top_k_off(k) &&
-            (!fls_top_p_off(p) ||
-             (want_lse && (!req->rows || fls_temperature_noisy(req->rows[b].temperature)))))
+        int64_t exact;
+        FLS_BOOL bounded, open;
+        fls_filter_row_list(req->rule[b].value, 65536.0, &exact, &bounded, &open);
+        cap = exact > cap ? exact : cap;
+        if (!bounded &&
+            (open || (want_lse && (!req->rows || fls_temperature_noisy(req->rows[b].temperature)))))
             cap = cap > floor_cap ? cap : floor_cap;
     }
     cap = (cap + 31) / 32 * 32;
@@ -610,21 +618,13 @@ static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, c
     return st;
 }
 
-/* The matmul of a fused rule call (fls_rule_matmul): opts, else
- * FLS_CUDA_RULE_MATMUL (tests), else AUTO: the wgmma kernel at B <= 64 where
- * the dispatcher picks the wgmma path. */
+/* The matmul of a fused rule call (fls_rule_matmul): opts, else AUTO: the
+ * wgmma kernel at B <= 64 where the dispatcher picks the wgmma path. */
 static int fls_rule_matmul_of(const fls_cuda_opts &opts, int64_t B, int64_t V, const fls_matrix *W,
                               const fls_matrix *H)
 {
     if (opts.rule_matmul != FLS_RULE_MATMUL_AUTO)
         return opts.rule_matmul;
-    const char *e = getenv("FLS_CUDA_RULE_MATMUL");
-    if (e && !strcmp(e, "cublas"))
-        return FLS_RULE_MATMUL_CUBLAS;
-    if (e && !strcmp(e, "wgmma"))
-        return FLS_RULE_MATMUL_WGMMA;
-    if (e && !strcmp(e, "wgmma_stats"))
-        return FLS_RULE_MATMUL_WGMMA_STATS;
     return B <= 64 && fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype) == FLS_CUDA_PATH_WGMMA
                ? FLS_RULE_MATMUL_WGMMA
                : FLS_RULE_MATMUL_CUBLAS;
@@ -644,11 +644,6 @@ extern "C" uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx)
 extern "C" uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx)
 {
     return ctx && ctx->cuda ? ctx->cuda->rule_key_calls : 0;
-}
-
-extern "C" uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx)
-{
-    return ctx && ctx->cuda ? ctx->cuda->rule_row_draw_calls : 0;
 }
 
 extern "C" uint64_t fls_cuda_rule_pdl(const fls_context_t *ctx)
@@ -678,11 +673,10 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     (void)cpu_rule_for(req, want_lse, &rc);
     fls_cpu_kernels ck;
     fls_cpu_select_kernels(ctx->simd, &ck);
-    const int64_t top_cap = fls_rule_top_cap(req, &rc, want_lse);
-    int32_t stair_cap = rc.stair_cap;
-    const char *cap_env = getenv("FLS_CUDA_STAIR_CAP"); /* tests: force overflows (any cap, same tokens) */
-    if (cap_env && atoi(cap_env) > 0)
-        stair_cap = atoi(cap_env);
+    const int64_t top_cap = fls_rule_top_cap(req, &rc, want_lse, opts);
+    /* a staircase capacity of the options forces the staircase path (tests:
+     * overflows; any capacity gives the same tokens) */
+    const int32_t stair_cap = opts.rule_stair_cap > 0 ? opts.rule_stair_cap : rc.stair_cap;
     /* rows per block: fused calls hold a block's logits (at most 512 MiB) */
     int64_t nb = B;
     if (!L) {
@@ -705,22 +699,18 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     int64_t cf = 1;
     while (cf < 16 && (V + cf * FLS_FCK - 1) / (cf * FLS_FCK) * nb > bpm * s->sm_count)
         cf *= 2;
-    /* experiments: FLS_CUDA_RULE_CF = 1, 2, 4, 8 or 16 sub-chunks a chunk (the same tokens) */
-    const char *cf_env = getenv("FLS_CUDA_RULE_CF");
-    if (cf_env) {
-        const int f = atoi(cf_env);
-        if (f == 1 || f == 2 || f == 4 || f == 8 || f == 16)
-            cf = f;
-    }
+    /* the options may force 1, 2, 4, 8 or 16 sub-chunks a chunk (the same tokens) */
+    if (opts.rule_cf == 1 || opts.rule_cf == 2 || opts.rule_cf == 4 || opts.rule_cf == 8 ||
+        opts.rule_cf == 16)
+        cf = opts.rule_cf;
     const int64_t nchunk = (V + cf * FLS_FCK - 1) / (cf * FLS_FCK);
     /* group maxima: at least 4 per entry of the top list where the groups allow */
     int gsz = FLS_FCK;
     while (gsz > 64 && nchunk * cf * FLS_FCK / gsz < 4 * top_cap)
         gsz /= 2;
     const int64_t M = nchunk * cf * FLS_FCK / gsz;
-    const int fast = !cap_env && getenv("FLS_CUDA_RULE_GLOBAL") == NULL &&
-                     getenv("FLS_CUDA_RULE_STAIR") == NULL && K <= FLS_FKMAX && top_cap <= FLS_FTOP &&
-                     V < ((int64_t)1 << 32) - 1 && M <= 4096 &&
+    const int fast = opts.rule_stair_cap <= 0 && opts.rule_path == FLS_RULE_PATH_AUTO && K <= FLS_FKMAX &&
+                     top_cap <= FLS_FTOP && V < ((int64_t)1 << 32) - 1 && M <= 4096 &&
                      (size_t)(nb * draws * nchunk * K) * sizeof(fls_stair_entry) <= ((size_t)256 << 20);
     const size_t topb = top_cap > 0 && !fast ? fls_topc_bytes(top_cap) : 0, sb = fls_stair_bytes(stair_cap);
     /* the parts of a row (threshold first: its chunks) and the draws of a pass */
@@ -774,14 +764,12 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     const int moments = (req->needs & FLS_NEED_MOMENTS) != 0;
     /* rows without filters (the support: every finite token) and no
      * log-sum-exp asked: the matmul keeps each CTA's K best keys per (row,
-     * draw) and the select pass is not run (FLS_CUDA_RULE_KEYS=0, tests:
-     * run anyway) */
-    const char *wk_env = getenv("FLS_CUDA_RULE_KEYS");
+     * draw) and the select pass is not run (opts.rule_keys < 0, tests: run
+     * anyway) */
     int wkeys = wg && mm == FLS_RULE_MATMUL_WGMMA && !want_lse && K <= FLS_WG_KMAX &&
-                draws <= fls_wgmma_key_draws(B) && !(wk_env && !strcmp(wk_env, "0"));
+                draws <= fls_wgmma_key_draws(B) && opts.rule_keys >= 0;
     for (int64_t b = 0; b < B && wkeys; b++)
-        for (int f = 0; f < FLS_FILTER_COUNT && wkeys; f++)
-            wkeys = fls_filter_off(f, req->rule[b].value[f]);
+        wkeys = !fls_filter_row_active(req->rule[b].value);
     const int64_t slots = wkeys ? fls_wgmma_logits_slots(B, V, s->sm_count) : 0;
     /* entries per (row, draw) of the chunks' (or the CTAs') picks */
     const int64_t nsel = slots > nchunk ? slots : nchunk;
@@ -858,24 +846,22 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
         const size_t wb = fls_rule_warp_bytes(d, 1);
         int64_t rw = (int64_t)(FLS_RSMEM_MAX / wb);
         rw = rw > 8 ? 8 : rw;
-        /* FLS_CUDA_RULE_GLOBAL=1 (tests): the global-memory path of lists too large for shared memory */
-        d.smem = rw >= 1 && getenv("FLS_CUDA_RULE_GLOBAL") == NULL;
+        /* FLS_RULE_PATH_STAIR_GLOBAL (tests): the global-memory path of lists too large for shared memory */
+        d.smem = rw >= 1 && opts.rule_path != FLS_RULE_PATH_STAIR_GLOBAL;
         d.rw = d.smem ? (int)rw : 4;
         d.P = d.smem ? (int)((P + rw - 1) / rw) : (int)P;
     }
     d.K = K;
     d.moments = moments;
-    /* the row's sum of exp(x - m): for logsumexp / logprobs, and for a
-     * nucleus that no earlier filter cuts (fls_top_p_cut's c_prev = -inf).
-     * On the threshold-first path a row with top-k before its top-p needs it
-     * only when it has fewer than k finite tokens; its list then holds every
-     * finite token, and the list kernel sums them there. */
+    /* the row's sum of exp(x - m): for logsumexp / logprobs, and for the
+     * filters that read it (fls_filter_row_needs_sum). On the
+     * threshold-first path a filter that needs its support's sum after an
+     * earlier cut reads it from the list, except in a row with fewer finite
+     * tokens than its list: the list then holds every finite token, and the
+     * list kernel sums them there. */
     d.need_s = want_lse;
-    for (int64_t b = 0; b < B && !d.need_s; b++) {
-        const double *v = req->rule[b].value;
-        d.need_s = !fls_top_p_off(v[FLS_FILTER_TOP_P]) &&
-                   (!fast || (fls_min_p_off(v[FLS_FILTER_MIN_P]) && fls_top_k_off(v[FLS_FILTER_TOP_K])));
-    }
+    for (int64_t b = 0; b < B && !d.need_s; b++)
+        d.need_s = fls_filter_row_needs_sum(req->rule[b].value, fast);
     /* the matmul's tables: the passes read only the groups that reach their
      * threshold, and (gfold) they replace the statistics pass where no sum
      * is needed (maxima, and the moments in gmo: the matmul then reads the
@@ -890,41 +876,27 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
     d.wkeys = wkeys;
     d.nsel = wkeys ? (int)slots : (int)nchunk;
     s->rule_key_calls += wkeys != 0;
-    /* opt-in (FLS_CUDA_ROW_DRAW_CAP = rcap > 0; tests, experiments): with
-     * no top list, the matmul's tables, no log-sum-exp asked and K <= 4 the
-     * row kernel draws a row whose support lies in at most rcap 64-token
-     * groups. Off by default: on the H200 (docs/PERF.md, GPU v19, run 56)
-     * it saved 1-9 us a call for top-n-sigma but cost min-p 14-17 us at
-     * B >= 4, whose wider supports the row's one block walks group by group */
-    const char *rc_env = getenv("FLS_CUDA_ROW_DRAW_CAP");
-    d.rcap = rc_env ? atoi(rc_env) : 0;
-    d.rcap = d.rcap < 0 ? 0 : (d.rcap > FLS_RDRAW_CAP ? FLS_RDRAW_CAP : d.rcap);
-    d.rdraw = d.rcap > 0 && d.gfold && top_cap == 0 && !want_lse && K <= 4 && !wkeys;
-    s->rule_row_draw_calls += d.rdraw != 0;
     /* the kernels after the row kernel start as programmatic dependents
      * (each one's launch overlaps the end of the one before it; every such
-     * kernel waits for it before reading anything). Measured on the H200
-     * (docs/PERF.md, GPU v20, run 59): 1-6 us a call saved on the select
-     * and list chains at B >= 16, but 7-9 us lost where the final kernel
-     * follows the row kernel directly (the matmul's keys), so not there.
-     * FLS_CUDA_PDL=0 / 1: never / always (A/B, tests) */
-    const char *pdl_env = getenv("FLS_CUDA_PDL");
-    d.pdl = pdl_env && !strcmp(pdl_env, "0") ? 0 : pdl_env && !strcmp(pdl_env, "1") ? 1 : !wkeys;
+     * kernel waits for it before reading anything): measured faster on the
+     * select and list chains, slower where the final kernel follows the row
+     * kernel directly (the matmul's keys), so not there. opts.rule_pdl
+     * -1 / 1: never / always (A/B, tests) */
+    d.pdl = opts.rule_pdl < 0 ? 0 : opts.rule_pdl > 0 ? 1 : !wkeys;
     s->rule_pdl_calls += d.pdl != 0;
     if (!L)
         s->rule_matmul_calls[!wg ? 0 : d.gfold ? 1 : 2]++;
-    /* every row bounded by a top-k (so its support lies within its top list)
-     * and no log-sum-exp asked: the list kernel draws the rows and the
-     * select and final kernels are not launched (FLS_CUDA_LIST_DRAW=0,
-     * tests: launched anyway) */
-    const char *ld_env = getenv("FLS_CUDA_LIST_DRAW");
-    d.ldraw = fast && !want_lse && !(ld_env && !strcmp(ld_env, "0"));
+    /* every row bounded by a list that a filter's value sizes (so its
+     * support lies within its top list) and no log-sum-exp asked: the list
+     * kernel draws the rows and the select and final kernels are not
+     * launched (opts.rule_list_draw < 0, tests: launched anyway) */
+    d.ldraw = fast && !want_lse && opts.rule_list_draw >= 0;
     for (int64_t b = 0; b < B && d.ldraw; b++) {
-        const double k = req->rule[b].value[FLS_FILTER_TOP_K];
-        d.ldraw = !fls_top_k_off(k) && k <= (double)top_cap;
+        const double k = fls_filter_row_bound(req->rule[b].value);
+        d.ldraw = k >= 0.0 && k <= (double)top_cap;
     }
     s->rule_list_draw_calls += d.ldraw != 0;
-    d.gup = s->no_skip || opts.no_skip ? NULL : s->gbound;
+    d.gup = opts.no_skip ? NULL : s->gbound;
     d.want_lse = want_lse;
     d.first_draw = req->first_draw;
     d.draws = draws;
@@ -1001,6 +973,7 @@ static fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const 
                 ex.gup = d.gup;
                 ex.sel = d.sel;
                 ex.kst = K;
+                ex.warps = opts.logits_warps;
                 if ((ex.gmo || ex.keys) && !uploaded) /* the matmul reads the rows */
                     st = upload_rows();
                 if (st == FLS_OK)
@@ -1150,12 +1123,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
 {
     if (!ctx || !ctx->cuda || !req || !out || !out->tokens)
         return FLS_ERR_NULL;
-    fls_cuda_opts opts;
-    if (opts_in)
-        opts = *opts_in;
-    else
-        fls_cuda_opts_default(&opts);
     fls_cuda_state *s = ctx->cuda;
+    const fls_cuda_opts opts = opts_in ? *opts_in : s->dev;
     const int64_t B = req->batch, V = req->vocab, draws = req->draws;
     if (V >= (int64_t)0xffffffffLL || B > (1 << 30))
         return FLS_ERR_UNSUPPORTED; /* 32-bit token field of the packed winner */
@@ -1298,9 +1267,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                 return st;
         }
     }
-    if (capturing && (B > s->flags_rows || s->epoch == 0xffffffffu ||
-                      (kind == K_WGMMA && !grouped && !s->no_skip && !opts.no_skip && B > s->gthr_rows &&
-                       B <= FLS_GTHR_MAX_ROWS)))
+    if (capturing &&
+        (B > s->flags_rows || s->epoch == 0xffffffffu ||
+         (kind == K_WGMMA && !grouped && !opts.no_skip && B > s->gthr_rows && B <= FLS_GTHR_MAX_ROWS)))
         return FLS_ERR_UNSUPPORTED; /* the marks or the thresholds would be (re)allocated */
     fls_status st = fls_ensure_flags(s, B);
     if (st != FLS_OK)
@@ -1325,7 +1294,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
      * with segments long enough for it and on the wgmma kernel (its own
      * per-row running bound, fused_wgmma.cu); the unfused Gumbel baseline
      * keeps the plain loop. */
-    const bool skip = !s->no_skip && !opts.no_skip && kind != K_UNFUSED_GUMBEL && !grouped &&
+    const bool skip = !opts.no_skip && kind != K_UNFUSED_GUMBEL && !grouped &&
                       (kind == K_WGMMA || fls_segment_len(B) >= FLS_SKIP_MIN_N);
     ws.gup = skip ? s->gbound : NULL;
     ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
@@ -1507,7 +1476,7 @@ extern "C" fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, 
         cudaStream_t str = s->stream;
         const unsigned epoch = ++s->epoch;
         fls_ws ws = fls_ws_view(s, epoch, best, xw, pm, ps, first_draw, nent, 1);
-        const bool skip = !s->no_skip && !g && fls_segment_len(B) >= FLS_SKIP_MIN_N;
+        const bool skip = !s->dev.no_skip && !g && fls_segment_len(B) >= FLS_SKIP_MIN_N;
         ws.gup = skip ? s->gbound : NULL;
         ws.glo = skip ? s->gbound + FLS_GB_N : NULL;
         ws.gup2 = skip ? s->gbound + 2 * FLS_GB_N : NULL;

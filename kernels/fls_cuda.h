@@ -33,7 +33,7 @@ typedef struct fls_cuda_opts {
     int rows_cached;    /* the rows of the previous call are still on the device (benchmark) */
     int no_sync;        /* enqueue only: no status check, return FLS_OK (benchmark) */
     int no_skip;        /* compute every token's key (no bound-based skipping; tests,
-                           benchmark); also FLS_CUDA_NO_SKIP=1 in the environment */
+                           benchmark) */
     int gemm_only;      /* CHUNKED / WGMMA path, benchmark only: the GEMMs without the
                            sampler (outputs are garbage; use with no_sync) */
     int wg_epi_warps;   /* WGMMA path: sampling warps per CTA (0: default: 7 at tile_b
@@ -42,7 +42,28 @@ typedef struct fls_cuda_opts {
     int seg_cap5;       /* CHUNKED / from-logits, benchmark: the segment sampler compiled
                            for 5 blocks per SM (register cap 48; same tokens) */
     int rule_matmul;    /* fused rule calls: the matmul before the rule passes (fls_rule_matmul) */
+    /* The rule family's experiments and test forcings: 0 is the production
+     * choice for each; every value gives the same tokens. */
+    int64_t rule_top_cap; /* the top list's capacity where a row's list is open (0: 256) */
+    int rule_stair_cap;   /* > 0: the staircases' capacity, and the staircase path (overflows) */
+    int rule_cf;          /* sub-chunks a chunk on the threshold-first path: 1, 2, 4, 8, 16 (0: the
+                             fewest whose select pass fits in one wave) */
+    int rule_path;        /* fls_rule_path */
+    int rule_keys;        /* < 0: the matmul never keeps the keys (the select pass runs) */
+    int rule_pdl;         /* < 0: plain launches; > 0: programmatic dependents everywhere */
+    int rule_list_draw;   /* < 0: the list kernel never draws (the select and final kernels run) */
+    int logits_warps;     /* the rule matmul's epilogue warps at tile 64: 11 or 15 (0: 15 where it
+                             keeps the keys, else 11) */
 } fls_cuda_opts;
+
+/* Which rule path a call takes (fls_cuda_opts.rule_path). AUTO: the
+ * threshold-first path where its limits allow (K <= FLS_FKMAX, a top list
+ * of at most FLS_FTOP, ...), else the staircases. */
+typedef enum fls_rule_path {
+    FLS_RULE_PATH_AUTO = 0,
+    FLS_RULE_PATH_STAIR = 1,       /* the staircase path (tests) */
+    FLS_RULE_PATH_STAIR_GLOBAL = 2 /* the staircase path with its states in global memory (tests) */
+} fls_rule_path;
 
 /* The matmul of a fused rule call (docs/GPU.md). AUTO: the wgmma kernel
  * with its 64-token tables on the threshold-first path at B <= 64 where
@@ -60,27 +81,26 @@ typedef enum fls_rule_matmul {
 } fls_rule_matmul;
 
 void fls_cuda_opts_default(fls_cuda_opts *o);
+/* The options of the context's public calls (fls_sample_fused / _logits):
+ * tests and benches force a path or an experiment with them; NULL restores
+ * the defaults. FLS_ERR_NO_DEVICE for a context without the CUDA engine. */
+fls_status fls_cuda_set_dev_opts(fls_context_t *ctx, const fls_cuda_opts *opts);
 
 /* The context's fused rule calls by matmul (tests): [0] cuBLAS, [1] the wgmma
  * kernel with its tables (no statistics pass), [2] the wgmma kernel, then the
  * statistics pass. */
 void fls_cuda_rule_matmul_counts(const fls_context_t *ctx, uint64_t counts[3]);
 /* The context's rule calls whose list kernel drew the rows (every row bounded
- * by a top-k, no log-sum-exp asked; the select and final kernels skipped;
- * FLS_CUDA_LIST_DRAW=0 turns it off). Tests. */
+ * by a list its filter's value sizes, no log-sum-exp asked; the select and
+ * final kernels skipped; opts.rule_list_draw < 0 turns it off). Tests. */
 uint64_t fls_cuda_rule_list_draws(const fls_context_t *ctx);
 /* The context's rule calls whose matmul kept the K best keys of each CTA
  * (rows without filters, no log-sum-exp asked, the wgmma kernel with its
- * tables; the select pass skipped; FLS_CUDA_RULE_KEYS=0 turns it off). Tests. */
+ * tables; the select pass skipped; opts.rule_keys < 0 turns it off). Tests. */
 uint64_t fls_cuda_rule_matmul_keys(const fls_context_t *ctx);
-/* The context's rule calls whose row kernel drew the rows with supports in
- * at most FLS_CUDA_ROW_DRAW_CAP (1..256; unset or 0: off, the default)
- * 64-token groups (no top list, the wgmma kernel's tables, no log-sum-exp
- * asked, K <= 4; the others go through the select pass). Tests. */
-uint64_t fls_cuda_rule_row_draws(const fls_context_t *ctx);
 /* The context's rule calls on the threshold-first path whose kernels after
  * the row kernel were launched as programmatic dependents (the default,
- * except where the matmul kept the keys; FLS_CUDA_PDL=0 / 1: never /
+ * except where the matmul kept the keys; opts.rule_pdl -1 / 1: never /
  * always, the same tokens). Tests. */
 uint64_t fls_cuda_rule_pdl(const fls_context_t *ctx);
 

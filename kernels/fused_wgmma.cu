@@ -1319,16 +1319,15 @@ cudaError_t fls_launch_wgmma_logits(const void *W, int64_t ldw, const void *H, i
             return cudaErrorInvalidValue;
     }
     const bool bf = dt == FLS_DTYPE_BF16;
-    /* the epilogue only copies: the sampler's default warps (PERF GPU v6) */
+    /* the epilogue only copies: the sampler's default warps */
 #define FLS_WG_LCASE(NN, EE)                                                                                 \
     if (tile_n == NN)                                                                                        \
         return bf ? fls_wg_launch<NN, EE, true>(a, st) : fls_wg_launch<NN, EE, false>(a, st);
     /* where the epilogue keeps each CTA's K best keys, 15 warps at tile 64
-     * (docs/PERF.md GPU v21, run 68: without replacement K = 4 at D = 4096,
-     * B = 64 3% faster, the other rules within 1% either way);
-     * FLS_CUDA_LOGITS_WARPS=11 / 15 forces 11 / 15 there (tests, A/B) */
-    const char *lw = getenv("FLS_CUDA_LOGITS_WARPS");
-    const bool w15 = lw && !strcmp(lw, "15") ? true : lw && !strcmp(lw, "11") ? false : a.keys > 0;
+     * (measured faster for the keys, the other rules within 1% either way);
+     * ex->warps = 11 / 15 forces 11 / 15 there (tests, A/B) */
+    const int lw = ex ? ex->warps : 0;
+    const bool w15 = lw == 15 ? true : lw == 11 ? false : a.keys > 0;
     if (tile_n == 64 && w15)
         return bf ? fls_wg_launch<64, 15, true>(a, st) : fls_wg_launch<64, 15, false>(a, st);
     FLS_WG_LCASE(16, 7)

@@ -853,8 +853,6 @@ __global__ void __launch_bounds__(256) fls_rfast_stats_kernel(fls_rule_dev d)
     }
 }
 
-__device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m);
-
 /* One block per row: the chunks' statistics merged (into part i * P), then
  * the decision, or (top list) the candidates' threshold. */
 __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
@@ -982,16 +980,8 @@ __global__ void __launch_bounds__(512) fls_rfast_row_kernel(fls_rule_dev d)
     }
     const bool pending = d.top_cap > 0 && !(pt.bad & (FLS_RBAD_NAN | FLS_RBAD_TEMP)) && pt.lse_m > -INFINITY;
     if (!pending) {
-        __shared__ int rgo;
-        if (t == 0) {
+        if (t == 0)
             fls_rule_decide_row(d, b, pt, NULL, NULL, NULL, 0, INFINITY, 1, d.rule[b], d.rows[b].temperature);
-            rgo = d.code[b] == FLS_RC_OK && !d.lsedev[b];
-        }
-        if (!d.rdraw)
-            return;
-        __syncthreads();
-        if (rgo) /* a decided row: drawn here when its support's groups are few */
-            fls_rrow_draw(d, i, b, pt.lse_m);
         return;
     }
     /* t: the C-th largest group maximum (-inf when fewer groups: every
@@ -1273,7 +1263,7 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_select_kernel
     fls_pdl_wait();
     fls_pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i = blockIdx.y, b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK || d.nsup[i] != -1) /* drawn from the list (>= 0) or by the row kernel (-2) */
+    if (d.code[b] != FLS_RC_OK || d.nsup[i] != -1) /* drawn from the list (>= 0) */
         return;
     const fls_row_params rp = d.rows[b];
     const float T = rp.temperature, cut = d.cut[b], pre = fls_fpre(cut, T);
@@ -1509,12 +1499,13 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        /* where the decision sums the list (top-p, a support's log-sum-exp):
-         * the weights' prefix sums in list order (fls_filter_stats.pw), so
-         * it bisects instead of adding one by one */
-        const bool top_p = !fls_top_p_off(srule.value[FLS_FILTER_TOP_P]);
+        /* where the decision sums the list (a filter that needs its
+         * support's sum, a support's log-sum-exp): the weights' prefix sums
+         * in list order (fls_filter_stats.pw), so it bisects instead of
+         * adding one by one */
+        const bool lsum = (fls_filter_row_needs(srule.value) & FLS_NEED_SUPPORT_SUM) != 0;
         double z = 0.0;
-        if (top_p || d.want_lse) {
+        if (lsum || d.want_lse) {
             pw[0] = 0.0;
             for (int64_t j = 0; j < ntop; j++) {
                 z += wt[j];
@@ -1528,13 +1519,14 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
                               : thr > -INFINITY      ? nextafterf(thr, -INFINITY)
                                                      : -INFINITY;
         fls_rpart pt = spt;
-        if (!d.need_s && dropped == -INFINITY && top_p) {
+        if (!d.need_s && dropped == -INFINITY && lsum) {
             /* the statistics carry no sum (need_s off: an earlier filter
-             * cuts the nucleus unless the row has too few finite tokens);
-             * every finite token is in the list: its sum, in rank order */
+             * cuts before the support's sum is read, unless the row has too
+             * few finite tokens); every finite token is in the list: its
+             * sum, in rank order */
             pt.lse_s = z;
         }
-        fls_rule_decide_row(d, b, pt, e, wt, top_p || d.want_lse ? pw : NULL, ntop, dropped, 1, srule, sT);
+        fls_rule_decide_row(d, b, pt, e, wt, lsum || d.want_lse ? pw : NULL, ntop, dropped, 1, srule, sT);
     }
     __syncthreads();
     /* a support within the candidates ({x >= cut} with cut >= thr, its
@@ -1562,99 +1554,6 @@ template <int KM> __global__ void __launch_bounds__(256) fls_rfast_list_kernel(f
         fls_fdraw_cand<KM>(d, i, b, j, Kb, m);
 }
 
-/* The row kernel's draws (rdraw: the matmul's tables, no top list, no
- * log-sum-exp asked, K <= 4): row i (call row b, decided, its max m), when
- * at most rcap of its 64-token groups reach the cut, draws here and marks
- * itself (nsup = -2: the select and final kernels pass it by); else the
- * select pass reads it. The keys are the select pass's (fls_frank of the
- * exact key of every support token, the same tests); a group list's order
- * (atomics) does not matter, the K best of a set being one set. 16 warps
- * take the groups, 2 tokens a lane; each warp's Kb best, then warp 0's,
- * written by fls_fwarp_write as the final kernel writes. */
-__device__ void fls_rrow_draw(const fls_rule_dev &d, int i, int b, double m)
-{
-    __shared__ int gq[FLS_RDRAW_CAP];
-    __shared__ unsigned gn;
-    __shared__ unsigned long long wb[16 * 4];
-    const int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = (int)(blockDim.x >> 5);
-    const fls_row_params rp = d.rows[b];
-    const float T = rp.temperature, cut = d.cut[b], pre = fls_fpre(cut, T);
-    const bool noisy = fls_temperature_noisy(T);
-    const int Kb = (int)d.rule[b].K;
-    if (t == 0)
-        gn = 0;
-    __syncthreads();
-    const float *g64 = d.g64 + (int64_t)i * d.m64;
-    for (int64_t q = t; q < d.m64; q += blockDim.x)
-        if (g64[q] > pre) {
-            const unsigned p = atomicAdd(&gn, 1u);
-            if (p < FLS_RDRAW_CAP)
-                gq[p] = (int)q;
-        }
-    __syncthreads();
-    const unsigned n = gn;
-    if (n > (unsigned)d.rcap)
-        return; /* many groups: the select pass */
-    if (t == 0)
-        d.nsup[i] = -2;
-    const float *row = d.L + (size_t)i * d.ldl;
-    const double lse = d.lse[b];
-    for (int j = 0; j < d.draws; j++) {
-        unsigned long long l[4];
-        fls_ulist_init(l);
-        for (unsigned g = (unsigned)w; g < n; g += (unsigned)nw) {
-            const int64_t v0 = 64 * (int64_t)gq[g] + 2 * lane;
-            float x[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                x[e] = -INFINITY;
-                const float le = v0 + e < d.V ? row[v0 + e] : -INFINITY;
-                if (le > pre) {
-                    const float te = fls_temper(le, T);
-                    if (te > -INFINITY && te >= cut)
-                        x[e] = te;
-                }
-            }
-            if (!(x[0] > -INFINITY || x[1] > -INFINITY))
-                continue;
-            uint4 r = make_uint4(0, 0, 0, 0);
-            if (noisy)
-                r = fls_philox_pair(rp.seed, rp.offset, d.first_draw + (uint32_t)j, (uint64_t)v0);
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                if (x[e] > -INFINITY) {
-                    const float key =
-                        noisy ? fls_temperature_key(x[e],
-                                                    fls_gumbel_dev(fls_pair_bits(r, (uint64_t)(v0 + e))), T)
-                              : x[e];
-                    fls_ulist_push(l, Kb, fls_frank(key, v0 + e));
-                }
-        }
-        fls_ulist_warp_take(l, Kb, [&](int r, unsigned long long bw) {
-            if (lane == 0)
-                wb[w * 4 + r] = bw;
-        });
-        __syncthreads();
-        if (w == 0) {
-            unsigned long long bl[4];
-            fls_ulist_init(bl);
-            for (int q = lane; q < nw * Kb; q += 32)
-                fls_ulist_push(bl, Kb, wb[(q / Kb) * 4 + q % Kb]);
-            fls_fbest f[4];
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const unsigned long long u = bl[r];
-                const int64_t v = u ? (int64_t)(0xffffffffu - (uint32_t)u) : -1;
-                f[r].key = u ? fls_frank_x(u) : -INFINITY;
-                f[r].x = u ? fls_temper(row[v], T) : -INFINITY;
-                f[r].v = v;
-            }
-            fls_fwarp_write<4>(d, b, j, Kb, f, m, lse);
-        }
-        __syncthreads(); /* wb is the next draw's */
-    }
-}
-
 /* One block per (row, draw): the K best of the chunks' (or the matmul's
  * CTAs') picks, or (a support within the sorted candidates, nsup >= 0) of
  * the support's keys drawn from that list alone (warp 0); written. The
@@ -1674,7 +1573,7 @@ __global__ void __launch_bounds__(32 * FLS_FFIN_WARPS) fls_rfast_final_kernel(fl
     fls_pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int i = (int)(blockIdx.x / d.draws), j = (int)(blockIdx.x % d.draws), b = d.r0 + i;
-    if (d.code[b] != FLS_RC_OK || d.nsup[i] == -2) /* -2: drawn by the row kernel */
+    if (d.code[b] != FLS_RC_OK)
         return;
     const int Kb = (int)d.rule[b].K;
     const double m = d.part[(int64_t)i * d.P].lse_m;

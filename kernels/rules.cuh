@@ -55,9 +55,6 @@ enum fls_rcode : int {
 };
 
 /* One block of rows [r0, r0 + nb) of a call: device pointers. */
-/* The most 64-token groups of a support the row kernel draws from (rdraw). */
-#define FLS_RDRAW_CAP 256
-
 struct fls_rule_dev {
     const float *L; /* logits of row r0 + i at L + i * ldl */
     int64_t ldl;
@@ -73,7 +70,8 @@ struct fls_rule_dev {
     int32_t stair_cap;
     int64_t K;        /* tokens per draw in the output */
     int moments;      /* a filter needs the moments */
-    int need_s;       /* the log-sum-exp's sum is needed (top-p, logsumexp / logprobs); else only the max */
+    int need_s;       /* the row's sum is needed (fls_filter_row_needs_sum, logsumexp / logprobs); else
+                         only the max */
     const float *gup; /* the Gumbel bound table (fls_gumbel_bound.h, device) or NULL: every key exact */
     int want_lse;
     int nd;                     /* draws of the pass */
@@ -107,7 +105,7 @@ struct fls_rule_dev {
     double *lsep;             /* [nb * nchunk] each chunk's sum of exp(x - m) over the support */
     int *lsedev;              /* [B] the support's log-sum-exp is summed on the device */
     int *nsup;                /* [nb] >= 0: the support is the first nsup of the sorted candidates;
-                                 -1: the select pass reads the row; -2: the row kernel drew it */
+                                 -1: the select pass reads the row */
     /* the matmul's 64-token tables (fls_launch_wgmma_logits), or NULL: row i's
      * group q at i * m64 + q. With them the collect and select kernels read
      * only the groups whose maximum reaches their threshold, and (gfold:
@@ -120,9 +118,6 @@ struct fls_rule_dev {
     int ldraw; /* the list kernel draws its rows (fls_rule_launch_fast_decide) */
     int wkeys; /* the matmul kept the K best keys of each CTA (fls_wg_rule_extra): no select pass */
     int nsel;  /* entries per (row, draw) in sel: nchunk (select pass), or the matmul's CTAs (wkeys) */
-    int rdraw; /* the row kernel draws a decided row whose support lies in at most rcap groups
-                  (fls_rrow_draw) */
-    int rcap;  /* <= FLS_RDRAW_CAP */
     int pdl;   /* the threshold-first path's kernels after the first are launched as programmatic
                   dependents (fls_pdl_wait): each may start while the one before it ends */
 };

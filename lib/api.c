@@ -341,16 +341,15 @@ static fls_status resolve_rules(const fls_params *p, int64_t B, int64_t K, fls_r
     const int extra = p->filter ? fls_filter_lookup(p->filter) : -1;
     for (int64_t b = 0; b < B; b++) {
         fls_row_rule *r = &rule[b];
+        for (int id = 0; id < FLS_FILTER_COUNT; id++)
+            r->value[id] = fls_filters[id].off;
+        /* the public fields of the three built-ins, then `filter` */
         r->value[FLS_FILTER_MIN_P] = p->row_min_p ? p->row_min_p[b] : p->min_p;
         r->value[FLS_FILTER_TOP_K] = (double)(p->row_top_k ? p->row_top_k[b] : p->top_k);
         r->value[FLS_FILTER_TOP_P] = p->row_top_p ? p->row_top_p[b] : p->top_p;
-        for (int id = FLS_FILTER_TOP_P + 1; id < FLS_FILTER_COUNT; id++)
-            r->value[id] = 0.0; /* every registry rule's "off" is 0 */
         if (extra >= 0)
             r->value[extra] = p->row_filter_value ? p->row_filter_value[b] : p->filter_value;
-        for (int id = 0; id < FLS_FILTER_COUNT; id++)
-            if (!fls_filter_off(id, r->value[id]))
-                needs |= fls_filter_table[id].needs;
+        needs |= fls_filter_row_needs(r->value);
         r->K = p->without_replacement_k == 0
                    ? 1
                    : (p->row_without_replacement_k ? p->row_without_replacement_k[b] : K);

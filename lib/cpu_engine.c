@@ -572,26 +572,26 @@ static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64
 }
 
 /* The most the fused pass keeps of its logits for the second pass
- * (FLS_CPU_NO_KEEP=1 in the environment: nothing, the tests' switch). */
+ * (fls_cpu_opts.no_keep: nothing, the tests' switch). */
 #define FLS_CPU_KEEP_BYTES ((uint64_t)256 << 20)
 
-/* Whether some row may be left to the exact second pass: a nucleus (top-p)
- * or a top-k beyond the kept list, or the log-sum-exp of a filtered support
- * asked for (the support may be larger than the list). */
+/* Whether some row may be left to the exact second pass: a filter that
+ * reads a list no value bounds (FLS_LIST_OPEN), a list longer than the kept
+ * one, or the log-sum-exp of a filtered support asked for (the support may
+ * be larger than the list). */
 static int may_need_second_pass(const tile_job *j, const fls_outputs *out)
 {
     const fls_request *req = j->req;
     if (!req->rule || req->method != FLS_METHOD_FUSED)
         return 0;
-    const char *nk = getenv("FLS_CPU_NO_KEEP"); /* tests: the second pass recomputes the logits */
-    if (nk && nk[0] == '1')
-        return 0;
     if (out->logsumexp || out->logprobs)
         return 1;
     for (int64_t b = 0; b < req->batch; b++) {
-        const double *v = req->rule[b].value;
-        if (!fls_filter_off(FLS_FILTER_TOP_P, v[FLS_FILTER_TOP_P]) ||
-            v[FLS_FILTER_TOP_K] > (double)j->rc.top_cap)
+        /* a list no value bounds, or one longer than the kept list */
+        int64_t exact;
+        FLS_BOOL bounded, open;
+        fls_filter_row_list(req->rule[b].value, INFINITY, &exact, &bounded, &open);
+        if (open || exact > j->rc.top_cap)
             return 1;
     }
     return 0;
@@ -698,7 +698,7 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
         /* a rule that may leave rows to the exact second pass: keep the
          * logits (B x V floats, at most FLS_CPU_KEEP_BYTES) so that pass
          * does not read W again; without the memory it recomputes them */
-        if (may_need_second_pass(&j, out) && !too_big(B, V, sizeof(float)) &&
+        if (!ctx->cpu_dev.no_keep && may_need_second_pass(&j, out) && !too_big(B, V, sizeof(float)) &&
             (uint64_t)(B * V) * sizeof(float) <= FLS_CPU_KEEP_BYTES)
             j.keep = malloc((size_t)(B * V) * sizeof(float));
         st = run_tiles(ctx, &j, out);
@@ -1008,4 +1008,14 @@ static fls_status multinomial(const fls_context_t *ctx, const fls_matrix *L, con
     free(j.lp);
     free(j.row_status);
     return st;
+}
+
+void fls_cpu_set_dev_opts(fls_context_t *ctx, const fls_cpu_opts *opts)
+{
+    if (!ctx)
+        return;
+    if (opts)
+        ctx->cpu_dev = *opts;
+    else
+        memset(&ctx->cpu_dev, 0, sizeof ctx->cpu_dev);
 }

@@ -319,15 +319,15 @@ const cpu_rule *cpu_rule_for(const fls_request *req, int want_lse, cpu_rule_ctx 
     rc->stair_cap = fls_stair_cap(req->K, req->vocab);
     int any_filter = 0;
     for (int64_t b = 0; b < req->batch && !any_filter; b++)
-        for (int id = 0; id < FLS_FILTER_COUNT; id++)
-            any_filter |= !fls_filter_off(id, req->rule[b].value[id]);
+        any_filter = fls_filter_row_active(req->rule[b].value);
     /* the list also gives the log-sum-exp over a small support in one pass */
     if ((req->needs & FLS_NEED_TOP) || (any_filter && want_lse)) {
         int64_t cap = CPU_TOP_CAP;
-        for (int64_t b = 0; b < req->batch; b++) { /* every top-k decided in one pass */
-            const double k = req->rule[b].value[FLS_FILTER_TOP_K];
-            if (k > (double)cap && k <= 65536.0)
-                cap = (int64_t)k;
+        for (int64_t b = 0; b < req->batch; b++) { /* every list a value asks for, decided in one pass */
+            int64_t exact;
+            FLS_BOOL bounded, open;
+            fls_filter_row_list(req->rule[b].value, 65536.0, &exact, &bounded, &open);
+            cap = exact > cap ? exact : cap;
         }
         rc->top_cap = cap < req->vocab ? cap : req->vocab;
     }

@@ -67,6 +67,12 @@ fls_status fls_resolve_request(const struct fls_context *ctx, const fls_params *
                                const fls_outputs *out, int64_t B, int64_t V, fls_request *req,
                                fls_row_params **rows_out);
 
+/* The CPU engine's developer options: zero in production; tests set them
+ * (fls_cpu_set_dev_opts). Every value gives the same tokens. */
+typedef struct fls_cpu_opts {
+    int no_keep; /* the fused pass keeps no logits for the exact second pass (it recomputes them) */
+} fls_cpu_opts;
+
 struct fls_context {
     fls_counters counters;
     fls_context_config config;
@@ -74,7 +80,11 @@ struct fls_context {
     int threads;                 /* resolved */
     fls_simd simd;               /* resolved */
     struct fls_cuda_state *cuda; /* NULL for the CPU engine */
+    fls_cpu_opts cpu_dev;
 };
+
+/* Sets the CPU engine's developer options of ctx (NULL: the defaults). */
+void fls_cpu_set_dev_opts(fls_context_t *ctx, const fls_cpu_opts *opts);
 
 /* ---- CPU engine (lib/cpu_engine.c) ---- */
 fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,

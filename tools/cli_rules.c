@@ -15,8 +15,9 @@ const char cli_rule_help[] =
     "  --top-k K               keep the K most likely tokens (ties at the K-th kept); 0 <= K <= V, 0 = off\n"
     "  --top-p P               keep the smallest head of mass >= P (ties kept); P in (0, 1], 1 = off\n"
     "  --filter NAME=VALUE     a rule of the registry (variants/registry.h) by name, e.g.\n"
-    "                          top-nsigma=1.0 (its VALUE: finite, >= 0, 0 = off); min-p, top-k and\n"
-    "                          top-p are accepted too (the same as their own flags)\n"
+    "                          top-nsigma=1.0 (finite, >= 0, 0 = off) or epsilon=0.002 (in [0, 1],\n"
+    "                          0 = off); min-p, top-k and top-p are accepted too (the same as their\n"
+    "                          own flags)\n"
     "  --without-replacement K K distinct tokens per draw (Gumbel-top-k, Plackett-Luce order),\n"
     "                          1 <= K <= V; tokens are then (B, N, K), -1 past the support's size\n"
     "  --top-k-per-row k.npy   per-row K, int64 (B,); overrides --top-k\n"
@@ -77,12 +78,19 @@ static int check_top_p(const char *opt, double v)
     return -1;
 }
 
+/* Whether a registry rule has a field of its own in fls_params (min_p,
+ * top_k, top_p); any other goes through fls_params.filter. */
+static int own_field(int id)
+{
+    return id == FLS_FILTER_MIN_P || id == FLS_FILTER_TOP_K || id == FLS_FILTER_TOP_P;
+}
+
 static void list_filters(char *out, size_t cap)
 {
     size_t n = 0;
     out[0] = '\0';
     for (int i = 0; i < FLS_FILTER_COUNT && n < cap; i++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? ", " : "", fls_filter_table[i].name);
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? ", " : "", fls_filters[i].name);
 }
 
 int cli_rule_parse(const cli_rule_opts *o, cli_rule *r)
@@ -136,15 +144,15 @@ int cli_rule_parse(const cli_rule_opts *o, cli_rule *r)
             cli_error("--filter %s and --%s both set %s: give one", o->filter, name, name);
             return CLI_USAGE;
         }
-        if (!eq && !(id > FLS_FILTER_TOP_P && o->filter_value_rows)) {
+        if (!eq && !(!own_field(id) && o->filter_value_rows)) {
             cli_error("--filter %s: expected NAME=VALUE (e.g. %s=%s; VALUE %s)", o->filter, name,
-                      id == FLS_FILTER_TOP_K ? "50" : "0.9", fls_filter_table[id].range);
+                      fls_filters[id].integer ? "50" : "0.9", fls_filters[id].range);
             return CLI_USAGE;
         }
         if (eq) {
             char opt[96];
             snprintf(opt, sizeof opt, "--filter %s", name);
-            if (id == FLS_FILTER_TOP_K) {
+            if (fls_filters[id].integer) {
                 int64_t k;
                 if (cli_parse_i64(opt, eq + 1, 0, INT64_MAX, &k) != 0)
                     return CLI_USAGE;
@@ -154,8 +162,7 @@ int cli_rule_parse(const cli_rule_opts *o, cli_rule *r)
                 if (parse_double(opt, eq + 1, &v) != 0)
                     return CLI_USAGE;
                 if (!fls_filter_valid(id, v)) {
-                    cli_error("%s=%s is out of range: %s is %s", opt, eq + 1, name,
-                              fls_filter_table[id].range);
+                    cli_error("%s=%s is out of range: %s is %s", opt, eq + 1, name, fls_filters[id].range);
                     return CLI_USAGE;
                 }
                 if (id == FLS_FILTER_MIN_P)
@@ -166,8 +173,8 @@ int cli_rule_parse(const cli_rule_opts *o, cli_rule *r)
                     r->filter_value = v;
             }
         }
-        if (id > FLS_FILTER_TOP_P) {
-            r->filter = fls_filter_table[id].name;
+        if (!own_field(id)) {
+            r->filter = fls_filters[id].name;
             r->filter_id = id;
         }
     }
@@ -304,7 +311,7 @@ int cli_rule_load(cli_rule *r, int64_t B, int64_t V, int *rc)
             if (!fls_filter_valid(r->filter_id, v[b])) {
                 cli_error("--filter-value-per-row: %s: row %lld has %g, out of range: %s is %s",
                           o->filter_value_rows, (long long)b, v[b], r->filter,
-                          fls_filter_table[r->filter_id].range);
+                          fls_filters[r->filter_id].range);
                 *rc = CLI_USAGE;
                 return -1;
             }
@@ -401,7 +408,7 @@ void cli_rule_explain(const cli_rule *r, int64_t B, int64_t V)
         }
         if (r->row_filter_value && !fls_filter_valid(r->filter_id, r->row_filter_value[b])) {
             cli_error("--filter-value-per-row: row %lld has %g: %s is %s", (long long)b,
-                      r->row_filter_value[b], r->filter, fls_filter_table[r->filter_id].range);
+                      r->row_filter_value[b], r->filter, fls_filters[r->filter_id].range);
             return;
         }
     }

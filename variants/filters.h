@@ -84,9 +84,22 @@ FLS_HD double fls_top_sum(const fls_filter_stats *st, int64_t n)
     return Z;
 }
 
-/* What a filter needs the engine to gather beyond m and the log-sum-exp. */
-#define FLS_NEED_TOP     1u /* the top list */
-#define FLS_NEED_MOMENTS 2u /* count, mean, M2 */
+/* What a filter needs the engine to gather beyond the row's maximum m (a
+ * descriptor's needs, variants/registry.h). The engines gather exactly what
+ * the rows' descriptors ask for, so a cut may read only these fields. */
+#define FLS_NEED_TOP     1u /* the top list (top, ntop, dropped; w and pw where given) */
+#define FLS_NEED_MOMENTS 2u /* count, mean, M2 (mom_n, mom_mean, mom_m2) */
+#define FLS_NEED_SUM     4u /* the row's sum of exp(x - m) over every finite token (lse_m, lse_s) */
+#define FLS_NEED_SUPPORT_SUM                                                                                 \
+    8u /* the sum over the support so far: lse_s where no earlier filter                                     \
+          cut (c_prev = -inf), else the top list's (fls_top_sum) */
+
+/* How much of the top list a cut reads (a descriptor's list). */
+#define FLS_LIST_NONE     0 /* none */
+#define FLS_LIST_BY_VALUE 1 /* the first `value` entries, and its support lies within them */
+#define FLS_LIST_OPEN                                                                                        \
+    2 /* as far as its support goes, which no value bounds: a row whose                                      \
+         support runs past the list is decided by the second pass */
 
 #define FLS_CUT_OK        0
 #define FLS_CUT_UNDECIDED 1
@@ -123,6 +136,14 @@ FLS_HD float fls_cut_max(float a, float b)
 
 /* ---- min-p: keep x - m >= ln p (p in (0, 1]; 0 = off) ---- */
 
+#define FLS_MIN_P_NAME    "min-p"
+#define FLS_MIN_P_RANGE   "in [0, 1], 0 = off"
+#define FLS_MIN_P_OFF     0.0
+#define FLS_MIN_P_NEEDS   0u
+#define FLS_MIN_P_LIST    FLS_LIST_NONE
+#define FLS_MIN_P_INTEGER 0
+#define FLS_MIN_P_EXAMPLE 0.05
+
 FLS_HD FLS_BOOL fls_min_p_off(double p)
 {
     return p == 0.0;
@@ -140,6 +161,14 @@ FLS_HD int fls_min_p_cut(const fls_filter_stats *st, double p, float c_prev, flo
 }
 
 /* ---- top-k: the k highest ranked (ties at the k-th value kept; 0 = off) ---- */
+
+#define FLS_TOP_K_NAME    "top-k"
+#define FLS_TOP_K_RANGE   "an integer >= 0, 0 = off"
+#define FLS_TOP_K_OFF     0.0
+#define FLS_TOP_K_NEEDS   FLS_NEED_TOP
+#define FLS_TOP_K_LIST    FLS_LIST_BY_VALUE
+#define FLS_TOP_K_INTEGER 1
+#define FLS_TOP_K_EXAMPLE 50.0
 
 FLS_HD FLS_BOOL fls_top_k_off(double k)
 {
@@ -167,6 +196,14 @@ FLS_HD int fls_top_k_cut(const fls_filter_stats *st, double kd, float c_prev, fl
 }
 
 /* ---- top-p: the smallest head of mass >= p, ties at the boundary kept (1 = off) ---- */
+
+#define FLS_TOP_P_NAME    "top-p"
+#define FLS_TOP_P_RANGE   "in (0, 1], 1 = off"
+#define FLS_TOP_P_OFF     1.0
+#define FLS_TOP_P_NEEDS   (FLS_NEED_TOP | FLS_NEED_SUPPORT_SUM)
+#define FLS_TOP_P_LIST    FLS_LIST_OPEN
+#define FLS_TOP_P_INTEGER 0
+#define FLS_TOP_P_EXAMPLE 0.9
 
 FLS_HD FLS_BOOL fls_top_p_off(double p)
 {

@@ -5,14 +5,19 @@
  * standard deviation of the row's finite tempered logits. The kept set does
  * not depend on T (m and sigma scale alike). n > 0; 0 = off.
  *
- * The worked example of docs/RULES.md ("how to add a rule"): this header,
- * one entry in variants/registry.h, its exact pmf (stats/rules.c) and its
- * audit case are all it takes.
  */
 #ifndef FLS_VARIANT_TOP_NSIGMA_H
 #define FLS_VARIANT_TOP_NSIGMA_H
 
 #include "filters.h"
+
+#define FLS_TOP_NSIGMA_NAME    "top-nsigma"
+#define FLS_TOP_NSIGMA_RANGE   "finite, >= 0, 0 = off"
+#define FLS_TOP_NSIGMA_OFF     0.0
+#define FLS_TOP_NSIGMA_NEEDS   FLS_NEED_MOMENTS
+#define FLS_TOP_NSIGMA_LIST    FLS_LIST_NONE
+#define FLS_TOP_NSIGMA_INTEGER 0
+#define FLS_TOP_NSIGMA_EXAMPLE 1.0
 
 FLS_HD FLS_BOOL fls_top_nsigma_off(double n)
 {

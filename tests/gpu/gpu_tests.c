@@ -191,7 +191,7 @@ static const gpu_run_cfg k_cfgs[] = {
     {FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 0, "chunked no-skip", 1},
     {FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 0, "unfused gumbel", 0},
 };
-#define N_CFGS  ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+#define N_CFGS        ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
 /* The fls_cuda_run options of configuration k. */
 static fls_cuda_opts cfg_opts(int k)
@@ -775,28 +775,67 @@ static fls_status async_context(fls_context_t **ctx, void *stream)
 /* ---- the rule family on the CUDA engine ---- */
 
 typedef struct rule_spec {
-    const char *name;
+    char name[48];
     int64_t top_k, wr;
     float top_p, min_p;
-    double nsigma; /* the registry's top-nsigma (0: off) */
-    int per_row;   /* per-row values (row b: the scalar's variations, some rows off) */
+    const char *filter; /* a registry rule without a field of its own in fls_params, or NULL */
+    double fvalue;
+    int per_row; /* per-row values (row b: the scalar's variations, some rows off) */
 } rule_spec;
 
-static const rule_spec k_rules[] = {
-    {"min-p=0.05", 0, 0, 1.0f, 0.05f, 0.0, 0},
-    {"top-k=50", 50, 0, 1.0f, 0.0f, 0.0, 0},
-    {"top-p=0.9", 0, 0, 0.9f, 0.0f, 0.0, 0},
-    {"top-nsigma=1", 0, 0, 1.0f, 0.0f, 1.0, 0},
-    {"all", 100, 0, 0.95f, 0.02f, 2.0, 0},
-    {"wr=4", 0, 4, 1.0f, 0.0f, 0.0, 0},
-    {"wr=4,top-k=20", 20, 4, 1.0f, 0.0f, 0.0, 0},
-    {"top-k=1", 1, 0, 1.0f, 0.0f, 0.0, 0},
-    {"top-k=2000", 2000, 0, 1.0f, 0.0f, 0.0, 0},
-    {"per-row", 40, 3, 0.8f, 0.1f, 0.0, 1},
+/* Combinations and limits; every rule of the registry alone comes first
+ * (rules_from_registry), so a rule added to the registry is run by every
+ * test below without a line here. */
+static const rule_spec k_rule_combos[] = {
+    {"all", 100, 0, 0.95f, 0.02f, "top-nsigma", 2.0, 0},
+    {"all,epsilon", 100, 0, 0.95f, 0.02f, "epsilon", 1e-3, 0},
+    {"wr=4", 0, 4, 1.0f, 0.0f, NULL, 0.0, 0},
+    {"wr=4,top-k=20", 20, 4, 1.0f, 0.0f, NULL, 0.0, 0},
+    {"top-k=1", 1, 0, 1.0f, 0.0f, NULL, 0.0, 0},
+    {"top-k=2000", 2000, 0, 1.0f, 0.0f, NULL, 0.0, 0},
+    {"per-row", 40, 3, 0.8f, 0.1f, NULL, 0.0, 1},
     /* top-p after top-k alone: the row's sum only where a row has fewer than k finite tokens */
-    {"top-k=50,p=0.9", 50, 0, 0.9f, 0.0f, 0.0, 0},
+    {"top-k=50,p=0.9", 50, 0, 0.9f, 0.0f, NULL, 0.0, 0},
 };
-#define N_RULES (sizeof k_rules / sizeof k_rules[0])
+#define N_RULE_COMBOS (sizeof k_rule_combos / sizeof k_rule_combos[0])
+static rule_spec k_rules[FLS_FILTER_COUNT + N_RULE_COMBOS];
+static size_t N_RULES;
+
+/* k_rules: each registry rule alone at its descriptor's example value, then
+ * the combinations. */
+static void rules_from_registry(void)
+{
+    N_RULES = 0;
+    for (int id = 0; id < FLS_FILTER_COUNT; id++) {
+        rule_spec *r = &k_rules[N_RULES++];
+        memset(r, 0, sizeof *r);
+        r->top_p = 1.0f;
+        const double ex = fls_filters[id].example;
+        snprintf(r->name, sizeof r->name, "%s=%g", fls_filters[id].name, ex);
+        if (id == FLS_FILTER_MIN_P)
+            r->min_p = (float)ex;
+        else if (id == FLS_FILTER_TOP_K)
+            r->top_k = (int64_t)ex;
+        else if (id == FLS_FILTER_TOP_P)
+            r->top_p = (float)ex;
+        else
+            r->filter = fls_filters[id].name, r->fvalue = ex;
+    }
+    for (size_t i = 0; i < N_RULE_COMBOS; i++)
+        k_rules[N_RULES++] = k_rule_combos[i];
+}
+
+/* A spec's registry values (its per-row arrays aside). */
+static void rule_values(const rule_spec *r, double v[FLS_FILTER_COUNT])
+{
+    for (int id = 0; id < FLS_FILTER_COUNT; id++)
+        v[id] = fls_filters[id].off;
+    v[FLS_FILTER_MIN_P] = r->min_p;
+    v[FLS_FILTER_TOP_K] = (double)r->top_k;
+    v[FLS_FILTER_TOP_P] = r->top_p;
+    if (r->filter)
+        v[fls_filter_lookup(r->filter)] = r->fvalue;
+}
 
 /* per-row arrays for a rule_spec (freed by the caller) */
 typedef struct rule_rows {
@@ -816,9 +855,9 @@ static void rule_params(const rule_spec *r, int64_t B, fls_params *p, rule_rows 
     p->top_p = r->top_p;
     p->min_p = r->min_p;
     p->without_replacement_k = r->wr;
-    if (r->nsigma > 0.0) {
-        p->filter = "top-nsigma";
-        p->filter_value = r->nsigma;
+    if (r->filter) {
+        p->filter = r->filter;
+        p->filter_value = r->fvalue;
     }
     if (!r->per_row)
         return;
@@ -933,7 +972,7 @@ static int rule_bufs_alloc(rule_bufs *r, int64_t B, int64_t V, int64_t ld, size_
 /* Every rule on the same fp32 logits: the CUDA engine's tokens equal the
  * CPU engine's (100%), logprobs and logsumexp to float rounding; rows the
  * statistics cannot decide and overflowed staircases (forced with
- * FLS_CUDA_STAIR_CAP) give the same tokens. */
+ * fls_cuda_opts.rule_stair_cap) give the same tokens. */
 static void test_rules_logits(void)
 {
     const int64_t Vs[3] = {151936, 1000, 1};
@@ -956,12 +995,11 @@ static void test_rules_logits(void)
         static const char *force_name[4] = {"", " (staircase cap 2)", " (global-memory states)",
                                             " (staircases)"};
         for (int force = 0; force < 4 && !failed; force++) {
-            if (force == 1)
-                setenv("FLS_CUDA_STAIR_CAP", "2", 1);
-            if (force == 2)
-                setenv("FLS_CUDA_RULE_GLOBAL", "1", 1);
-            if (force == 3)
-                setenv("FLS_CUDA_RULE_STAIR", "1", 1);
+            fls_cuda_opts o;
+            fls_cuda_opts_default(&o);
+            o.rule_stair_cap = force == 1 ? 2 : 0;
+            o.rule_path = force == 2 ? FLS_RULE_PATH_STAIR_GLOBAL : force == 3 ? FLS_RULE_PATH_STAIR : 0;
+            fls_cuda_set_dev_opts(g_gpu, &o);
             for (size_t ri = 0; ri < N_RULES && !failed; ri++) {
                 const rule_spec *r = &k_rules[ri];
                 if (r->top_k > V || r->wr > V || ((force == 1 || force == 2) && ri % 3 != 0))
@@ -1010,9 +1048,7 @@ static void test_rules_logits(void)
                     failed = 1;
                 }
             }
-            unsetenv("FLS_CUDA_STAIR_CAP");
-            unsetenv("FLS_CUDA_RULE_GLOBAL");
-            unsetenv("FLS_CUDA_RULE_STAIR");
+            fls_cuda_set_dev_opts(g_gpu, NULL);
         }
         rule_bufs_free(&rb);
     }
@@ -1234,7 +1270,9 @@ static fls_status rule_gpu_tokens(const fls_params *p, int64_t B, void *dW, void
 /* Rows of r have no filter (their support: every finite token). */
 static int rule_no_filter(const rule_spec *r)
 {
-    return r->top_k == 0 && r->top_p >= 1.0f && r->min_p == 0.0f && r->nsigma == 0.0 && !r->per_row;
+    double v[FLS_FILTER_COUNT];
+    rule_values(r, v);
+    return !fls_filter_row_active(v) && !r->per_row;
 }
 
 static int rule_matmul_taken(const uint64_t c0[3])
@@ -1274,7 +1312,6 @@ static void test_rules_agreement_fused(void)
         fls_cuda_rule_matmul_counts(g_gpu, c0);
         const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
         fls_status sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
-        int rdraw = 0;
         /* rows without filters: the matmul keeps the keys (many tiles a CTA here) */
         const uint64_t keys = fls_cuda_rule_matmul_keys(g_gpu) - k0;
         if (sg == FLS_OK && keys != (uint64_t)rule_no_filter(r))
@@ -1299,47 +1336,44 @@ static void test_rules_agreement_fused(void)
          * cuBLAS rounds its sums in another order */
         int64_t same_b = 0;
         int stats_identical = 0, plain_identical = 0;
-        /* m = 2: the default matmul with the row kernel's draws turned on;
-         * m = 3: launched the other way (programmatic dependents or plain:
+        /* m = 2: launched the other way (programmatic dependents or plain:
          * the default is plain only where the matmul keeps the keys) */
-        static const char *const alt[] = {"wgmma_stats", "cublas", "wgmma", "wgmma"};
-        for (int m = 0; m < 4; m++) {
-            setenv("FLS_CUDA_RULE_MATMUL", alt[m], 1);
+        static const char *const alt[] = {"wgmma_stats", "cublas", "wgmma"};
+        static const int alt_mm[] = {FLS_RULE_MATMUL_WGMMA_STATS, FLS_RULE_MATMUL_CUBLAS,
+                                     FLS_RULE_MATMUL_WGMMA};
+        for (int m = 0; m < 3; m++) {
+            fls_cuda_opts o;
+            fls_cuda_opts_default(&o);
+            o.rule_matmul = alt_mm[m];
             if (m == 2)
-                setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
-            if (m == 3)
-                setenv("FLS_CUDA_PDL", keys ? "1" : "0", 1);
+                o.rule_pdl = keys ? 1 : -1;
+            fls_cuda_set_dev_opts(g_gpu, &o);
             rule_params(r, B, &p, &rr, 0.7f, 5 + ri, draws);
             fls_cuda_rule_matmul_counts(g_gpu, c0);
-            const uint64_t rd0 = fls_cuda_rule_row_draws(g_gpu), pd0 = fls_cuda_rule_pdl(g_gpu),
-                           kd0 = fls_cuda_rule_matmul_keys(g_gpu);
+            const uint64_t pd0 = fls_cuda_rule_pdl(g_gpu), kd0 = fls_cuda_rule_matmul_keys(g_gpu);
             sg = rule_gpu_tokens(&p, B, dW, dH, V, D, dt);
             rule_rows_free(&rr);
-            unsetenv("FLS_CUDA_RULE_MATMUL");
-            unsetenv("FLS_CUDA_ROW_DRAW_CAP");
-            unsetenv("FLS_CUDA_PDL");
+            fls_cuda_set_dev_opts(g_gpu, NULL);
             /* the default: programmatic unless the call's matmul kept the keys */
-            const int want_pdl = m == 3 ? keys != 0 : fls_cuda_rule_matmul_keys(g_gpu) == kd0;
+            const int want_pdl = m == 2 ? keys != 0 : fls_cuda_rule_matmul_keys(g_gpu) == kd0;
             if (sg == FLS_OK && (fls_cuda_rule_pdl(g_gpu) != pd0) != want_pdl)
-                failf("%s: programmatic launches %s (FLS_CUDA_PDL %s)", r->name,
-                      want_pdl ? "not taken" : "taken", m == 3 ? (keys ? "1" : "0") : "unset");
+                failf("%s: programmatic launches %s (rule_pdl %s)", r->name, want_pdl ? "not taken" : "taken",
+                      m == 2 ? (keys ? "1" : "-1") : "default");
             if (sg != FLS_OK) {
                 failf("%s: cuda (%s) %s", r->name, alt[m], fls_status_string(sg));
                 break;
             }
             const int want = m == 0 ? 2 : m == 1 ? 0 : took;
             if (rule_matmul_taken(c0) != want)
-                failf("%s: FLS_CUDA_RULE_MATMUL=%s took path %d", r->name, alt[m], rule_matmul_taken(c0));
+                failf("%s: rule_matmul %s took path %d", r->name, alt[m], rule_matmul_taken(c0));
             fls_cuda_memcpy(tc2, dt, 8 * (size_t)n, 0);
             if (m == 1) {
                 for (int64_t i = 0; i < n; i++)
                     same_b += tc[i] == tc2[i];
                 continue;
             }
-            if (m == 2)
-                rdraw = fls_cuda_rule_row_draws(g_gpu) != rd0;
             const int ident = memcmp(tc2, tg, 8 * (size_t)n) == 0;
-            if (m == 3) {
+            if (m == 2) {
                 plain_identical = ident;
                 continue;
             }
@@ -1349,15 +1383,14 @@ static void test_rules_agreement_fused(void)
                "%lld/%lld; statistics and select passes %s the tables%s; %s launches %s\n",
                (long long)D, (long long)V, r->name, (long long)same, (long long)n,
                100.0 * (double)same / (double)n, (long long)same_b, (long long)n,
-               stats_identical ? "identical to" : "DIFFERS from",
-               keys ? " and the matmul's keys" : (rdraw ? " (and with the row kernel's draws on)" : ""),
+               stats_identical ? "identical to" : "DIFFERS from", keys ? " and the matmul's keys" : "",
                keys ? "programmatic" : "plain", plain_identical ? "identical" : "DIFFER");
         if (same * 100 < n * 99 || same_b * 100 < n * 99)
             failf("%s: agreement below 99%%", r->name);
         if (!stats_identical)
             failf("%s: the statistics pass and the matmul's tables give different tokens", r->name);
         if (!plain_identical)
-            failf("%s: launches the other way (FLS_CUDA_PDL) give different tokens", r->name);
+            failf("%s: launches the other way (rule_pdl) give different tokens", r->name);
     }
     if (tables < 1)
         failf("no rule call folded the matmul's tables (min-p and top-k need only maxima)");
@@ -1372,7 +1405,7 @@ done:
     fls_cuda_free(dt);
 }
 
-/* The fused rule call's matmuls (FLS_CUDA_RULE_MATMUL, fls_rule_matmul):
+/* The fused rule call's matmuls (fls_cuda_opts.rule_matmul):
  * with integer inputs every matmul computes the same floats, so cuBLAS, the
  * wgmma kernel with its 64-token tables (the statistics pass folded into the
  * row kernel) and the wgmma kernel through the statistics pass all give the
@@ -1419,6 +1452,8 @@ static void int_rule_inputs_free(int_rule_inputs *f)
 }
 
 static const char *const k_matmuls[] = {"cublas", "wgmma", "wgmma_stats", "wgmma"};
+static const int k_matmul_ids[] = {FLS_RULE_MATMUL_CUBLAS, FLS_RULE_MATMUL_WGMMA, FLS_RULE_MATMUL_WGMMA_STATS,
+                                   FLS_RULE_MATMUL_WGMMA};
 
 static void test_rules_matmul_paths(void)
 {
@@ -1426,7 +1461,7 @@ static void test_rules_matmul_paths(void)
     g_rng = 9191;
     int_rule_inputs f;
     const int ok = int_rule_inputs_make(&f, V, D, Bmax, draws);
-    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0, rdraws = 0;
+    int64_t calls = 0, bad = 0, tables = 0, ldraws = 0, mkeys = 0;
     if (!ok) {
         failf("memory");
         goto done;
@@ -1439,27 +1474,25 @@ static void test_rules_matmul_paths(void)
             rule_rows rr;
             const int64_t n = B * draws * (r->wr ? r->wr : 1);
             fls_status sc = rule_cpu_tokens(r, B, 11 + ri, draws, f.W, f.H, V, D, f.tc, &p, &rr);
+            double rv[FLS_FILTER_COUNT];
+            rule_values(r, rv);
+            /* needs nothing but maxima: always the tables */
+            const int only_max = fls_filter_row_needs(rv) == 0 && !r->per_row;
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
-                setenv("FLS_CUDA_RULE_MATMUL", k_matmuls[m], 1);
-                if (m == 1)
-                    setenv("FLS_CUDA_ROW_DRAW_CAP", "256", 1);
-                if (m == 3) {
-                    setenv("FLS_CUDA_LIST_DRAW", "0", 1);
-                    setenv("FLS_CUDA_RULE_KEYS", "0", 1);
-                    setenv("FLS_CUDA_ROW_DRAW_CAP", "1", 1);
-                }
+                fls_cuda_opts o;
+                fls_cuda_opts_default(&o);
+                o.rule_matmul = k_matmul_ids[m];
+                if (m == 3)
+                    o.rule_list_draw = o.rule_keys = -1;
+                fls_cuda_set_dev_opts(g_gpu, &o);
                 for (size_t i = 0; i < f.nmax; i++)
                     f.tg[i] = -7; /* guard */
                 fls_cuda_memcpy(f.dt, f.tg, 8 * f.nmax, 1);
                 uint64_t c0[3];
                 fls_cuda_rule_matmul_counts(g_gpu, c0);
-                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu),
-                               rd0 = fls_cuda_rule_row_draws(g_gpu);
+                const uint64_t ld0 = fls_cuda_rule_list_draws(g_gpu), k0 = fls_cuda_rule_matmul_keys(g_gpu);
                 fls_status sg = rule_gpu_tokens(&p, B, f.dW, f.dH, V, D, f.dt);
-                unsetenv("FLS_CUDA_RULE_MATMUL");
-                unsetenv("FLS_CUDA_LIST_DRAW");
-                unsetenv("FLS_CUDA_RULE_KEYS");
-                unsetenv("FLS_CUDA_ROW_DRAW_CAP");
+                fls_cuda_set_dev_opts(g_gpu, NULL);
                 calls++;
                 if (sg != FLS_OK) {
                     failf("B=%lld %s %s: cuda %s", (long long)B, r->name, k_matmuls[m],
@@ -1468,21 +1501,22 @@ static void test_rules_matmul_paths(void)
                     continue;
                 }
                 /* the path asked for: cuBLAS; the wgmma kernel with its tables
-                 * (always for min-p: only maxima), or through the statistics
-                 * pass where a sum or moments are needed; the statistics pass */
+                 * (always where only maxima are needed), or through the
+                 * statistics pass where a sum or moments are needed; the
+                 * statistics pass */
                 const int took = rule_matmul_taken(c0);
                 const int path_ok = m == 0   ? took == 0
                                     : m == 2 ? took == 2
-                                             : took == 1 || (took == 2 && ri != 0);
+                                             : took == 1 || (took == 2 && !only_max);
                 if (!path_ok) {
                     failf("B=%lld %s %s: took matmul path %d", (long long)B, r->name, k_matmuls[m], took);
                     bad++;
                 }
                 tables += took == 1;
-                /* the list kernel draws where every row has a top-k (no
-                 * logprobs asked here), unless turned off */
+                /* the list kernel draws where a filter's value bounds every
+                 * row's list (no logprobs asked here), unless turned off */
                 const uint64_t ld = fls_cuda_rule_list_draws(g_gpu) - ld0;
-                const uint64_t ld_want = m != 3 && r->top_k > 0 && !r->per_row;
+                const uint64_t ld_want = m != 3 && fls_filter_row_bound(rv) >= 0.0 && !r->per_row;
                 if (ld != ld_want) {
                     failf("B=%lld %s %s%s: list draws %llu, want %llu", (long long)B, r->name, k_matmuls[m],
                           m == 3 ? " (list draw off)" : "", (unsigned long long)ld,
@@ -1500,8 +1534,6 @@ static void test_rules_matmul_paths(void)
                     bad++;
                 }
                 mkeys += kk != 0;
-                /* the row kernel draws (turned on here; no top list, the tables, K <= 4) */
-                rdraws += m == 1 && fls_cuda_rule_row_draws(g_gpu) != rd0;
                 fls_cuda_memcpy(f.tg, f.dt, 8 * (size_t)n, 0);
                 if (memcmp(f.tg, f.tc, 8 * (size_t)n) != 0) {
                     failf("B=%lld %s %s: tokens differ from the CPU engine's", (long long)B, r->name,
@@ -1517,15 +1549,13 @@ static void test_rules_matmul_paths(void)
         }
     printf("    RULE MATMULS integer inputs V=%lld D=%lld: %lld/%lld calls identical to the CPU engine "
            "on the path asked for (cublas, wgmma + tables, wgmma + statistics pass, wgmma with the list "
-           "kernel's draws and the matmul's keys off, the row kernel's at 1 group; B = 1, 5, 13, 30, 64, "
-           "130; %lld "
-           "with the tables, %lld drawn by the list kernel, %lld with the matmul's keys, %lld by the row "
-           "kernel)\n",
+           "kernel's draws and the matmul's keys off; B = 1, 5, 13, 30, 64, 130; %lld with the tables, "
+           "%lld drawn by the list kernel, %lld with the matmul's keys)\n",
            (long long)V, (long long)D, (long long)(calls - bad), (long long)calls, (long long)tables,
-           (long long)ldraws, (long long)mkeys, (long long)rdraws);
-    if (rdraws == 0 || mkeys == 0 || ldraws == 0)
-        failf("a draw path was never taken (list %lld, matmul keys %lld, row kernel %lld)", (long long)ldraws,
-              (long long)mkeys, (long long)rdraws);
+           (long long)ldraws, (long long)mkeys);
+    if (mkeys == 0 || ldraws == 0)
+        failf("a draw path was never taken (list %lld, matmul keys %lld)", (long long)ldraws,
+              (long long)mkeys);
 done:
     int_rule_inputs_free(&f);
 }
@@ -1534,12 +1564,13 @@ done:
  * and 64 (tile 64, where the matmul keeps the keys with 15 epilogue warps
  * by default) and B = 100 (tile 128), one draw, on integer inputs (every
  * path computes the same floats): the tokens are the CPU engine's with 15
- * and with 11 warps (FLS_CUDA_LOGITS_WARPS) and through the select pass
- * (FLS_CUDA_RULE_KEYS=0). */
+ * and with 11 warps (fls_cuda_opts.logits_warps) and through the select
+ * pass (rule_keys < 0). */
 static void test_rules_matmul_keys_tiles(void)
 {
     const int64_t V = 3001, D = 64, Bs[] = {40, 64, 100}, draws = 1, Bmax = 100;
     static const char *const warps[] = {NULL, "11", "15"};
+    static const int warps_n[] = {0, 11, 15};
     g_rng = 9292;
     int_rule_inputs f;
     const int ok = int_rule_inputs_make(&f, V, D, Bmax, draws);
@@ -1558,19 +1589,18 @@ static void test_rules_matmul_keys_tiles(void)
             rule_rows rr;
             fls_status sc = rule_cpu_tokens(r, B, 21 + ri, draws, f.W, f.H, V, D, f.tc, &p, &rr);
             for (size_t m = 0; m < 4 && sc == FLS_OK; m++) {
-                setenv("FLS_CUDA_RULE_MATMUL", "wgmma", 1);
-                if (m < 3 && warps[m])
-                    setenv("FLS_CUDA_LOGITS_WARPS", warps[m], 1);
-                if (m == 3)
-                    setenv("FLS_CUDA_RULE_KEYS", "0", 1);
+                fls_cuda_opts o;
+                fls_cuda_opts_default(&o);
+                o.rule_matmul = FLS_RULE_MATMUL_WGMMA;
+                o.logits_warps = m < 3 ? warps_n[m] : 0;
+                o.rule_keys = m == 3 ? -1 : 0;
+                fls_cuda_set_dev_opts(g_gpu, &o);
                 for (size_t i = 0; i < f.nmax; i++)
                     f.tg[i] = -7; /* guard */
                 fls_cuda_memcpy(f.dt, f.tg, 8 * f.nmax, 1);
                 const uint64_t k0 = fls_cuda_rule_matmul_keys(g_gpu);
                 fls_status sg = rule_gpu_tokens(&p, B, f.dW, f.dH, V, D, f.dt);
-                unsetenv("FLS_CUDA_RULE_MATMUL");
-                unsetenv("FLS_CUDA_LOGITS_WARPS");
-                unsetenv("FLS_CUDA_RULE_KEYS");
+                fls_cuda_set_dev_opts(g_gpu, NULL);
                 calls++;
                 const char *what = m == 3 ? "select pass" : m == 0 ? "default warps" : warps[m];
                 if (sg != FLS_OK) {
@@ -2937,6 +2967,7 @@ int main(int argc, char **argv)
             g_only = argv[++i];
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    rules_from_registry();
 #ifdef FLS_HAVE_AUDIT
     family_setup();
 #endif
