@@ -119,7 +119,7 @@ fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_devi
 /* A strided block: rows of width bytes, pitches in bytes. */
 fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                              size_t rows, int to_device);
-/* Streams on the CUDA engine (lib/stream.c; kernels/engine.cu says what they
+/* Streams on the CUDA engine (lib/stream.c; kernels/dispatch.cu says what they
  * compute): one chunk's candidates, and the logits of a slice of W. */
 fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl, int64_t B, int64_t n,
                                  int64_t v0, const fls_row_params *rows, int64_t draws, uint32_t first_draw,

@@ -47,7 +47,7 @@ def test_torch_logits_give_the_cpu_tokens(gctx, cctx, rng):
 
 
 def test_16_bit_logits(gctx, cctx, rng):
-    """The CUDA engine samples fp32 logits only (kernels/engine.cu); 16-bit ones are refused
+    """The CUDA engine samples fp32 logits only (kernels/dispatch.cu); 16-bit ones are refused
     with FLS_ERR_DTYPE and a hint. If it learns them, they must give the CPU's tokens."""
     L = logits(rng, 8, 5000)
     kw = dict(temperature=0.7, seed=3, draws=5, offset=2)
