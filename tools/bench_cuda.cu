@@ -237,23 +237,85 @@ static int bench_rule_base(int e)
     }
 }
 
-/* The request's rows of rule engine e (every row alike). */
+/* The rule of rule engine e (its base form, bench_rule_base) as a bench
+ * spec: terms joined by +, each NAME=VALUE of the rule registry
+ * (variants/registry.h), or wr=K (without replacement, K tokens per draw). */
+static const char *bench_rule_spec(int e)
+{
+    switch (bench_rule_base(e)) {
+    case E_RULE_MINP:
+        return "min-p=0.05";
+    case E_RULE_TOPK:
+        return "top-k=50";
+    case E_RULE_TOPP:
+        return "top-p=0.9";
+    case E_RULE_KP:
+        return "top-k=50+top-p=0.9";
+    case E_RULE_NSIGMA:
+        return "top-nsigma=1";
+    case E_RULE_WR:
+        return "wr=4";
+    default:
+        return "";
+    }
+}
+
+/* A spec into one row's rule: every filter of the registry at its "off"
+ * value, then each term. 0, or -1 after a message. */
+static int bench_parse_rule_spec(const char *spec, fls_row_rule *r)
+{
+    for (int id = 0; id < FLS_FILTER_COUNT; id++)
+        r->value[id] = fls_filters[id].off;
+    r->K = 1;
+    for (const char *t = spec; *t;) {
+        const size_t len = strcspn(t, "+");
+        char term[64];
+        snprintf(term, sizeof term, "%.*s", (int)len, t);
+        char *eq = strchr(term, '=');
+        char *end = NULL;
+        const double v = eq ? strtod(eq + 1, &end) : 0.0;
+        if (len >= sizeof term || !eq || end == eq + 1 || *end) {
+            fprintf(stderr, "bench: rule spec '%s': term '%s' is not NAME=VALUE\n", spec, term);
+            return -1;
+        }
+        *eq = '\0';
+        const int id = fls_filter_lookup(term);
+        if (id < 0 && strcmp(term, "wr") == 0 && v >= 1.0 && v <= 4.0 && v == (double)(int64_t)v) {
+            r->K = (int64_t)v; /* rule_tokens holds 4 per row */
+        } else if (id < 0 || !fls_filter_valid(id, v)) {
+            fprintf(stderr, "bench: rule spec '%s': %s=%g is not a rule of the registry in its range\n", spec,
+                    term, v);
+            return -1;
+        }
+        if (id >= 0)
+            r->value[id] = v;
+        t += len + (t[len] == '+');
+    }
+    return 0;
+}
+
+/* Each rule engine's row (every row of its request alike), from its spec. */
+static fls_row_rule bench_rules[E_COUNT];
+
+static int bench_parse_rule_specs(void)
+{
+    for (int e = E_RULE_FIRST; e < E_COUNT; e++)
+        if (bench_parse_rule_spec(bench_rule_spec(e), &bench_rules[e]) != 0)
+            return -1;
+    return 0;
+}
+
+/* The request's rows of rule engine e (every row alike) and what its
+ * filters need (fls_filter_row_needs). */
 static void bench_rule_rows(int e, int64_t B, fls_request *req)
 {
-    e = bench_rule_base(e);
     static fls_row_rule rr[MAXB];
-    for (int64_t b = 0; b < B; b++) {
-        fls_row_rule *r = &rr[b];
-        r->value[FLS_FILTER_MIN_P] = e == E_RULE_MINP ? 0.05 : 0.0;
-        r->value[FLS_FILTER_TOP_K] = e == E_RULE_TOPK || e == E_RULE_KP ? 50.0 : 0.0;
-        r->value[FLS_FILTER_TOP_P] = e == E_RULE_TOPP || e == E_RULE_KP ? 0.9 : 1.0;
-        r->value[FLS_FILTER_TOP_NSIGMA] = e == E_RULE_NSIGMA ? 1.0 : 0.0;
-        r->K = e == E_RULE_WR ? 4 : 1;
-    }
+    const fls_row_rule *one = &bench_rules[e];
+    for (int64_t b = 0; b < B; b++)
+        rr[b] = *one;
     req->rule = rr;
-    req->K = e == E_RULE_WR ? 4 : 1;
-    req->needs =
-        e == E_RULE_NSIGMA ? FLS_NEED_MOMENTS : (e == E_RULE_MINP || e == E_RULE_WR ? 0u : FLS_NEED_TOP);
+    req->K = one->K;
+    req->needs = fls_filter_row_needs(one->value);
 }
 
 static cublasStatus_t bench_gemm(bench_ctx *b, int r)
@@ -412,12 +474,25 @@ static void bench_usage(void)
            "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
 }
 
-extern "C" int fls_tool_bench_cuda(int argc, char **argv)
+/* ---- the command: options, setup, one shape and batch at a time ---- */
+
+/* The options of the GPU bench and their values. */
+typedef struct bench_opts {
+    const char *csv, *shapes_s, *batches_s, *engines_s;
+    int quick;
+    long reps;
+    double hscale;
+    int64_t shapes[16][2]; /* {D, V} */
+    int nshapes;
+    int64_t batches[32];
+    int nb;
+    int want[E_COUNT];
+} bench_opts;
+
+/* argv into bo's strings and scalars. -1 to go on, else the exit status
+ * (0 after --help, 2 after a message). */
+static int bench_parse_argv(int argc, char **argv, bench_opts *bo)
 {
-    const char *csv = NULL, *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL;
-    int quick = 0;
-    long reps = 100;
-    double hscale = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -425,32 +500,32 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             bench_usage();
             return 0;
         } else if (!strcmp(a, "--quick")) {
-            quick = 1;
+            bo->quick = 1;
         } else if (!strcmp(a, "--device") && v) {
             i++;
         } else if (!strncmp(a, "--device=", 9)) {
         } else if (!strcmp(a, "--csv") && v) {
-            csv = v;
+            bo->csv = v;
             i++;
         } else if (!strcmp(a, "--hscale") && v) {
             char *end = NULL;
-            hscale = strtod(v, &end);
-            if (end == v || *end || !(hscale > 0.0 && hscale <= 64.0)) {
+            bo->hscale = strtod(v, &end);
+            if (end == v || *end || !(bo->hscale > 0.0 && bo->hscale <= 64.0)) {
                 fprintf(stderr, "flashsample bench: error: --hscale must be in (0, 64]\n");
                 return 2;
             }
             i++;
         } else if (!strcmp(a, "--reps") && v) {
-            reps = strtol(v, NULL, 10);
+            bo->reps = strtol(v, NULL, 10);
             i++;
         } else if (!strcmp(a, "--shapes") && v) {
-            shapes_s = v;
+            bo->shapes_s = v;
             i++;
         } else if (!strcmp(a, "--batches") && v) {
-            batches_s = v;
+            bo->batches_s = v;
             i++;
         } else if (!strcmp(a, "--engines") && v) {
-            engines_s = v;
+            bo->engines_s = v;
             i++;
         } else {
             fprintf(stderr, "flashsample bench: error: unknown or incomplete option '%s' for --device cuda\n",
@@ -459,79 +534,537 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
             return 2;
         }
     }
-    if (reps < 100 && !quick) {
+    return -1;
+}
+
+/* --shapes D:V,... into bo->shapes (default: four LLM heads, one with --quick). 0 or -1 after a message. */
+static int bench_parse_shapes(bench_opts *bo)
+{
+    const int64_t defaults[4][2] = {{4096, 151936}, {8192, 128256}, {2880, 201088}, {2048, 151936}};
+    memcpy(bo->shapes, defaults, sizeof defaults);
+    bo->nshapes = bo->quick ? 1 : 4;
+    if (!bo->shapes_s)
+        return 0;
+    bo->nshapes = 0;
+    const char *p = bo->shapes_s;
+    while (*p && bo->nshapes < 16) {
+        long long d, v;
+        int used = 0;
+        if (sscanf(p, "%lld:%lld%n", &d, &v, &used) != 2 || d <= 0 || v <= 0) {
+            fprintf(stderr, "flashsample bench: error: bad --shapes '%s' (D:V,D:V)\n", bo->shapes_s);
+            return -1;
+        }
+        bo->shapes[bo->nshapes][0] = d;
+        bo->shapes[bo->nshapes][1] = v;
+        bo->nshapes++;
+        p += used;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+/* --batches B,... into bo->batches (default: powers of two to 256; four with --quick). 0 or -1. */
+static int bench_parse_batches(bench_opts *bo)
+{
+    const int64_t defaults[9] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    memcpy(bo->batches, defaults, sizeof defaults);
+    bo->nb = bo->quick ? 4 : 9;
+    if (bo->quick) {
+        bo->batches[0] = 1, bo->batches[1] = 16, bo->batches[2] = 64, bo->batches[3] = 256;
+    }
+    if (bo->batches_s && (bo->nb = parse_list(bo->batches_s, bo->batches, 32)) <= 0) {
+        fprintf(stderr, "flashsample bench: error: bad --batches '%s'\n", bo->batches_s);
+        return -1;
+    }
+    for (int i = 0; i < bo->nb; i++)
+        if (bo->batches[i] > MAXB) {
+            fprintf(stderr, "flashsample bench: error: B <= %d\n", MAXB);
+            return -1;
+        }
+    return 0;
+}
+
+/* --engines a,b,... into bo->want (default: every engine but the opt-in
+ * rules; else those given plus floor, cublas and cublas_graph). 0 or -1. */
+static int bench_parse_engines(bench_opts *bo)
+{
+    for (int e = 0; e < E_COUNT; e++)
+        bo->want[e] = bo->engines_s == NULL && e < E_RULE_FIRST;
+    if (!bo->engines_s)
+        return 0;
+    const char *p = bo->engines_s;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (int e = 0; e < E_COUNT; e++)
+            if (strlen(engine_names[e]) == n && !strncmp(p, engine_names[e], n))
+                bo->want[e] = found = 1;
+        if (!found) {
+            fprintf(stderr, "flashsample bench: error: unknown engine in --engines '%s'\n", bo->engines_s);
+            return -1;
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    bo->want[E_FLOOR] = bo->want[E_CUBLAS] = bo->want[E_GRAPH] = 1;
+    return 0;
+}
+
+/* Every option checked. -1 to go on, else the exit status. */
+static int bench_parse_options(int argc, char **argv, bench_opts *bo)
+{
+    memset(bo, 0, sizeof *bo);
+    bo->reps = 100;
+    bo->hscale = 1.0;
+    const int rc = bench_parse_argv(argc, argv, bo);
+    if (rc >= 0)
+        return rc;
+    if (bo->reps < 100 && !bo->quick) {
         fprintf(stderr,
                 "flashsample bench: error: --reps must be >= 100 (medians of fewer runs are noise)\n");
         return 2;
     }
-    if (reps < 1 || reps > 100000) {
+    if (bo->reps < 1 || bo->reps > 100000) {
         fprintf(stderr, "flashsample bench: error: --reps out of range\n");
         return 2;
     }
-    int64_t shapes[16][2] = {{4096, 151936}, {8192, 128256}, {2880, 201088}, {2048, 151936}};
-    int nshapes = quick ? 1 : 4;
-    if (shapes_s) {
-        nshapes = 0;
-        const char *p = shapes_s;
-        while (*p && nshapes < 16) {
-            long long d, v;
-            int used = 0;
-            if (sscanf(p, "%lld:%lld%n", &d, &v, &used) != 2 || d <= 0 || v <= 0) {
-                fprintf(stderr, "flashsample bench: error: bad --shapes '%s' (D:V,D:V)\n", shapes_s);
-                return 2;
-            }
-            shapes[nshapes][0] = d;
-            shapes[nshapes][1] = v;
-            nshapes++;
-            p += used;
-            if (*p == ',')
-                p++;
-        }
-    }
-    int64_t batches[32] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-    int nb = quick ? 4 : 9;
-    if (quick) {
-        batches[0] = 1, batches[1] = 16, batches[2] = 64, batches[3] = 256;
-    }
-    if (batches_s && (nb = parse_list(batches_s, batches, 32)) <= 0) {
-        fprintf(stderr, "flashsample bench: error: bad --batches '%s'\n", batches_s);
+    if (bench_parse_shapes(bo) != 0 || bench_parse_batches(bo) != 0 || bench_parse_engines(bo) != 0)
         return 2;
-    }
-    for (int i = 0; i < nb; i++)
-        if (batches[i] > MAXB) {
-            fprintf(stderr, "flashsample bench: error: B <= %d\n", MAXB);
-            return 2;
-        }
+    return -1;
+}
 
-    int want[E_COUNT];
-    for (int e = 0; e < E_COUNT; e++)
-        want[e] = engines_s == NULL && e < E_RULE_FIRST;
-    if (engines_s) {
-        const char *p = engines_s;
-        while (*p) {
-            size_t n = strcspn(p, ",");
-            int found = 0;
-            for (int e = 0; e < E_COUNT; e++)
-                if (strlen(engine_names[e]) == n && !strncmp(p, engine_names[e], n))
-                    want[e] = found = 1;
-            if (!found) {
-                fprintf(stderr, "flashsample bench: error: unknown engine in --engines '%s'\n", engines_s);
-                return 2;
-            }
-            p += n;
-            if (*p == ',')
-                p++;
-        }
-        want[E_FLOOR] = want[E_CUBLAS] = want[E_GRAPH] = 1;
+/* The async context of the graph engines on its own stream, and the rows'
+ * params in device memory. 0 or 1. */
+static int bench_setup_async(bench_ctx *b)
+{
+    fls_context_config acfg;
+    fls_context_config_default(&acfg);
+    acfg.engine = FLS_ENGINE_CUDA;
+    acfg.async = 1;
+    float hT[MAXB];
+    uint64_t hS[MAXB], hO[MAXB];
+    CK(cudaStreamCreateWithFlags(&b->ast, cudaStreamNonBlocking));
+    acfg.stream = b->ast;
+    if (fls_context_create(&b->actx, &acfg) != FLS_OK)
+        goto fail;
+    for (int i = 0; i < MAXB; i++) {
+        hT[i] = 0.7f;
+        hS[i] = fls_row_seed(1, (uint64_t)i);
+        hO[i] = 0;
     }
+    CK(cudaMalloc((void **)&b->dT, sizeof hT));
+    CK(cudaMalloc((void **)&b->dS, sizeof hS));
+    CK(cudaMalloc((void **)&b->dO, sizeof hO));
+    CK(cudaMemcpy(b->dT, hT, sizeof hT, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->dS, hS, sizeof hS, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->dO, hO, sizeof hO, cudaMemcpyHostToDevice));
+    return 0;
+fail:
+    return 1;
+}
 
-    int rc = 1;
+/* Timing buffers and events, cuBLAS, the token buffers, the async context
+ * (if a graph engine is wanted) and the rows' params. 0 or 1. */
+static int bench_setup(bench_ctx *b, const bench_opts *bo)
+{
+    b->reps = (int)bo->reps;
+    b->warm = bo->quick ? 5 : 20;
+    b->warm_ms = bo->quick ? 25.0 : 250.0;
+    b->st = 0;
+    b->times = (float *)malloc(sizeof(float) * (size_t)bo->reps);
+    b->ev = (cudaEvent_t *)calloc((size_t)bo->reps * 2, sizeof(cudaEvent_t));
+    if (!b->times || !b->ev)
+        goto fail;
+    for (long i = 0; i < 2 * bo->reps; i++)
+        CK(cudaEventCreate(&b->ev[i]));
+    if (!fls_cublas() || fls_cublas()->create(&b->blas) != CUBLAS_STATUS_SUCCESS)
+        goto fail;
+    CK(cudaMalloc((void **)&b->sink, 16));
+    CK(cudaMalloc((void **)&b->tokens, sizeof(int64_t) * MAXB));
+    CK(cudaMalloc((void **)&b->rule_tokens, sizeof(int64_t) * MAXB * 4));
+    if ((bo->want[E_FUSED_GRAPH] || bo->want[E_RULE_KP_GRAPH]) && bench_setup_async(b) != 0)
+        goto fail;
+    for (int i = 0; i < MAXB; i++) {
+        b->rows[i].temperature = 0.7f;
+        b->rows[i].pad_ = 0;
+        b->rows[i].seed = fls_row_seed(1234, (uint64_t)i);
+        b->rows[i].offset = 0;
+    }
+    return bench_parse_rule_specs() != 0;
+fail:
+    return 1;
+}
+
+/* Device-to-device copy bandwidth (bytes read + written), for reference. 0 or 1. */
+static int bench_copy_bandwidth(double *gbps)
+{
+    const size_t n = (size_t)1 << 31;
+    char *a = NULL, *c = NULL;
+    cudaEvent_t e0, e1;
+    float ms = 0, best = 1e30f;
+    CK(cudaMalloc((void **)&a, n));
+    CK(cudaMalloc((void **)&c, n));
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaMemcpy(c, a, n, cudaMemcpyDeviceToDevice);
+    for (int i = 0; i < 10; i++) {
+        cudaEventRecord(e0);
+        cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        best = ms < best ? ms : best;
+    }
+    *gbps = 2.0 * (double)n / (best * 1e-3) / 1e9;
+    cudaFree(a);
+    cudaFree(c);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 0;
+fail:
+    return 1;
+}
+
+/* Shape s's W (NROT copies), H (the largest batch) and logits buffer. 0 or 1. */
+static int bench_alloc_shape(bench_ctx *b, const bench_opts *bo, int s)
+{
+    b->D = bo->shapes[s][0];
+    b->V = bo->shapes[s][1];
+    int64_t maxB = 1;
+    for (int i = 0; i < bo->nb; i++)
+        maxB = bo->batches[i] > maxB ? bo->batches[i] : maxB;
+    for (int r = 0; r < NROT; r++) {
+        CK(cudaMalloc((void **)&b->W[r], (size_t)(b->V * b->D) * 2));
+        /* logits ~ N(0, ~1.2): |W| <= 2/sqrt(D), |H| <= 1 */
+        bench_fill_bf16<<<b->sms * 8, 256>>>(b->W[r], b->V * b->D, 17 + r, 2.0f / sqrtf((float)b->D) * 1.7f);
+        CK(cudaGetLastError());
+    }
+    CK(cudaMalloc((void **)&b->H, (size_t)(maxB * b->D) * 2));
+    bench_fill_bf16<<<b->sms, 256>>>(b->H, maxB * b->D, 99, (float)bo->hscale);
+    CK(cudaMalloc((void **)&b->logits, (size_t)(maxB * b->V) * 4));
+    CK(cudaDeviceSynchronize());
+    return 0;
+fail:
+    return 1;
+}
+
+static void bench_free_shape(bench_ctx *b)
+{
+    for (int r = 0; r < NROT; r++) {
+        cudaFree(b->W[r]);
+        b->W[r] = NULL;
+    }
+    cudaFree(b->H);
+    cudaFree(b->logits);
+    b->H = NULL;
+    b->logits = NULL;
+}
+
+/* The eager GEMM in a graph, one per rotation. 0 or 1. */
+static int bench_capture_gemm_graphs(bench_ctx *b)
+{
+    for (int r = 0; r < NROT; r++) {
+        cudaStream_t cs;
+        cudaGraph_t g;
+        CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        fls_cublas()->set_stream(b->blas, cs);
+        bench_gemm(b, r); /* warm (heuristics, workspace) outside the capture */
+        CK(cudaStreamSynchronize(cs));
+        CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+        bench_gemm(b, r);
+        CK(cudaStreamEndCapture(cs, &g));
+        CK(cudaGraphInstantiate(&b->graph[r], g, 0));
+        cudaGraphDestroy(g);
+        fls_cublas()->set_stream(b->blas, b->st);
+        cudaStreamDestroy(cs);
+    }
+    return 0;
+fail:
+    return 1;
+}
+
+/* The fused call (gk = 0) or the call with top-k 50 + top-p 0.9 (gk = 1) on
+ * rotation r through the async context: eager (pass 0), or captured into
+ * its graph (pass 1). 0 or 1. */
+static int bench_fused_graph_call(bench_ctx *b, int pass, int gk, int r)
+{
+    const int ge = gk ? E_RULE_KP_GRAPH : E_FUSED_GRAPH;
+    fls_matrix W = {b->W[r], FLS_DTYPE_BF16, b->V, b->D, b->D}, H = {b->H, FLS_DTYPE_BF16, b->B, b->D, b->D};
+    fls_params p;
+    fls_params_default(&p);
+    p.params_on_device = 1;
+    p.temperature = b->dT;
+    p.row_seeds = b->dS;
+    p.row_offsets = b->dO;
+    if (gk) {
+        p.top_k = 50;
+        p.top_p = 0.9f;
+    }
+    fls_outputs o = {gk ? b->rule_tokens : b->tokens, NULL, NULL};
+    fls_status es;
+    cudaGraph_t g;
+    if (pass == 0) {
+        es = fls_sample_fused(b->actx, &W, &H, &p, &o);
+        if (es == FLS_OK)
+            es = fls_context_sync(b->actx);
+    } else {
+        CK(cudaStreamBeginCapture(b->ast, cudaStreamCaptureModeThreadLocal));
+        es = fls_sample_fused(b->actx, &W, &H, &p, &o);
+        CK(cudaStreamEndCapture(b->ast, &g));
+        if (es == FLS_OK)
+            CK(cudaGraphInstantiate(gk ? &b->rgraph[r] : &b->fgraph[r], g, 0));
+        cudaGraphDestroy(g);
+    }
+    if (es != FLS_OK) {
+        fprintf(stderr, "bench: %s (%s) at B=%lld: %s\n", engine_names[ge], pass ? "capture" : "eager",
+                (long long)b->B, fls_status_string(es));
+        goto fail;
+    }
+    return 0;
+fail:
+    return 1;
+}
+
+/* The fused call (and the call with top-k 50 + top-p 0.9) in a graph, one
+ * per rotation: every eager call first (they size the workspace, which a
+ * capture must not grow and a later growth would free under the graphs),
+ * then the captures. 0 or 1. */
+static int bench_capture_fused_graphs(bench_ctx *b, const int *want)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int gk = 0; gk < 2; gk++) {
+            if (!want[gk ? E_RULE_KP_GRAPH : E_FUSED_GRAPH])
+                continue;
+            for (int r = 0; r < NROT; r++)
+                if (bench_fused_graph_call(b, pass, gk, r) != 0)
+                    return 1;
+        }
+    return 0;
+}
+
+static void bench_destroy_graphs(bench_ctx *b, const int *want)
+{
+    for (int r = 0; r < NROT; r++) {
+        cudaGraphExecDestroy(b->graph[r]);
+        if (want[E_FUSED_GRAPH])
+            cudaGraphExecDestroy(b->fgraph[r]);
+        if (want[E_RULE_KP_GRAPH])
+            cudaGraphExecDestroy(b->rgraph[r]);
+    }
+}
+
+/* Times every wanted engine and the dispatcher's pick fe at batch b->B
+ * into med and mn (-1: not timed). 0 or 1. */
+static int bench_time_engines(bench_ctx *b, const int *want, int fe, double *med, double *mn)
+{
+    for (int e = 0; e < E_COUNT; e++) {
+        med[e] = mn[e] = -1.0;
+        if (!(want[e] || e == fe) || (e == E_WGMMA_N64 && b->B <= 64))
+            continue;
+        if (bench_time(b, e, &med[e], &mn[e])) {
+            fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e], (long long)b->B,
+                    cudaGetErrorString(cudaGetLastError()));
+            return 1;
+        }
+        /* queued rule calls report their status here (a graph's: its context's) */
+        const fls_status qs = e == E_RULE_KP_GRAPH ? fls_context_sync(b->actx)
+                              : e >= E_RULE_FIRST  ? fls_context_sync(b->ctx)
+                                                   : FLS_OK;
+        if (qs != FLS_OK) {
+            fprintf(stderr, "bench: engine %s at B=%lld: %s\n", engine_names[e], (long long)b->B,
+                    fls_status_string(qs));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Token agreement between the GPU paths (same noise, same seeds): the rows
+ * where five paths give one token. 0 or 1. */
+static int bench_token_agreement(bench_ctx *b, int *agree)
+{
+    int64_t tk[5][MAXB];
+    const int eng3[5] = {E_WGMMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS, E_CHUNKED_CAP5};
+    for (int k = 0; k < 5; k++) {
+        fls_status st = bench_sample(b, eng3[k], 0, 0, 1);
+        if (st != FLS_OK) {
+            fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
+            goto fail;
+        }
+        CK(cudaMemcpy(tk[k], b->tokens, sizeof(int64_t) * (size_t)b->B, cudaMemcpyDeviceToHost));
+    }
+    *agree = 0;
+    for (int64_t i = 0; i < b->B; i++)
+        *agree +=
+            tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i] && tk[0][i] == tk[4][i];
+    return 0;
+fail:
+    return 1;
+}
+
+/* One batch's line of the table, and the rule engines' lines. */
+static void bench_print_batch(const bench_ctx *b, const double *med, int fe, int agree)
+{
+    const double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
+    const double flops = 2.0 * (double)b->B * (double)b->V * (double)b->D;
+    /* -1.000: not timed (--engines) */
+    printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
+           "%9.3f %9.3f "
+           "| %8.3f %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
+           (long long)b->B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_WGMMA], med[E_CHUNKED],
+           med[E_CHUNKED_CAP5], med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS],
+           med[E_UGUMBEL], med[E_UMULT], med[E_GROUPED], med[E_GROUPED_CHUNKED], med[fe], med[fe] / cub,
+           med[E_GROUPED] > 0 ? med[E_GROUPED] / cub : -1.0, med[fe] / med[E_FLOOR],
+           flops / (med[fe] * 1e-3) / 1e12, fe == E_WGMMA ? "wgmma" : "chunk", agree, (long long)b->B);
+    for (int e = E_RULE_FIRST; e < E_COUNT; e++)
+        if (med[e] >= 0)
+            printf("      %-14s %9.3f ms  %6.3fx fused  %6.3fx cublas\n", engine_names[e], med[e],
+                   med[e] / med[fe], med[e] / cub);
+}
+
+/* One batch's CSV rows: every engine timed, then the dispatcher's pick as "fused". */
+static void bench_csv_batch(FILE *fp, const bench_ctx *b, const double *med, const double *mn, int fe,
+                            const char *date, const char *gpu)
+{
+    const double flops = 2.0 * (double)b->B * (double)b->V * (double)b->D;
+    const double wbytes = (double)b->V * (double)b->D * 2 + (double)b->B * (double)b->D * 2;
+    for (int e = 0; e <= E_COUNT; e++) {
+        int ee = e == E_COUNT ? fe : e;
+        const char *name = e == E_COUNT ? "fused" : engine_names[e];
+        if (med[ee] < 0)
+            continue;
+        double bytes = wbytes;
+        if (ee == E_FLOOR)
+            bytes = (double)b->V * (double)b->D * 2;
+        else if (ee == E_LOGITS || ee == E_LOGITS_NS)
+            bytes = (double)b->B * (double)b->V * 4;
+        else if (ee == E_CUBLAS || ee == E_GRAPH || ee == E_UGUMBEL || ee == E_UMULT)
+            bytes += (double)b->B * (double)b->V * 4;
+        fprintf(fp, "cuda,%s,bf16,%lld,%lld,%lld,%.5f,%.1f,%.2f,%.5f,%d,%s,%s\n", name, (long long)b->B,
+                (long long)b->V, (long long)b->D, med[ee], bytes / (med[ee] * 1e-3) / 1e9,
+                (ee == E_FLOOR || ee == E_LOGITS || ee == E_LOGITS_NS) ? 0.0
+                                                                       : flops / (med[ee] * 1e-3) / 1e12,
+                mn[ee], b->reps, date, gpu);
+    }
+    fflush(fp);
+}
+
+/* Batch b->B of the current shape: the graphs, the timings, the agreement,
+ * the table's lines and the CSV's rows. 0 or 1. */
+static int bench_run_batch(bench_ctx *b, const int *want, FILE *fp, const char *date, const char *gpu)
+{
+    double med[E_COUNT], mn[E_COUNT];
+    if (bench_capture_gemm_graphs(b) != 0 || bench_capture_fused_graphs(b, want) != 0)
+        return 1;
+    fls_cuda_path ap = fls_cuda_auto_path(b->B, b->V, b->D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
+    const int fe = ap == FLS_CUDA_PATH_WGMMA ? E_WGMMA : E_CHUNKED;
+    if (bench_time_engines(b, want, fe, med, mn) != 0)
+        return 1;
+    bench_destroy_graphs(b, want);
+    int agree = 0;
+    if (bench_token_agreement(b, &agree) != 0)
+        return 1;
+    bench_print_batch(b, med, fe, agree);
+    if (fp)
+        bench_csv_batch(fp, b, med, mn, fe, date, gpu);
+    return 0;
+}
+
+/* Shape s: its inputs, the table's header, every batch. 0 or 1. */
+static int bench_run_shape(bench_ctx *b, const bench_opts *bo, int s, FILE *fp, const char *date,
+                           const char *gpu)
+{
+    if (bench_alloc_shape(b, bo, s) != 0)
+        return 1;
+    printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b->D, (long long)b->V, b->V * b->D * 2e-9);
+    printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %8s %6s %8s\n", "B",
+           "floor", "cublas", "graph", "f_wgmma", "f_chunk", "f_cap5", "f_noskip", "c_gemms", "l_samp",
+           "l_noskip", "u_gumbel", "u_multi", "grouped", "g_chunk", "fused", "f/cublas", "g/cublas",
+           "f/floor", "TFLOP/s", "path", "agree");
+    for (int bi = 0; bi < bo->nb; bi++) {
+        b->B = bo->batches[bi];
+        if (bench_run_batch(b, bo->want, fp, date, gpu) != 0)
+            return 1;
+    }
+    bench_free_shape(b);
+    return 0;
+}
+
+/* The CSV's temporary file (csv.tmp.PID) with the header and the copy
+ * bandwidth row; NULL after a message. */
+static FILE *bench_open_csv(const char *csv, char *tmp, size_t cap, double copy_gbps, const char *date,
+                            const char *gpu)
+{
+    snprintf(tmp, cap, "%s.tmp.%d", csv, (int)getpid());
+    FILE *fp = fopen(tmp, "w");
+    if (!fp) {
+        fprintf(stderr, "flashsample bench: error: cannot write '%s'\n", tmp);
+        return NULL;
+    }
+    fprintf(fp, "device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
+    fprintf(fp, "cuda,copy,bf16,0,0,0,0,%.1f,0,0,10,%s,%s\n", copy_gbps, date, gpu);
+    return fp;
+}
+
+/* Everything the bench holds on the device and the host. */
+static void bench_release(bench_ctx *b, long reps)
+{
+    for (int r = 0; r < NROT; r++)
+        cudaFree(b->W[r]);
+    cudaFree(b->H);
+    cudaFree(b->logits);
+    cudaFree(b->tokens);
+    cudaFree(b->rule_tokens);
+    cudaFree(b->sink);
+    if (b->ev)
+        for (long i = 0; i < 2 * reps; i++)
+            if (b->ev[i])
+                cudaEventDestroy(b->ev[i]);
+    free(b->ev);
+    free(b->times);
+    if (b->blas)
+        fls_cublas()->destroy(b->blas);
+    fls_context_destroy(b->ctx);
+    fls_context_destroy(b->actx);
+    if (b->ast)
+        cudaStreamDestroy(b->ast);
+    cudaFree(b->dT);
+    cudaFree(b->dS);
+    cudaFree(b->dO);
+}
+
+/* The CUDA context, the GPU's name (commas dropped, for the CSV) and SM count. 0 or 1. */
+static int bench_create_context(bench_ctx *b, char *gpu, size_t cap)
+{
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    cfg.engine = FLS_ENGINE_CUDA;
+    fls_status fst = fls_context_create(&b->ctx, &cfg);
+    if (fst != FLS_OK) {
+        fprintf(stderr, "flashsample bench: error: cannot create the CUDA engine: %s\n",
+                fls_status_string(fst));
+        return 1;
+    }
+    fls_cuda_device_info(b->ctx, gpu, cap, &b->sms);
+    for (char *c = gpu; *c; c++)
+        if (*c == ',')
+            *c = ' ';
+    return 0;
+}
+
+extern "C" int fls_tool_bench_cuda(int argc, char **argv)
+{
+    bench_opts bo;
+    int rc = bench_parse_options(argc, argv, &bo);
+    if (rc >= 0)
+        return rc;
+
     bench_ctx b;
     memset(&b, 0, sizeof b);
     FILE *fp = NULL;
-    char tmp[4096] = "";
-    char gpu[256] = "";
-    char date[32];
+    char tmp[4096] = "", gpu[256] = "", date[32];
     double copy_gbps = 0;
     {
         time_t now = time(NULL);
@@ -539,288 +1072,28 @@ extern "C" int fls_tool_bench_cuda(int argc, char **argv)
         gmtime_r(&now, &tmv);
         strftime(date, sizeof date, "%Y-%m-%d", &tmv);
     }
-    fls_context_config cfg;
-    fls_context_config_default(&cfg);
-    cfg.engine = FLS_ENGINE_CUDA;
-    fls_status fst = fls_context_create(&b.ctx, &cfg);
-    if (fst != FLS_OK) {
-        fprintf(stderr, "flashsample bench: error: cannot create the CUDA engine: %s\n",
-                fls_status_string(fst));
+    if (bench_create_context(&b, gpu, sizeof gpu) != 0)
         return 1;
-    }
-    fls_cuda_device_info(b.ctx, gpu, sizeof gpu, &b.sms);
-    for (char *c = gpu; *c; c++)
-        if (*c == ',')
-            *c = ' ';
-    b.reps = (int)reps;
-    b.warm = quick ? 5 : 20;
-    b.warm_ms = quick ? 25.0 : 250.0;
-    b.st = 0;
-    b.times = (float *)malloc(sizeof(float) * (size_t)reps);
-    b.ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
-    if (!b.times || !b.ev)
+    rc = 1;
+    if (bench_setup(&b, &bo) != 0 || bench_copy_bandwidth(&copy_gbps) != 0)
         goto fail;
-    for (long i = 0; i < 2 * reps; i++)
-        CK(cudaEventCreate(&b.ev[i]));
-    if (!fls_cublas() || fls_cublas()->create(&b.blas) != CUBLAS_STATUS_SUCCESS)
+    if (bo.csv && !(fp = bench_open_csv(bo.csv, tmp, sizeof tmp, copy_gbps, date, gpu)))
         goto fail;
-    CK(cudaMalloc((void **)&b.sink, 16));
-    CK(cudaMalloc((void **)&b.tokens, sizeof(int64_t) * MAXB));
-    CK(cudaMalloc((void **)&b.rule_tokens, sizeof(int64_t) * MAXB * 4));
-    if (want[E_FUSED_GRAPH] || want[E_RULE_KP_GRAPH]) {
-        fls_context_config acfg;
-        fls_context_config_default(&acfg);
-        acfg.engine = FLS_ENGINE_CUDA;
-        acfg.async = 1;
-        CK(cudaStreamCreateWithFlags(&b.ast, cudaStreamNonBlocking));
-        acfg.stream = b.ast;
-        if (fls_context_create(&b.actx, &acfg) != FLS_OK)
-            goto fail;
-        float hT[MAXB];
-        uint64_t hS[MAXB], hO[MAXB];
-        for (int i = 0; i < MAXB; i++) {
-            hT[i] = 0.7f;
-            hS[i] = fls_row_seed(1, (uint64_t)i);
-            hO[i] = 0;
-        }
-        CK(cudaMalloc((void **)&b.dT, sizeof hT));
-        CK(cudaMalloc((void **)&b.dS, sizeof hS));
-        CK(cudaMalloc((void **)&b.dO, sizeof hO));
-        CK(cudaMemcpy(b.dT, hT, sizeof hT, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(b.dS, hS, sizeof hS, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(b.dO, hO, sizeof hO, cudaMemcpyHostToDevice));
-    }
-    for (int i = 0; i < MAXB; i++) {
-        b.rows[i].temperature = 0.7f;
-        b.rows[i].pad_ = 0;
-        b.rows[i].seed = fls_row_seed(1234, (uint64_t)i);
-        b.rows[i].offset = 0;
-    }
-    /* device-to-device copy bandwidth (bytes read + written), for reference */
-    {
-        size_t n = (size_t)1 << 31;
-        char *a = NULL, *c = NULL;
-        cudaEvent_t e0, e1;
-        float ms = 0;
-        CK(cudaMalloc((void **)&a, n));
-        CK(cudaMalloc((void **)&c, n));
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        cudaMemcpy(c, a, n, cudaMemcpyDeviceToDevice);
-        float best = 1e30f;
-        for (int i = 0; i < 10; i++) {
-            cudaEventRecord(e0);
-            cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice);
-            cudaEventRecord(e1);
-            cudaEventSynchronize(e1);
-            cudaEventElapsedTime(&ms, e0, e1);
-            best = ms < best ? ms : best;
-        }
-        copy_gbps = 2.0 * (double)n / (best * 1e-3) / 1e9;
-        cudaFree(a);
-        cudaFree(c);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-    }
-    if (csv) {
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", csv, (int)getpid());
-        fp = fopen(tmp, "w");
-        if (!fp) {
-            fprintf(stderr, "flashsample bench: error: cannot write '%s'\n", tmp);
-            goto fail;
-        }
-        fprintf(fp, "device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
-        fprintf(fp, "cuda,copy,bf16,0,0,0,0,%.1f,0,0,10,%s,%s\n", copy_gbps, date, gpu);
-    }
     printf("GPU benchmark on %s (%d SMs), %s; device-to-device copy %.0f GB/s (read + write)\n", gpu, b.sms,
            date, copy_gbps);
     printf("bf16, T = 0.7, H scale %g, median of %d runs (ms); ratios: fused / cuBLAS best, fused / floor\n",
-           hscale, b.reps);
-
-    for (int s = 0; s < nshapes; s++) {
-        b.D = shapes[s][0];
-        b.V = shapes[s][1];
-        int64_t maxB = 1;
-        for (int i = 0; i < nb; i++)
-            maxB = batches[i] > maxB ? batches[i] : maxB;
-        for (int r = 0; r < NROT; r++) {
-            CK(cudaMalloc((void **)&b.W[r], (size_t)(b.V * b.D) * 2));
-            /* logits ~ N(0, ~1.2): |W| <= 2/sqrt(D), |H| <= 1 */
-            bench_fill_bf16<<<b.sms * 8, 256>>>(b.W[r], b.V * b.D, 17 + r, 2.0f / sqrtf((float)b.D) * 1.7f);
-            CK(cudaGetLastError());
-        }
-        CK(cudaMalloc((void **)&b.H, (size_t)(maxB * b.D) * 2));
-        bench_fill_bf16<<<b.sms, 256>>>(b.H, maxB * b.D, 99, (float)hscale);
-        CK(cudaMalloc((void **)&b.logits, (size_t)(maxB * b.V) * 4));
-        CK(cudaDeviceSynchronize());
-        printf("\nD = %lld, V = %lld (W %.3f GB)\n", (long long)b.D, (long long)b.V, b.V * b.D * 2e-9);
-        printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %8s %8s %8s %8s %6s %8s\n",
-               "B", "floor", "cublas", "graph", "f_wgmma", "f_chunk", "f_cap5", "f_noskip", "c_gemms",
-               "l_samp", "l_noskip", "u_gumbel", "u_multi", "grouped", "g_chunk", "fused", "f/cublas",
-               "g/cublas", "f/floor", "TFLOP/s", "path", "agree");
-        for (int bi = 0; bi < nb; bi++) {
-            b.B = batches[bi];
-            double med[E_COUNT], mn[E_COUNT];
-            /* graphs of the eager GEMM, one per rotation */
-            for (int r = 0; r < NROT; r++) {
-                cudaStream_t cs;
-                cudaGraph_t g;
-                CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-                fls_cublas()->set_stream(b.blas, cs);
-                bench_gemm(&b, r); /* warm (heuristics, workspace) outside the capture */
-                CK(cudaStreamSynchronize(cs));
-                CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-                bench_gemm(&b, r);
-                CK(cudaStreamEndCapture(cs, &g));
-                CK(cudaGraphInstantiate(&b.graph[r], g, 0));
-                cudaGraphDestroy(g);
-                fls_cublas()->set_stream(b.blas, b.st);
-                cudaStreamDestroy(cs);
-            }
-            /* the fused call (and the call with top-k 50 + top-p 0.9) in a
-             * graph, one per rotation: every eager call first (they size the
-             * workspace, which a capture must not grow and a later growth
-             * would free under the graphs), then the captures */
-            for (int pass = 0; pass < 2; pass++)
-                for (int gk = 0; gk < 2; gk++) {
-                    const int ge = gk ? E_RULE_KP_GRAPH : E_FUSED_GRAPH;
-                    if (!want[ge])
-                        continue;
-                    for (int r = 0; r < NROT; r++) {
-                        fls_matrix W = {b.W[r], FLS_DTYPE_BF16, b.V, b.D, b.D},
-                                   H = {b.H, FLS_DTYPE_BF16, b.B, b.D, b.D};
-                        fls_params p;
-                        fls_params_default(&p);
-                        p.params_on_device = 1;
-                        p.temperature = b.dT;
-                        p.row_seeds = b.dS;
-                        p.row_offsets = b.dO;
-                        if (gk) {
-                            p.top_k = 50;
-                            p.top_p = 0.9f;
-                        }
-                        fls_outputs o = {gk ? b.rule_tokens : b.tokens, NULL, NULL};
-                        fls_status es;
-                        if (pass == 0) {
-                            es = fls_sample_fused(b.actx, &W, &H, &p, &o);
-                            if (es == FLS_OK)
-                                es = fls_context_sync(b.actx);
-                        } else {
-                            cudaGraph_t g;
-                            CK(cudaStreamBeginCapture(b.ast, cudaStreamCaptureModeThreadLocal));
-                            es = fls_sample_fused(b.actx, &W, &H, &p, &o);
-                            CK(cudaStreamEndCapture(b.ast, &g));
-                            if (es == FLS_OK)
-                                CK(cudaGraphInstantiate(gk ? &b.rgraph[r] : &b.fgraph[r], g, 0));
-                            cudaGraphDestroy(g);
-                        }
-                        if (es != FLS_OK) {
-                            fprintf(stderr, "bench: %s (%s) at B=%lld: %s\n", engine_names[ge],
-                                    pass ? "capture" : "eager", (long long)b.B, fls_status_string(es));
-                            goto fail;
-                        }
-                    }
-                }
-            fls_cuda_path ap = fls_cuda_auto_path(b.B, b.V, b.D, FLS_DTYPE_BF16, FLS_DTYPE_BF16);
-            const int fe = ap == FLS_CUDA_PATH_WGMMA ? E_WGMMA : E_CHUNKED;
-            for (int e = 0; e < E_COUNT; e++) {
-                med[e] = mn[e] = -1.0;
-                if (!(want[e] || e == fe) || (e == E_WGMMA_N64 && b.B <= 64))
-                    continue;
-                if (bench_time(&b, e, &med[e], &mn[e])) {
-                    fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e],
-                            (long long)b.B, cudaGetErrorString(cudaGetLastError()));
-                    goto fail;
-                }
-                /* queued rule calls report their status here (a graph's: its context's) */
-                const fls_status qs = e == E_RULE_KP_GRAPH ? fls_context_sync(b.actx)
-                                      : e >= E_RULE_FIRST  ? fls_context_sync(b.ctx)
-                                                           : FLS_OK;
-                if (qs != FLS_OK) {
-                    fprintf(stderr, "bench: engine %s at B=%lld: %s\n", engine_names[e], (long long)b.B,
-                            fls_status_string(qs));
-                    goto fail;
-                }
-            }
-            for (int r = 0; r < NROT; r++) {
-                cudaGraphExecDestroy(b.graph[r]);
-                if (want[E_FUSED_GRAPH])
-                    cudaGraphExecDestroy(b.fgraph[r]);
-                if (want[E_RULE_KP_GRAPH])
-                    cudaGraphExecDestroy(b.rgraph[r]);
-            }
-            /* token agreement between the GPU paths (same noise, same seeds) */
-            int64_t tk[5][MAXB];
-            const int eng3[5] = {E_WGMMA, E_CHUNKED, E_UGUMBEL, E_CHUNKED_NS, E_CHUNKED_CAP5};
-            for (int k = 0; k < 5; k++) {
-                fls_status st = bench_sample(&b, eng3[k], 0, 0, 1);
-                if (st != FLS_OK) {
-                    fprintf(stderr, "bench: %s: %s\n", engine_names[eng3[k]], fls_status_string(st));
-                    goto fail;
-                }
-                CK(cudaMemcpy(tk[k], b.tokens, sizeof(int64_t) * (size_t)b.B, cudaMemcpyDeviceToHost));
-            }
-            int agree = 0;
-            for (int64_t i = 0; i < b.B; i++)
-                agree += tk[0][i] == tk[1][i] && tk[0][i] == tk[2][i] && tk[0][i] == tk[3][i] &&
-                         tk[0][i] == tk[4][i];
-            double cub = med[E_CUBLAS] < med[E_GRAPH] ? med[E_CUBLAS] : med[E_GRAPH];
-            double flops = 2.0 * (double)b.B * (double)b.V * (double)b.D;
-            double wbytes = (double)b.V * (double)b.D * 2 + (double)b.B * (double)b.D * 2;
-            /* -1.000: not timed (--engines) */
-            printf("%5lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
-                   "%9.3f %9.3f "
-                   "| %8.3f %8.3f %8.3f %8.1f %6s %5d/%-3lld\n",
-                   (long long)b.B, med[E_FLOOR], med[E_CUBLAS], med[E_GRAPH], med[E_WGMMA], med[E_CHUNKED],
-                   med[E_CHUNKED_CAP5], med[E_CHUNKED_NS], med[E_CHUNK_GEMM], med[E_LOGITS], med[E_LOGITS_NS],
-                   med[E_UGUMBEL], med[E_UMULT], med[E_GROUPED], med[E_GROUPED_CHUNKED], med[fe],
-                   med[fe] / cub, med[E_GROUPED] > 0 ? med[E_GROUPED] / cub : -1.0, med[fe] / med[E_FLOOR],
-                   flops / (med[fe] * 1e-3) / 1e12, fe == E_WGMMA ? "wgmma" : "chunk", agree, (long long)b.B);
-            for (int e = E_RULE_FIRST; e < E_COUNT; e++)
-                if (med[e] >= 0)
-                    printf("      %-14s %9.3f ms  %6.3fx fused  %6.3fx cublas\n", engine_names[e], med[e],
-                           med[e] / med[fe], med[e] / cub);
-            if (fp) {
-                for (int e = 0; e <= E_COUNT; e++) {
-                    int ee = e == E_COUNT ? fe : e;
-                    const char *name = e == E_COUNT ? "fused" : engine_names[e];
-                    if (med[ee] < 0)
-                        continue;
-                    double bytes = wbytes;
-                    if (ee == E_FLOOR)
-                        bytes = (double)b.V * (double)b.D * 2;
-                    else if (ee == E_LOGITS || ee == E_LOGITS_NS)
-                        bytes = (double)b.B * (double)b.V * 4;
-                    else if (ee == E_CUBLAS || ee == E_GRAPH || ee == E_UGUMBEL || ee == E_UMULT)
-                        bytes += (double)b.B * (double)b.V * 4;
-                    fprintf(fp, "cuda,%s,bf16,%lld,%lld,%lld,%.5f,%.1f,%.2f,%.5f,%d,%s,%s\n", name,
-                            (long long)b.B, (long long)b.V, (long long)b.D, med[ee],
-                            bytes / (med[ee] * 1e-3) / 1e9,
-                            (ee == E_FLOOR || ee == E_LOGITS || ee == E_LOGITS_NS)
-                                ? 0.0
-                                : flops / (med[ee] * 1e-3) / 1e12,
-                            mn[ee], b.reps, date, gpu);
-                }
-                fflush(fp);
-            }
-        }
-        for (int r = 0; r < NROT; r++) {
-            cudaFree(b.W[r]);
-            b.W[r] = NULL;
-        }
-        cudaFree(b.H);
-        cudaFree(b.logits);
-        b.H = NULL;
-        b.logits = NULL;
-    }
+           bo.hscale, b.reps);
+    for (int s = 0; s < bo.nshapes; s++)
+        if (bench_run_shape(&b, &bo, s, fp, date, gpu) != 0)
+            goto fail;
     if (fp) {
-        if (fclose(fp) != 0 || rename(tmp, csv) != 0) {
+        if (fclose(fp) != 0 || rename(tmp, bo.csv) != 0) {
             fp = NULL;
-            fprintf(stderr, "flashsample bench: error: cannot write '%s'\n", csv);
+            fprintf(stderr, "flashsample bench: error: cannot write '%s'\n", bo.csv);
             goto fail;
         }
         fp = NULL;
-        printf("\nwrote %s\n", csv);
+        printf("\nwrote %s\n", bo.csv);
     }
     rc = 0;
 fail:
@@ -828,27 +1101,6 @@ fail:
         fclose(fp);
         remove(tmp);
     }
-    for (int r = 0; r < NROT; r++)
-        cudaFree(b.W[r]);
-    cudaFree(b.H);
-    cudaFree(b.logits);
-    cudaFree(b.tokens);
-    cudaFree(b.rule_tokens);
-    cudaFree(b.sink);
-    if (b.ev)
-        for (long i = 0; i < 2 * reps; i++)
-            if (b.ev[i])
-                cudaEventDestroy(b.ev[i]);
-    free(b.ev);
-    free(b.times);
-    if (b.blas)
-        fls_cublas()->destroy(b.blas);
-    fls_context_destroy(b.ctx);
-    fls_context_destroy(b.actx);
-    if (b.ast)
-        cudaStreamDestroy(b.ast);
-    cudaFree(b.dT);
-    cudaFree(b.dS);
-    cudaFree(b.dO);
+    bench_release(&b, bo.reps);
     return rc;
 }

@@ -620,246 +620,10 @@ static int report_rules(const bench_rule *rules, int nrules, const result *res, 
     return CLI_OK;
 }
 
-int cli_bench(int argc, char **argv)
+/* The table and CSV of the engines' run. CLI_OK or CLI_FAIL. */
+static int report_engines(const result *res, int nr, const bench_ctx *bc, const char *simd, const char *date,
+                          const char *cpu, const char *csv, fls_npy_file *fcsv, long long reps)
 {
-    const char *device = NULL, *csv = NULL, *reps_s = NULL, *threads_s = NULL, *simd_s = NULL,
-               *shapes_s = NULL, *batches_s = NULL, *engines_s = NULL, *rules_s = NULL;
-    int quick = 0, help;
-    const cli_option opts[] = {{"--device", &device, NULL},
-                               {"--csv", &csv, NULL},
-                               {"--quick", NULL, &quick},
-                               {"--reps", &reps_s, NULL},
-                               {"--threads", &threads_s, NULL},
-                               {"--simd", &simd_s, NULL},
-                               {"--shapes", &shapes_s, NULL},
-                               {"--batches", &batches_s, NULL},
-                               {"--engines", &engines_s, NULL},
-                               {"--rules", &rules_s, NULL},
-                               {NULL, NULL, NULL}};
-    fls_engine engine;
-    /* The device decides who parses the rest: the CUDA bench takes the same
-     * argv and may accept options this one does not know. */
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-            device = argv[i + 1];
-        else if (strncmp(argv[i], "--device=", 9) == 0)
-            device = argv[i] + 9;
-    }
-    if (cli_parse_device(device, &engine) != 0)
-        return CLI_USAGE;
-    if (engine == FLS_ENGINE_CUDA)
-        return fls_tool_bench_cuda(argc, argv);
-    device = NULL;
-    if (cli_parse(argc, argv, opts, &help) != CLI_OK)
-        return CLI_USAGE;
-    if (help) {
-        bench_help();
-        return CLI_OK;
-    }
-    int64_t reps = quick ? BENCH_QUICK_REPS : BENCH_DEFAULT_REPS, threads = 0;
-    fls_simd simd_want;
-    if ((reps_s && cli_parse_i64("--reps", reps_s, 1, 100000, &reps) != 0) ||
-        (threads_s && cli_parse_i64("--threads", threads_s, 0, 1024, &threads) != 0) ||
-        cli_parse_simd(simd_s, &simd_want) != 0)
-        return CLI_USAGE;
-    /* {D, V} pairs, batch sizes, engines */
-    int64_t shapes[BENCH_MAX_LIST][2] = {{4096, 151936}, {2048, 32000}}, batches[BENCH_MAX_LIST] = {1, 4, 16};
-    int nshapes = 2, nbatches = 3, want[ENG_COUNT] = {1, 1, 1, 1};
-    if (quick) {
-        shapes[0][0] = 2048, shapes[0][1] = 32000;
-        nshapes = 1;
-    }
-    if (shapes_s && (nshapes = parse_list("--shapes", shapes_s, 1, (int64_t)1 << 32, &shapes[0][0],
-                                          2 * BENCH_MAX_LIST)) < 0)
-        return CLI_USAGE;
-    if (batches_s && (nbatches = parse_list("--batches", batches_s, 0, 4096, batches, BENCH_MAX_LIST)) < 0)
-        return CLI_USAGE;
-    if (engines_s) {
-        for (int e = 0; e < ENG_COUNT; e++)
-            want[e] = 0;
-        for (const char *p = engines_s; *p;) {
-            size_t n = strcspn(p, ",");
-            int found = 0;
-            for (int e = 0; e < ENG_COUNT; e++)
-                if (strlen(eng_name[e]) == n && strncmp(p, eng_name[e], n) == 0)
-                    want[e] = found = 1;
-            if (!found) {
-                cli_error("--engines: unknown CPU engine '%.*s' (expected floor, fused, unfused_multinomial, "
-                          "unfused_gumbel)",
-                          (int)n, p);
-                return CLI_USAGE;
-            }
-            p += n + (p[n] == ',');
-        }
-    }
-    int64_t maxB = 1;
-    for (int i = 0; i < nbatches; i++)
-        maxB = batches[i] > maxB ? batches[i] : maxB;
-    static bench_rule rules[BENCH_MAX_LIST];
-    int nrules = 0;
-    int64_t maxK = 1;
-    if (rules_s) {
-        if (engines_s) {
-            cli_error("--rules times the fused call per rule; it does not combine with --engines");
-            return CLI_USAGE;
-        }
-        if ((nrules = parse_rules(rules_s, rules, BENCH_MAX_LIST)) < 0)
-            return CLI_USAGE;
-        for (int k = 0; k < nrules; k++) {
-            maxK = rules[k].rule.wr_k > maxK ? rules[k].rule.wr_k : maxK;
-            for (int si = 0; si < nshapes; si++)
-                if (rules[k].rule.top_k > shapes[si][1] || rules[k].rule.wr_k > shapes[si][1]) {
-                    cli_error("--rules: '%s': %s %lld exceeds the vocabulary V = %lld of shape %lld:%lld",
-                              rules[k].name, rules[k].rule.top_k > shapes[si][1] ? "top-k" : "wr",
-                              (long long)(rules[k].rule.top_k > shapes[si][1] ? rules[k].rule.top_k
-                                                                              : rules[k].rule.wr_k),
-                              (long long)shapes[si][1], (long long)shapes[si][0], (long long)shapes[si][1]);
-                    return CLI_USAGE;
-                }
-        }
-    }
-    if (cli_parse_only)
-        return CLI_OK;
-
-    /* The CSV is created when the results are ready; an unwritable path fails now. */
-    if (csv && cli_out_check("--csv", csv) != 0)
-        return CLI_FAIL;
-    fls_context_t *ctx = NULL;
-    if (cli_context_create(&ctx, FLS_ENGINE_CPU, (int)threads, simd_want) != 0)
-        return CLI_FAIL;
-    fls_npy_file fcsv;
-    memset(&fcsv, 0, sizeof fcsv);
-    fls_status st;
-
-    static const fls_dtype dtypes[2] = {FLS_DTYPE_BF16, FLS_DTYPE_F32};
-    const int nres = nshapes * 2 * nbatches;
-    result *res = calloc((size_t)nres, sizeof *res);
-    rule_result *rres = calloc((size_t)nres * (size_t)(nrules ? nrules : 1), sizeof *rres);
-    double *times = malloc((size_t)reps * sizeof *times);
-    int64_t *tokens = malloc((size_t)(maxB * maxK) * sizeof *tokens);
-    float *h = NULL;
-    void *w = NULL;
-    int rc = CLI_FAIL, nr = 0;
-    char date[32], cpu[128];
-    cli_utc_date(date);
-    cpu_model(cpu, sizeof cpu);
-    int nwant = 0;
-    for (int e = 0; e < ENG_COUNT; e++)
-        nwant += want[e];
-    if (nrules)
-        nwant = nrules;
-    bench_ctx bc = {ctx, fls_context_threads(ctx), (int)reps, 0, nres * nwant, times, tokens, NULL, 0, 1};
-    const size_t llc = llc_bytes();
-    /* Rotate >= 3 copies over >= max(8 LLC, 2 GiB): a guest's reported LLC
-     * need not be the host's, and no run may find W in a cache. */
-    const size_t min_set = llc * 8 > ((size_t)2048 << 20) ? llc * 8 : ((size_t)2048 << 20);
-    const char *simd = fls_simd_name(fls_context_simd(ctx));
-    if (!res || !rres || !times || !tokens) {
-        cli_error("out of memory");
-        goto done;
-    }
-
-    printf(
-        "flashsample bench: cpu, %d threads, simd %s (%s), %lld timed runs per configuration (median), %s\n",
-        bc.threads, simd, simd_want == FLS_SIMD_AUTO ? "the library's automatic choice" : "--simd",
-        (long long)reps, date);
-    printf("cpu: %s; last-level cache %.0f MiB; W working set >= %.0f MiB\n", cpu, (double)llc / 1048576.0,
-           (double)min_set / 1048576.0);
-    fflush(stdout);
-
-    for (int si = 0; si < nshapes; si++) {
-        const int64_t D = shapes[si][0], V = shapes[si][1];
-        if (posix_memalign((void **)&h, 64, (size_t)(maxB * D) * sizeof(float)) != 0) {
-            cli_error("out of memory for H");
-            goto done;
-        }
-        uint64_t hs = 7;
-        for (int64_t i = 0; i < maxB * D; i++)
-            h[i] = rand_sym(&hs, 1.0f);
-        for (int di = 0; di < 2; di++) {
-            const fls_dtype dt = dtypes[di];
-            const size_t bytes = (size_t)(V * D) * fls_dtype_size(dt);
-            const size_t stride = (bytes + 4095) / 4096 * 4096;
-            int ncopies = (int)((min_set + bytes - 1) / bytes);
-            ncopies = ncopies < 3 ? 3 : ncopies > 16 ? 16 : ncopies;
-            cli_progress("generating W (%lld x %lld, %s, %.2f GB, %d cop%s)", (long long)V, (long long)D,
-                         fls_dtype_name(dt), (double)bytes / 1e9, ncopies, ncopies == 1 ? "y" : "ies");
-            if (posix_memalign(&w, 64, stride * (size_t)ncopies) != 0) {
-                w = NULL;
-                cli_error("out of memory for W (%.2f GB)", (double)(stride * (size_t)ncopies) / 1e9);
-                goto done;
-            }
-            /* Logit standard deviation ~ 4/3 (W uniform in +-4/sqrt(D), H in +-1):
-             * a realistic spread, neither flat nor one-hot. */
-            fill_job fjob = {w, dt, (size_t)(V * D), 4.0f / sqrtf((float)D),
-                             1000u + (uint64_t)((si + (quick && !shapes_s)) * 2 + di)};
-            par_run(bc.threads, fill_worker, &fjob);
-            for (int c = 1; c < ncopies; c++)
-                memcpy((unsigned char *)w + (size_t)c * stride, w, bytes);
-            bc.wbase = w;
-            bc.stride = stride;
-            bc.ncopies = ncopies;
-            floor_job *flj = malloc(sizeof *flj);
-            if (!flj) {
-                cli_error("out of memory");
-                goto done;
-            }
-            flj->data = w;
-            flj->bytes = bytes;
-            fls_matrix W = {w, dt, V, D, D};
-            for (int bi = 0; bi < nbatches; bi++) {
-                result *r = &res[nr++];
-                r->D = D;
-                r->V = V;
-                r->B = batches[bi];
-                r->dtype = dt;
-                fls_matrix H = {h, FLS_DTYPE_F32, batches[bi], D, D};
-                for (int e = 0; e < ENG_COUNT; e++)
-                    r->median_ms[e] = r->min_ms[e] = NAN;
-                for (int k = 0; k < nrules; k++) {
-                    rule_result *rr = &rres[(size_t)(nr - 1) * (size_t)nrules + (size_t)k];
-                    bc.step++;
-                    st = time_rule(&bc, &rules[k], &W, &H, r, rr);
-                    if (st == FLS_ERR_UNSUPPORTED) {
-                        rr->median_ms = rr->min_ms = NAN;
-                    } else if (st != FLS_OK) {
-                        cli_error("rule %s failed on D=%lld V=%lld %s B=%lld: %s", rules[k].name,
-                                  (long long)D, (long long)V, fls_dtype_name(dt), (long long)r->B,
-                                  fls_status_string(st));
-                        free(flj);
-                        goto done;
-                    }
-                }
-                for (int e = 0; e < ENG_COUNT && !nrules; e++) {
-                    if (!want[e]) {
-                        r->median_ms[e] = r->min_ms[e] = NAN;
-                        continue;
-                    }
-                    bc.step++;
-                    st = time_engine(&bc, e, &W, &H, flj, r);
-                    if (st == FLS_ERR_UNSUPPORTED) {
-                        r->median_ms[e] = r->min_ms[e] = NAN;
-                    } else if (st != FLS_OK) {
-                        cli_error("%s failed on D=%lld V=%lld %s B=%lld: %s", eng_name[e], (long long)D,
-                                  (long long)V, fls_dtype_name(dt), (long long)r->B, fls_status_string(st));
-                        free(flj);
-                        goto done;
-                    }
-                }
-            }
-            free(flj);
-            free(w);
-            w = NULL;
-        }
-        free(h);
-        h = NULL;
-    }
-    cli_progress_done();
-
-    if (nrules) {
-        rc = report_rules(rules, nrules, res, rres, nr, &bc, simd, date, cpu, csv, &fcsv, (long long)reps);
-        goto done;
-    }
     printf("\ntimes in ms (median); ratios < 1 mean fused is faster; GB/s = W bytes / fused time\n");
     printf("%6s %7s %5s %3s %10s %10s %10s %10s %10s %10s %10s %10s\n", "D", "V", "W", "B", "floor", "fused",
            "unf_mult", "unf_gumbel", "fus/floor", "fus/mult", "fus/gumbel", "fused GB/s");
@@ -878,39 +642,392 @@ int cli_bench(int argc, char **argv)
         else
             printf(" %10.2f\n", wb / (r->median_ms[ENG_FUSED] * 1e-3) / 1e9);
     }
+    if (!csv)
+        return CLI_OK;
+    if (cli_out_begin(fcsv, csv) != 0)
+        return CLI_FAIL;
+    FILE *fp = fcsv->fp;
+    fprintf(fp, "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n");
+    for (int i = 0; i < nr; i++) {
+        const result *r = &res[i];
+        double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
+        for (int e = 0; e < ENG_COUNT; e++) {
+            if (isnan(r->median_ms[e]))
+                continue;
+            fprintf(fp, "cpu,%s,%s,%lld,%lld,%lld,%.6f,%.6f,%.4f,%lld,%d,%s,%s,%s\n", eng_name[e],
+                    fls_dtype_name(r->dtype), (long long)r->B, (long long)r->V, (long long)r->D,
+                    r->median_ms[e], r->min_ms[e], wb / (r->median_ms[e] * 1e-3) / 1e9, reps, bc->threads,
+                    simd, date, cpu);
+        }
+    }
+    if (cli_out_commit(fcsv) != 0)
+        return CLI_FAIL;
+    printf("wrote %s\n", csv);
+    return CLI_OK;
+}
 
-    if (csv) {
-        if (cli_out_begin(&fcsv, csv) != 0)
-            goto done;
-        FILE *fp = fcsv.fp;
-        fprintf(fp, "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n");
-        for (int i = 0; i < nr; i++) {
-            const result *r = &res[i];
-            double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
-            for (int e = 0; e < ENG_COUNT; e++) {
-                if (isnan(r->median_ms[e]))
-                    continue;
-                fprintf(fp, "cpu,%s,%s,%lld,%lld,%lld,%.6f,%.6f,%.4f,%lld,%d,%s,%s,%s\n", eng_name[e],
-                        fls_dtype_name(r->dtype), (long long)r->B, (long long)r->V, (long long)r->D,
-                        r->median_ms[e], r->min_ms[e], wb / (r->median_ms[e] * 1e-3) / 1e9, (long long)reps,
-                        bc.threads, simd, date, cpu);
+/* ---- the subcommand: options, then the runs ---- */
+
+/* The options of a CPU bench: as given, then their values. */
+typedef struct bench_opts {
+    const char *csv, *reps_s, *threads_s, *simd_s, *shapes_s, *batches_s, *engines_s, *rules_s;
+    int quick;
+    int64_t reps, threads;
+    fls_simd simd_want;
+    int64_t shapes[BENCH_MAX_LIST][2]; /* {D, V} pairs */
+    int64_t batches[BENCH_MAX_LIST];
+    int nshapes, nbatches, want[ENG_COUNT];
+    bench_rule *rules; /* nrules entries (0: the engines are timed) */
+    int nrules;
+    int64_t maxB, maxK; /* the largest batch, the most tokens per draw */
+} bench_opts;
+
+/* The device decides who parses the rest: the CUDA bench takes the same
+ * argv and may accept options this one does not know. CLI_OK or CLI_USAGE. */
+static int bench_parse_device(int argc, char **argv, fls_engine *engine)
+{
+    const char *device = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            device = argv[i + 1];
+        else if (strncmp(argv[i], "--device=", 9) == 0)
+            device = argv[i] + 9;
+    }
+    return cli_parse_device(device, engine) != 0 ? CLI_USAGE : CLI_OK;
+}
+
+/* The option table into bo's strings. CLI_OK (*help set or not) or CLI_USAGE. */
+static int bench_parse_args(int argc, char **argv, bench_opts *bo, int *help)
+{
+    const char *device = NULL; /* parsed already (bench_parse_device); listed so that it is known */
+    const cli_option opts[] = {{"--device", &device, NULL},
+                               {"--csv", &bo->csv, NULL},
+                               {"--quick", NULL, &bo->quick},
+                               {"--reps", &bo->reps_s, NULL},
+                               {"--threads", &bo->threads_s, NULL},
+                               {"--simd", &bo->simd_s, NULL},
+                               {"--shapes", &bo->shapes_s, NULL},
+                               {"--batches", &bo->batches_s, NULL},
+                               {"--engines", &bo->engines_s, NULL},
+                               {"--rules", &bo->rules_s, NULL},
+                               {NULL, NULL, NULL}};
+    return cli_parse(argc, argv, opts, help);
+}
+
+/* --engines E,...: the CPU engines to time into want[]. CLI_OK or CLI_USAGE. */
+static int bench_parse_engines(const char *s, int *want)
+{
+    for (int e = 0; e < ENG_COUNT; e++)
+        want[e] = 0;
+    for (const char *p = s; *p;) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (int e = 0; e < ENG_COUNT; e++)
+            if (strlen(eng_name[e]) == n && strncmp(p, eng_name[e], n) == 0)
+                want[e] = found = 1;
+        if (!found) {
+            cli_error("--engines: unknown CPU engine '%.*s' (expected floor, fused, unfused_multinomial, "
+                      "unfused_gumbel)",
+                      (int)n, p);
+            return CLI_USAGE;
+        }
+        p += n + (p[n] == ',');
+    }
+    return CLI_OK;
+}
+
+/* --reps, --threads, --simd, --shapes, --batches and --engines into their
+ * values (defaults where not given; --quick: fewer). CLI_OK or CLI_USAGE. */
+static int bench_parse_values(bench_opts *bo)
+{
+    bo->reps = bo->quick ? BENCH_QUICK_REPS : BENCH_DEFAULT_REPS;
+    bo->threads = 0;
+    if ((bo->reps_s && cli_parse_i64("--reps", bo->reps_s, 1, 100000, &bo->reps) != 0) ||
+        (bo->threads_s && cli_parse_i64("--threads", bo->threads_s, 0, 1024, &bo->threads) != 0) ||
+        cli_parse_simd(bo->simd_s, &bo->simd_want) != 0)
+        return CLI_USAGE;
+    const int64_t default_shapes[2][2] = {{4096, 151936}, {2048, 32000}}, default_batches[3] = {1, 4, 16};
+    memcpy(bo->shapes, default_shapes, sizeof default_shapes);
+    memcpy(bo->batches, default_batches, sizeof default_batches);
+    bo->nshapes = 2;
+    bo->nbatches = 3;
+    for (int e = 0; e < ENG_COUNT; e++)
+        bo->want[e] = 1;
+    if (bo->quick) {
+        bo->shapes[0][0] = 2048, bo->shapes[0][1] = 32000;
+        bo->nshapes = 1;
+    }
+    if (bo->shapes_s && (bo->nshapes = parse_list("--shapes", bo->shapes_s, 1, (int64_t)1 << 32,
+                                                  &bo->shapes[0][0], 2 * BENCH_MAX_LIST)) < 0)
+        return CLI_USAGE;
+    if (bo->batches_s &&
+        (bo->nbatches = parse_list("--batches", bo->batches_s, 0, 4096, bo->batches, BENCH_MAX_LIST)) < 0)
+        return CLI_USAGE;
+    if (bo->engines_s && bench_parse_engines(bo->engines_s, bo->want) != CLI_OK)
+        return CLI_USAGE;
+    bo->maxB = 1;
+    for (int i = 0; i < bo->nbatches; i++)
+        bo->maxB = bo->batches[i] > bo->maxB ? bo->batches[i] : bo->maxB;
+    return CLI_OK;
+}
+
+/* --rules R,...: the entries, each checked against every shape's V. CLI_OK or CLI_USAGE. */
+static int bench_parse_rule_option(bench_opts *bo)
+{
+    static bench_rule rules[BENCH_MAX_LIST];
+    bo->rules = rules;
+    bo->nrules = 0;
+    bo->maxK = 1;
+    if (!bo->rules_s)
+        return CLI_OK;
+    if (bo->engines_s) {
+        cli_error("--rules times the fused call per rule; it does not combine with --engines");
+        return CLI_USAGE;
+    }
+    if ((bo->nrules = parse_rules(bo->rules_s, rules, BENCH_MAX_LIST)) < 0)
+        return CLI_USAGE;
+    for (int k = 0; k < bo->nrules; k++) {
+        const cli_rule *rule = &rules[k].rule;
+        bo->maxK = rule->wr_k > bo->maxK ? rule->wr_k : bo->maxK;
+        for (int si = 0; si < bo->nshapes; si++) {
+            const int64_t D = bo->shapes[si][0], V = bo->shapes[si][1];
+            if (rule->top_k > V || rule->wr_k > V) {
+                cli_error("--rules: '%s': %s %lld exceeds the vocabulary V = %lld of shape %lld:%lld",
+                          rules[k].name, rule->top_k > V ? "top-k" : "wr",
+                          (long long)(rule->top_k > V ? rule->top_k : rule->wr_k), (long long)V, (long long)D,
+                          (long long)V);
+                return CLI_USAGE;
             }
         }
-        if (cli_out_commit(&fcsv) != 0)
-            goto done;
-        printf("wrote %s\n", csv);
     }
-    rc = CLI_OK;
+    return CLI_OK;
+}
 
-done:
+/* One CPU bench: its buffers, the timings, what is written. */
+typedef struct bench_run {
+    const bench_opts *o;
+    fls_context_t *ctx;
+    bench_ctx bc;
+    result *res;       /* nres configurations (shape, dtype, batch), nr timed so far */
+    rule_result *rres; /* nres x nrules */
+    int nr;
+    float *h;            /* H of the largest batch */
+    void *w;             /* the copies of W */
+    size_t llc, min_set; /* the last-level cache, W's working set */
+    const char *simd;
+    char date[32], cpu[128];
+    fls_npy_file fcsv;
+} bench_run;
+
+/* The results, the timing and token buffers, the bench context. CLI_OK or CLI_FAIL. */
+static int bench_alloc(bench_run *run)
+{
+    const bench_opts *bo = run->o;
+    const int nres = bo->nshapes * 2 * bo->nbatches;
+    run->res = calloc((size_t)nres, sizeof *run->res);
+    run->rres = calloc((size_t)nres * (size_t)(bo->nrules ? bo->nrules : 1), sizeof *run->rres);
+    double *times = malloc((size_t)bo->reps * sizeof *times);
+    int64_t *tokens = malloc((size_t)(bo->maxB * bo->maxK) * sizeof *tokens);
+    cli_utc_date(run->date);
+    cpu_model(run->cpu, sizeof run->cpu);
+    int nwant = 0;
+    for (int e = 0; e < ENG_COUNT; e++)
+        nwant += bo->want[e];
+    if (bo->nrules)
+        nwant = bo->nrules;
+    run->bc = (bench_ctx){
+        run->ctx, fls_context_threads(run->ctx), (int)bo->reps, 0, nres * nwant, times, tokens, NULL, 0, 1};
+    run->llc = llc_bytes();
+    /* Rotate >= 3 copies over >= max(8 LLC, 2 GiB): a guest's reported LLC
+     * need not be the host's, and no run may find W in a cache. */
+    run->min_set = run->llc * 8 > ((size_t)2048 << 20) ? run->llc * 8 : ((size_t)2048 << 20);
+    run->simd = fls_simd_name(fls_context_simd(run->ctx));
+    if (!run->res || !run->rres || !times || !tokens) {
+        cli_error("out of memory");
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+/* Times every rule (--rules) or every wanted engine on W (one shape and
+ * dtype) at batch B. CLI_OK or CLI_FAIL after a message. */
+static int bench_time_batch(bench_run *run, const fls_matrix *W, floor_job *flj, int64_t B)
+{
+    const bench_opts *bo = run->o;
+    bench_ctx *bc = &run->bc;
+    const int64_t D = W->cols, V = W->rows;
+    const fls_dtype dt = W->dtype;
+    result *r = &run->res[run->nr++];
+    r->D = D;
+    r->V = V;
+    r->B = B;
+    r->dtype = dt;
+    fls_matrix H = {run->h, FLS_DTYPE_F32, B, D, D};
+    for (int e = 0; e < ENG_COUNT; e++)
+        r->median_ms[e] = r->min_ms[e] = NAN;
+    for (int k = 0; k < bo->nrules; k++) {
+        rule_result *rr = &run->rres[(size_t)(run->nr - 1) * (size_t)bo->nrules + (size_t)k];
+        bc->step++;
+        fls_status st = time_rule(bc, &bo->rules[k], W, &H, r, rr);
+        if (st == FLS_ERR_UNSUPPORTED) {
+            rr->median_ms = rr->min_ms = NAN;
+        } else if (st != FLS_OK) {
+            cli_error("rule %s failed on D=%lld V=%lld %s B=%lld: %s", bo->rules[k].name, (long long)D,
+                      (long long)V, fls_dtype_name(dt), (long long)r->B, fls_status_string(st));
+            return CLI_FAIL;
+        }
+    }
+    for (int e = 0; e < ENG_COUNT && !bo->nrules; e++) {
+        if (!bo->want[e]) {
+            r->median_ms[e] = r->min_ms[e] = NAN;
+            continue;
+        }
+        bc->step++;
+        fls_status st = time_engine(bc, e, W, &H, flj, r);
+        if (st == FLS_ERR_UNSUPPORTED) {
+            r->median_ms[e] = r->min_ms[e] = NAN;
+        } else if (st != FLS_OK) {
+            cli_error("%s failed on D=%lld V=%lld %s B=%lld: %s", eng_name[e], (long long)D, (long long)V,
+                      fls_dtype_name(dt), (long long)r->B, fls_status_string(st));
+            return CLI_FAIL;
+        }
+    }
+    return CLI_OK;
+}
+
+/* Shape si (D, V) in dtype di: W generated in enough copies, then every
+ * batch. CLI_OK or CLI_FAIL. */
+static int bench_time_dtype(bench_run *run, int si, int di)
+{
+    static const fls_dtype dtypes[2] = {FLS_DTYPE_BF16, FLS_DTYPE_F32};
+    const bench_opts *bo = run->o;
+    const int64_t D = bo->shapes[si][0], V = bo->shapes[si][1];
+    const fls_dtype dt = dtypes[di];
+    const size_t bytes = (size_t)(V * D) * fls_dtype_size(dt);
+    const size_t stride = (bytes + 4095) / 4096 * 4096;
+    int ncopies = (int)((run->min_set + bytes - 1) / bytes);
+    ncopies = ncopies < 3 ? 3 : ncopies > 16 ? 16 : ncopies;
+    cli_progress("generating W (%lld x %lld, %s, %.2f GB, %d cop%s)", (long long)V, (long long)D,
+                 fls_dtype_name(dt), (double)bytes / 1e9, ncopies, ncopies == 1 ? "y" : "ies");
+    if (posix_memalign(&run->w, 64, stride * (size_t)ncopies) != 0) {
+        run->w = NULL;
+        cli_error("out of memory for W (%.2f GB)", (double)(stride * (size_t)ncopies) / 1e9);
+        return CLI_FAIL;
+    }
+    void *w = run->w;
+    /* Logit standard deviation ~ 4/3 (W uniform in +-4/sqrt(D), H in +-1):
+     * a realistic spread, neither flat nor one-hot. */
+    fill_job fjob = {w, dt, (size_t)(V * D), 4.0f / sqrtf((float)D),
+                     1000u + (uint64_t)((si + (bo->quick && !bo->shapes_s)) * 2 + di)};
+    par_run(run->bc.threads, fill_worker, &fjob);
+    for (int c = 1; c < ncopies; c++)
+        memcpy((unsigned char *)w + (size_t)c * stride, w, bytes);
+    run->bc.wbase = w;
+    run->bc.stride = stride;
+    run->bc.ncopies = ncopies;
+    floor_job *flj = malloc(sizeof *flj);
+    if (!flj) {
+        cli_error("out of memory");
+        return CLI_FAIL;
+    }
+    flj->data = w;
+    flj->bytes = bytes;
+    fls_matrix W = {w, dt, V, D, D};
+    int rc = CLI_OK;
+    for (int bi = 0; bi < bo->nbatches && rc == CLI_OK; bi++)
+        rc = bench_time_batch(run, &W, flj, bo->batches[bi]);
+    free(flj);
+    if (rc != CLI_OK)
+        return rc;
+    free(run->w);
+    run->w = NULL;
+    return CLI_OK;
+}
+
+/* Every shape: H (the largest batch), then W in bf16 and in f32. CLI_OK or CLI_FAIL. */
+static int bench_time_all(bench_run *run)
+{
+    const bench_opts *bo = run->o;
+    for (int si = 0; si < bo->nshapes; si++) {
+        const int64_t D = bo->shapes[si][0];
+        if (posix_memalign((void **)&run->h, 64, (size_t)(bo->maxB * D) * sizeof(float)) != 0) {
+            cli_error("out of memory for H");
+            return CLI_FAIL;
+        }
+        uint64_t hs = 7;
+        for (int64_t i = 0; i < bo->maxB * D; i++)
+            run->h[i] = rand_sym(&hs, 1.0f);
+        for (int di = 0; di < 2; di++)
+            if (bench_time_dtype(run, si, di) != CLI_OK)
+                return CLI_FAIL;
+        free(run->h);
+        run->h = NULL;
+    }
     cli_progress_done();
-    cli_out_abort(&fcsv);
-    free(w);
-    free(h);
-    free(res);
-    free(rres);
-    free(times);
-    free(tokens);
-    fls_context_destroy(ctx);
+    return CLI_OK;
+}
+
+/* The CPU bench with parsed options: times, prints, writes. Returns the exit status. */
+static int bench_cpu(const bench_opts *bo)
+{
+    /* The CSV is created when the results are ready; an unwritable path fails now. */
+    if (bo->csv && cli_out_check("--csv", bo->csv) != 0)
+        return CLI_FAIL;
+    bench_run run;
+    memset(&run, 0, sizeof run);
+    run.o = bo;
+    if (cli_context_create(&run.ctx, FLS_ENGINE_CPU, (int)bo->threads, bo->simd_want) != 0)
+        return CLI_FAIL;
+    int rc = bench_alloc(&run);
+    if (rc == CLI_OK) {
+        printf(
+            "flashsample bench: cpu, %d threads, simd %s (%s), %lld timed runs per configuration (median), "
+            "%s\n",
+            run.bc.threads, run.simd,
+            bo->simd_want == FLS_SIMD_AUTO ? "the library's automatic choice" : "--simd", (long long)bo->reps,
+            run.date);
+        printf("cpu: %s; last-level cache %.0f MiB; W working set >= %.0f MiB\n", run.cpu,
+               (double)run.llc / 1048576.0, (double)run.min_set / 1048576.0);
+        fflush(stdout);
+        rc = bench_time_all(&run);
+    }
+    if (rc == CLI_OK && bo->nrules)
+        rc = report_rules(bo->rules, bo->nrules, run.res, run.rres, run.nr, &run.bc, run.simd, run.date,
+                          run.cpu, bo->csv, &run.fcsv, (long long)bo->reps);
+    else if (rc == CLI_OK)
+        rc = report_engines(run.res, run.nr, &run.bc, run.simd, run.date, run.cpu, bo->csv, &run.fcsv,
+                            (long long)bo->reps);
+    cli_progress_done();
+    cli_out_abort(&run.fcsv);
+    free(run.w);
+    free(run.h);
+    free(run.res);
+    free(run.rres);
+    free(run.bc.times);
+    free(run.bc.tokens);
+    fls_context_destroy(run.ctx);
     return rc;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    fls_engine engine;
+    if (bench_parse_device(argc, argv, &engine) != CLI_OK)
+        return CLI_USAGE;
+    if (engine == FLS_ENGINE_CUDA)
+        return fls_tool_bench_cuda(argc, argv);
+    bench_opts bo;
+    memset(&bo, 0, sizeof bo);
+    int help;
+    if (bench_parse_args(argc, argv, &bo, &help) != CLI_OK)
+        return CLI_USAGE;
+    if (help) {
+        bench_help();
+        return CLI_OK;
+    }
+    if (bench_parse_values(&bo) != CLI_OK || bench_parse_rule_option(&bo) != CLI_OK)
+        return CLI_USAGE;
+    if (cli_parse_only)
+        return CLI_OK;
+    return bench_cpu(&bo);
 }

@@ -347,510 +347,716 @@ static void explain_unsupported(fls_engine engine, fls_method method, const cli_
                   method_name(method), cli_rule_filters(rule) || rule->wr_k > 0 ? " with a rule" : "");
 }
 
-int cli_sample(int argc, char **argv)
-{
-    sample_opts o;
-    memset(&o, 0, sizeof o);
-    const cli_option opts[] = {{"--logits", &o.logits, NULL},
-                               {"--weights", &o.weights, NULL},
-                               {"--hidden", &o.hidden, NULL},
-                               {"--weights-dtype", &o.weights_dtype, NULL},
-                               {"--temperature", &o.temperature, NULL},
-                               {"--seed", &o.seed, NULL},
-                               {"--row-seeds", &o.row_seeds, NULL},
-                               {"--offset", &o.offset, NULL},
-                               {"--samples", &o.samples, NULL},
-                               {"--device", &o.device, NULL},
-                               {"--threads", &o.threads, NULL},
-                               {"--simd", &o.simd, NULL},
-                               {"--out", &o.out, NULL},
-                               {"--counts", &o.counts, NULL},
-                               {"--method", &o.method, NULL},
-                               {"--group-size", &o.group_size, NULL},
-                               {"--stream-chunk", &o.stream_chunk, NULL},
-                               {"--early-finalize", NULL, &o.early},
-                               {"--shards", &o.shards, NULL},
-                               CLI_RULE_OPTIONS(o.rule),
-                               {NULL, NULL, NULL}};
-    int help;
-    if (cli_parse(argc, argv, opts, &help) != CLI_OK)
-        return CLI_USAGE;
-    if (help) {
-        sample_help();
-        return CLI_OK;
-    }
+/* ---- one run of `sample`: its options, inputs, buffers and results ---- */
 
-    /* ---- arguments: all checked before anything is read or written ---- */
-    if (o.logits && (o.weights || o.hidden)) {
-        cli_error("--logits cannot be combined with %s: give either --logits L.npy, or --weights W.npy "
-                  "with --hidden H.npy",
-                  o.weights && o.hidden ? "--weights and --hidden"
-                  : o.weights           ? "--weights"
-                                        : "--hidden");
-        return CLI_USAGE;
-    }
-    if (!o.logits && !(o.weights && o.hidden)) {
-        cli_error(o.weights  ? "--weights needs --hidden"
-                  : o.hidden ? "--hidden needs --weights"
-                             : "an input is required: --logits L.npy, or "
-                               "--weights W.npy with --hidden H.npy");
-        return CLI_USAGE;
-    }
-    if (o.weights_dtype && !o.weights) {
-        cli_error("--weights-dtype applies to --weights only");
-        return CLI_USAGE;
-    }
-    fls_dtype wdtype = FLS_DTYPE_F32;
-    float temperature = 1.0f;
-    uint64_t seed = 0, offset = 0;
-    int64_t draws = 1, threads = 0, group_size = 0, stream_chunk = 0, shards = 1;
+typedef struct sample_run {
+    sample_opts o;
+    /* the options' values */
+    fls_dtype wdtype;
+    float temperature;
+    uint64_t seed, offset;
+    int64_t draws, threads, group_size, stream_chunk, shards;
     fls_engine engine;
     fls_simd simd;
     fls_method method;
     cli_rule rule;
-    if ((o.weights_dtype && parse_wdtype(o.weights_dtype, &wdtype) != 0) ||
-        (o.temperature && cli_parse_float("--temperature", o.temperature, &temperature) != 0) ||
-        (o.seed && cli_parse_u64("--seed", o.seed, &seed) != 0) ||
-        (o.offset && cli_parse_u64("--offset", o.offset, &offset) != 0) ||
-        (o.samples && cli_parse_i64("--samples", o.samples, 1, (int64_t)UINT32_MAX, &draws) != 0) ||
-        (o.threads && cli_parse_i64("--threads", o.threads, 0, 1024, &threads) != 0) ||
-        (o.group_size &&
-         cli_parse_i64("--group-size", o.group_size, 2, (int64_t)1 << 20, &group_size) != 0) ||
-        (o.stream_chunk &&
-         cli_parse_i64("--stream-chunk", o.stream_chunk, 1, ((int64_t)1 << 33) - 2, &stream_chunk) != 0) ||
-        (o.shards && cli_parse_i64("--shards", o.shards, 1, 65536, &shards) != 0) ||
-        cli_parse_device(o.device, &engine) != 0 || cli_parse_simd(o.simd, &simd) != 0 ||
-        parse_method(o.method, &method) != 0 || cli_rule_parse(&o.rule, &rule) != CLI_OK)
-        return CLI_USAGE;
-    if (temperature < 0.0f) {
-        cli_error("--temperature must be >= 0 (0 is greedy), got %s", o.temperature);
+    int rules, streaming;
+    /* the inputs: L (B, V), or W (V, D) and H (B, D) */
+    fls_npy_matrix W, H, L;
+    uint64_t *row_seeds;
+    int64_t B, V, D;
+    /* the tokens of one chunk of draws (K per draw), the counts */
+    int64_t K, chunk;
+    size_t ntok;
+    int64_t *tokens, *counts;
+    /* the engine and what it reads and writes */
+    fls_context_t *ctx;
+    fls_params p;
+    fls_matrix mW, mH, mL;
+    fls_outputs out;
+    void *dW, *dH, *dL, *dtok;
+    /* streaming */
+    cli_stream_cfg scfg;
+    cli_stream_stats sst;
+    float *chunk_norms, *hnorms;
+    /* results */
+    int64_t row0[16], nrow0;
+    double elapsed;
+    fls_npy_file fout, fcounts;
+} sample_run;
+
+/* The option table into s->o, then --help. CLI_OK (*help set or not) or CLI_USAGE. */
+static int sample_parse_args(int argc, char **argv, sample_run *s, int *help)
+{
+    sample_opts *o = &s->o;
+    const cli_option opts[] = {{"--logits", &o->logits, NULL},
+                               {"--weights", &o->weights, NULL},
+                               {"--hidden", &o->hidden, NULL},
+                               {"--weights-dtype", &o->weights_dtype, NULL},
+                               {"--temperature", &o->temperature, NULL},
+                               {"--seed", &o->seed, NULL},
+                               {"--row-seeds", &o->row_seeds, NULL},
+                               {"--offset", &o->offset, NULL},
+                               {"--samples", &o->samples, NULL},
+                               {"--device", &o->device, NULL},
+                               {"--threads", &o->threads, NULL},
+                               {"--simd", &o->simd, NULL},
+                               {"--out", &o->out, NULL},
+                               {"--counts", &o->counts, NULL},
+                               {"--method", &o->method, NULL},
+                               {"--group-size", &o->group_size, NULL},
+                               {"--stream-chunk", &o->stream_chunk, NULL},
+                               {"--early-finalize", NULL, &o->early},
+                               {"--shards", &o->shards, NULL},
+                               CLI_RULE_OPTIONS(o->rule),
+                               {NULL, NULL, NULL}};
+    return cli_parse(argc, argv, opts, help);
+}
+
+/* Which inputs were given: --logits, or --weights with --hidden. CLI_OK or CLI_USAGE. */
+static int sample_check_input_options(const sample_opts *o)
+{
+    if (o->logits && (o->weights || o->hidden)) {
+        cli_error("--logits cannot be combined with %s: give either --logits L.npy, or --weights W.npy "
+                  "with --hidden H.npy",
+                  o->weights && o->hidden ? "--weights and --hidden"
+                  : o->weights            ? "--weights"
+                                          : "--hidden");
         return CLI_USAGE;
     }
-    if (engine == FLS_ENGINE_CUDA && o.simd) {
+    if (!o->logits && !(o->weights && o->hidden)) {
+        cli_error(o->weights  ? "--weights needs --hidden"
+                  : o->hidden ? "--hidden needs --weights"
+                              : "an input is required: --logits L.npy, or "
+                                "--weights W.npy with --hidden H.npy");
+        return CLI_USAGE;
+    }
+    if (o->weights_dtype && !o->weights) {
+        cli_error("--weights-dtype applies to --weights only");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* The option strings into their values (defaults where not given). CLI_OK or CLI_USAGE. */
+static int sample_parse_values(sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    s->wdtype = FLS_DTYPE_F32;
+    s->temperature = 1.0f;
+    s->seed = s->offset = 0;
+    s->draws = 1;
+    s->threads = s->group_size = s->stream_chunk = 0;
+    s->shards = 1;
+    if ((o->weights_dtype && parse_wdtype(o->weights_dtype, &s->wdtype) != 0) ||
+        (o->temperature && cli_parse_float("--temperature", o->temperature, &s->temperature) != 0) ||
+        (o->seed && cli_parse_u64("--seed", o->seed, &s->seed) != 0) ||
+        (o->offset && cli_parse_u64("--offset", o->offset, &s->offset) != 0) ||
+        (o->samples && cli_parse_i64("--samples", o->samples, 1, (int64_t)UINT32_MAX, &s->draws) != 0) ||
+        (o->threads && cli_parse_i64("--threads", o->threads, 0, 1024, &s->threads) != 0) ||
+        (o->group_size &&
+         cli_parse_i64("--group-size", o->group_size, 2, (int64_t)1 << 20, &s->group_size) != 0) ||
+        (o->stream_chunk && cli_parse_i64("--stream-chunk", o->stream_chunk, 1, ((int64_t)1 << 33) - 2,
+                                          &s->stream_chunk) != 0) ||
+        (o->shards && cli_parse_i64("--shards", o->shards, 1, 65536, &s->shards) != 0) ||
+        cli_parse_device(o->device, &s->engine) != 0 || cli_parse_simd(o->simd, &s->simd) != 0 ||
+        parse_method(o->method, &s->method) != 0 || cli_rule_parse(&o->rule, &s->rule) != CLI_OK)
+        return CLI_USAGE;
+    return CLI_OK;
+}
+
+/* The values that do not go together: temperature, --simd, the method's
+ * options and the rules. CLI_OK or CLI_USAGE. */
+static int sample_check_method(sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    if (s->temperature < 0.0f) {
+        cli_error("--temperature must be >= 0 (0 is greedy), got %s", o->temperature);
+        return CLI_USAGE;
+    }
+    if (s->engine == FLS_ENGINE_CUDA && o->simd) {
         cli_error("--simd chooses the CPU engine's SIMD path; it does not apply to --device cuda");
         return CLI_USAGE;
     }
-    if (o.group_size && method != FLS_METHOD_GROUPED) {
+    if (o->group_size && s->method != FLS_METHOD_GROUPED) {
         cli_error("--group-size applies to --method grouped only");
         return CLI_USAGE;
     }
-    if (group_size && (group_size & (group_size - 1))) {
+    if (s->group_size && (s->group_size & (s->group_size - 1))) {
         cli_error("--group-size: %lld is not a power of two (allowed: 2, 4, 8, ..., 2^20)",
-                  (long long)group_size);
+                  (long long)s->group_size);
         return CLI_USAGE;
     }
-    const int rules = cli_rule_given(&o.rule);
-    if (method == FLS_METHOD_GROUPED && rules) {
+    s->rules = cli_rule_given(&o->rule);
+    if (s->method == FLS_METHOD_GROUPED && s->rules) {
         cli_error("--method grouped takes no rule (%s): filters need the row's maximum before a group can be "
                   "judged (docs/GROUPED.md); use --method fused",
-                  cli_rule_first_flag(&o.rule));
+                  cli_rule_first_flag(&o->rule));
         return CLI_USAGE;
     }
-    if (method == FLS_METHOD_UNFUSED_MULTINOMIAL && rule.wr_k > 0) {
+    if (s->method == FLS_METHOD_UNFUSED_MULTINOMIAL && s->rule.wr_k > 0) {
         cli_error(
             "--without-replacement: the unfused multinomial baseline draws one token per draw; use --method "
             "fused or unfused-gumbel");
         return CLI_USAGE;
     }
-    const int streaming = o.stream_chunk || o.shards || o.early;
-    if (streaming) {
-        const char *flag = o.stream_chunk ? "--stream-chunk" : o.shards ? "--shards" : "--early-finalize";
-        if (method != FLS_METHOD_FUSED && method != FLS_METHOD_GROUPED) {
-            cli_error("%s: streaming supports --method fused and grouped only, not %s", flag,
-                      method_name(method));
-            return CLI_USAGE;
-        }
-        if (rules) {
-            cli_error(
-                "%s: streaming takes no rule (%s): the streaming API samples the temperature rule (flat or "
-                "grouped) without filters or --without-replacement",
-                flag, cli_rule_first_flag(&o.rule));
-            return CLI_USAGE;
-        }
-        if (o.early && !o.weights) {
-            cli_error("--early-finalize bounds the logits by ||w|| ||h||: it needs --weights and --hidden "
-                      "(materialized --logits are fed whole)");
-            return CLI_USAGE;
-        }
-        if (!stream_chunk)
-            stream_chunk = SAMPLE_STREAM_CHUNK;
-    }
-    if (o.out && o.counts && same_file(o.out, o.counts)) {
-        cli_error("--out and --counts name the same file '%s'", o.out);
+    return CLI_OK;
+}
+
+/* --stream-chunk, --shards, --early-finalize: what they take, and the
+ * default chunk. CLI_OK or CLI_USAGE. */
+static int sample_check_streaming(sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    s->streaming = o->stream_chunk || o->shards || o->early;
+    if (!s->streaming)
+        return CLI_OK;
+    const char *flag = o->stream_chunk ? "--stream-chunk" : o->shards ? "--shards" : "--early-finalize";
+    if (s->method != FLS_METHOD_FUSED && s->method != FLS_METHOD_GROUPED) {
+        cli_error("%s: streaming supports --method fused and grouped only, not %s", flag,
+                  method_name(s->method));
         return CLI_USAGE;
     }
-    {
-        const char *iopts[8] = {
-            "--logits",        "--weights",       "--hidden",        "--row-seeds",
-            "--top-k-per-row", "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
-        const char *ipaths[8] = {
-            o.logits,          o.weights,         o.hidden,          o.row_seeds,
-            o.rule.top_k_rows, o.rule.top_p_rows, o.rule.min_p_rows, o.rule.filter_value_rows};
-        if (cli_output_names_input("--out", o.out, iopts, ipaths, 8) ||
-            cli_output_names_input("--counts", o.counts, iopts, ipaths, 8))
-            return CLI_USAGE;
+    if (s->rules) {
+        cli_error("%s: streaming takes no rule (%s): the streaming API samples the temperature rule (flat or "
+                  "grouped) without filters or --without-replacement",
+                  flag, cli_rule_first_flag(&o->rule));
+        return CLI_USAGE;
     }
-    if (cli_parse_only)
-        return CLI_OK;
-    if ((o.out && cli_out_check("--out", o.out) != 0) ||
-        (o.counts && cli_out_check("--counts", o.counts) != 0))
+    if (o->early && !o->weights) {
+        cli_error("--early-finalize bounds the logits by ||w|| ||h||: it needs --weights and --hidden "
+                  "(materialized --logits are fed whole)");
+        return CLI_USAGE;
+    }
+    if (!s->stream_chunk)
+        s->stream_chunk = SAMPLE_STREAM_CHUNK;
+    return CLI_OK;
+}
+
+/* The outputs may not name each other or an input. CLI_OK or CLI_USAGE. */
+static int sample_check_output_names(const sample_opts *o)
+{
+    if (o->out && o->counts && same_file(o->out, o->counts)) {
+        cli_error("--out and --counts name the same file '%s'", o->out);
+        return CLI_USAGE;
+    }
+    const char *iopts[8] = {
+        "--logits",        "--weights",       "--hidden",        "--row-seeds",
+        "--top-k-per-row", "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
+    const char *ipaths[8] = {
+        o->logits,          o->weights,         o->hidden,          o->row_seeds,
+        o->rule.top_k_rows, o->rule.top_p_rows, o->rule.min_p_rows, o->rule.filter_value_rows};
+    if (cli_output_names_input("--out", o->out, iopts, ipaths, 8) ||
+        cli_output_names_input("--counts", o->counts, iopts, ipaths, 8))
+        return CLI_USAGE;
+    return CLI_OK;
+}
+
+/* Every argument, checked before anything is read or written. CLI_OK or CLI_USAGE. */
+static int sample_check_args(sample_run *s)
+{
+    int rc = sample_check_input_options(&s->o);
+    if (rc == CLI_OK)
+        rc = sample_parse_values(s);
+    if (rc == CLI_OK)
+        rc = sample_check_method(s);
+    if (rc == CLI_OK)
+        rc = sample_check_streaming(s);
+    if (rc == CLI_OK)
+        rc = sample_check_output_names(&s->o);
+    return rc;
+}
+
+/* Before any work: the outputs can be created, the engine exists. CLI_OK or CLI_FAIL. */
+static int sample_check_environment(const sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    if ((o->out && cli_out_check("--out", o->out) != 0) ||
+        (o->counts && cli_out_check("--counts", o->counts) != 0))
         return CLI_FAIL;
-    if (engine == FLS_ENGINE_CUDA && !fls_cuda_available()) {
+    if (s->engine == FLS_ENGINE_CUDA && !fls_cuda_available()) {
         cli_error("--device cuda: %s; use --device cpu",
                   fls_cuda_built() ? "this flashsample has the CUDA engine but no usable GPU was found"
                                    : "this flashsample was built without the CUDA engine");
         return CLI_FAIL;
     }
+    return CLI_OK;
+}
 
-    int rc = CLI_FAIL;
+/* Reads --logits into s->L (f32), or --weights and --hidden into s->W and
+ * s->H; sets B, V (and D). CLI_OK or CLI_FAIL. */
+static int sample_load_matrices(sample_run *s)
+{
+    const sample_opts *o = &s->o;
     char err[FLS_NPY_ERR_LEN];
-    fls_npy_file fout, fcounts;
-    memset(&fout, 0, sizeof fout);
-    memset(&fcounts, 0, sizeof fcounts);
-    fls_npy_matrix W, H, L;
-    memset(&W, 0, sizeof W);
-    memset(&H, 0, sizeof H);
-    memset(&L, 0, sizeof L);
-    uint64_t *row_seeds = NULL;
-    int64_t *tokens = NULL, *counts = NULL;
-    float *chunk_norms = NULL, *hnorms = NULL;
-    fls_context_t *ctx = NULL;
-    void *dW = NULL, *dH = NULL, *dL = NULL, *dtok = NULL;
     fls_status st;
-
-    int64_t B, V, D = 0;
-    if (o.logits) {
+    if (o->logits) {
         /* f16 logits are widened to f32 on load: exact, so the tokens are those of the f16 values. */
         const fls_dtype f32 = FLS_DTYPE_F32;
-        cli_progress("loading %s", o.logits);
-        if ((st = fls_npy_read_matrix(o.logits, &f32, &L, err)) != FLS_OK) {
+        cli_progress("loading %s", o->logits);
+        if ((st = fls_npy_read_matrix(o->logits, &f32, &s->L, err)) != FLS_OK) {
             input_error("--logits", st, err);
-            goto done;
+            return CLI_FAIL;
         }
-        B = L.rows;
-        V = L.cols;
-    } else {
-        cli_progress("loading %s", o.weights);
-        if ((st = fls_npy_read_matrix(o.weights, o.weights_dtype ? &wdtype : NULL, &W, err)) != FLS_OK) {
-            input_error("--weights", st, err);
-            goto done;
-        }
-        cli_progress("loading %s", o.hidden);
-        if ((st = fls_npy_read_matrix(o.hidden, NULL, &H, err)) != FLS_OK) {
-            input_error("--hidden", st, err);
-            goto done;
-        }
-        /* A 1-D W would silently read as a single vocabulary row: require the (V, D) matrix. */
-        if (W.ndim != 2) {
-            cli_error("--weights: %s: expected a 2-D array (V, D), got a 1-D array", o.weights);
-            goto done;
-        }
-        V = W.rows;
-        D = W.cols;
-        B = H.rows;
-        if (H.cols != D) {
-            cli_error("shape mismatch: --weights %s is (V=%lld, D=%lld) but --hidden %s is (B=%lld, D=%lld); "
-                      "H must be (B, %lld)",
-                      o.weights, (long long)V, (long long)D, o.hidden, (long long)H.rows, (long long)H.cols,
-                      (long long)D);
-            goto done;
-        }
+        s->B = s->L.rows;
+        s->V = s->L.cols;
+        return CLI_OK;
     }
-    if (o.row_seeds && load_row_seeds(o.row_seeds, B, &row_seeds) != 0)
-        goto done;
-    {
-        int lrc;
-        if (cli_rule_load(&rule, B, V, &lrc) != 0) {
-            rc = lrc;
-            goto done;
-        }
+    cli_progress("loading %s", o->weights);
+    if ((st = fls_npy_read_matrix(o->weights, o->weights_dtype ? &s->wdtype : NULL, &s->W, err)) != FLS_OK) {
+        input_error("--weights", st, err);
+        return CLI_FAIL;
     }
-    if (shards > V) {
-        cli_error("--shards %lld: more shards than the V = %lld tokens of the vocabulary", (long long)shards,
-                  (long long)V);
-        rc = CLI_USAGE;
-        goto done;
+    cli_progress("loading %s", o->hidden);
+    if ((st = fls_npy_read_matrix(o->hidden, NULL, &s->H, err)) != FLS_OK) {
+        input_error("--hidden", st, err);
+        return CLI_FAIL;
     }
+    /* A 1-D W would silently read as a single vocabulary row: require the (V, D) matrix. */
+    if (s->W.ndim != 2) {
+        cli_error("--weights: %s: expected a 2-D array (V, D), got a 1-D array", o->weights);
+        return CLI_FAIL;
+    }
+    s->V = s->W.rows;
+    s->D = s->W.cols;
+    s->B = s->H.rows;
+    if (s->H.cols != s->D) {
+        cli_error("shape mismatch: --weights %s is (V=%lld, D=%lld) but --hidden %s is (B=%lld, D=%lld); "
+                  "H must be (B, %lld)",
+                  o->weights, (long long)s->V, (long long)s->D, o->hidden, (long long)s->H.rows,
+                  (long long)s->H.cols, (long long)s->D);
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
 
-    /* With --out every token is kept (the file is B x N x K); otherwise the
-     * draws run in chunks of about SAMPLE_CHUNK_TOKENS tokens. */
-    const int64_t K = rule.wr_k > 0 ? rule.wr_k : 1;
-    int64_t chunk = draws;
-    if (!o.out) {
+/* The inputs: the matrices, the row seeds, the rules' per-row arrays; then
+ * the checks that need B and V. CLI_OK, or the exit status. */
+static int sample_load_inputs(sample_run *s)
+{
+    if (sample_load_matrices(s) != CLI_OK)
+        return CLI_FAIL;
+    if (s->o.row_seeds && load_row_seeds(s->o.row_seeds, s->B, &s->row_seeds) != 0)
+        return CLI_FAIL;
+    int lrc;
+    if (cli_rule_load(&s->rule, s->B, s->V, &lrc) != 0)
+        return lrc;
+    if (s->shards > s->V) {
+        cli_error("--shards %lld: more shards than the V = %lld tokens of the vocabulary",
+                  (long long)s->shards, (long long)s->V);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* The tokens of one chunk of draws and the counts, on the host. With --out
+ * every token is kept (the file is B x N x K); otherwise the draws run in
+ * chunks of about SAMPLE_CHUNK_TOKENS tokens. CLI_OK or CLI_FAIL. */
+static int sample_alloc_buffers(sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    const int64_t B = s->B, V = s->V, K = s->rule.wr_k > 0 ? s->rule.wr_k : 1;
+    s->K = K;
+    s->chunk = s->draws;
+    if (!o->out) {
         int64_t per_row = SAMPLE_CHUNK_TOKENS / B / K;
-        chunk = per_row < 1 ? 1 : per_row < draws ? per_row : draws;
+        s->chunk = per_row < 1 ? 1 : per_row < s->draws ? per_row : s->draws;
     }
-    if ((uint64_t)B > SIZE_MAX / 8 / (uint64_t)chunk / (uint64_t)K ||
-        (o.counts && (uint64_t)B > SIZE_MAX / 8 / (uint64_t)V)) {
+    if ((uint64_t)B > SIZE_MAX / 8 / (uint64_t)s->chunk / (uint64_t)K ||
+        (o->counts && (uint64_t)B > SIZE_MAX / 8 / (uint64_t)V)) {
         cli_error("output too large for this machine's address space: B=%lld x N=%lld%s tokens%s",
-                  (long long)B, (long long)draws, K > 1 ? " x K" : "", o.counts ? " or B x V counts" : "");
-        goto done;
+                  (long long)B, (long long)s->draws, K > 1 ? " x K" : "",
+                  o->counts ? " or B x V counts" : "");
+        return CLI_FAIL;
     }
-    size_t ntok = (size_t)B * (size_t)chunk * (size_t)K;
+    s->ntok = (size_t)B * (size_t)s->chunk * (size_t)K;
     char why[192];
-    if (!fls_npy_memory_fits(ntok * sizeof *tokens, why, sizeof why)) {
+    if (!fls_npy_memory_fits(s->ntok * sizeof *s->tokens, why, sizeof why)) {
         cli_error("the tokens do not fit in memory: B=%lld x N=%lld%s int64 tokens, %s%s", (long long)B,
-                  (long long)chunk, K > 1 ? " x K" : "", why,
-                  o.out ? "; --out holds every token: without --out, --counts needs far less" : "");
-        goto done;
+                  (long long)s->chunk, K > 1 ? " x K" : "", why,
+                  o->out ? "; --out holds every token: without --out, --counts needs far less" : "");
+        return CLI_FAIL;
     }
-    tokens = malloc(ntok * sizeof *tokens);
-    if (!tokens) {
-        cli_error("out of memory for %zu tokens (%.1f GiB)%s", ntok, (double)ntok * 8.0 / 1073741824.0,
-                  o.out ? "; --out holds every token: without --out, --counts needs far less" : "");
-        goto done;
+    s->tokens = malloc(s->ntok * sizeof *s->tokens);
+    if (!s->tokens) {
+        cli_error("out of memory for %zu tokens (%.1f GiB)%s", s->ntok, (double)s->ntok * 8.0 / 1073741824.0,
+                  o->out ? "; --out holds every token: without --out, --counts needs far less" : "");
+        return CLI_FAIL;
     }
-    if (o.counts) {
-        if (!fls_npy_memory_fits((size_t)B * (size_t)V * sizeof *counts, why, sizeof why)) {
+    if (o->counts) {
+        if (!fls_npy_memory_fits((size_t)B * (size_t)V * sizeof *s->counts, why, sizeof why)) {
             cli_error("--counts: the B x V = %lld x %lld counts do not fit in memory: %s", (long long)B,
                       (long long)V, why);
-            goto done;
+            return CLI_FAIL;
         }
-        counts = calloc((size_t)B * (size_t)V, sizeof *counts);
-        if (!counts) {
+        s->counts = calloc((size_t)B * (size_t)V, sizeof *s->counts);
+        if (!s->counts) {
             cli_error("out of memory for the counts (%lld x %lld)", (long long)B, (long long)V);
-            goto done;
+            return CLI_FAIL;
         }
     }
+    return CLI_OK;
+}
 
-    if (cli_context_create(&ctx, engine, (int)threads, simd) != 0)
-        goto done;
+/* The context, the call's params and the matrices it reads (copied to the
+ * GPU for the CUDA engine, with the tokens' buffer). CLI_OK or CLI_FAIL. */
+static int sample_setup_engine(sample_run *s)
+{
+    if (cli_context_create(&s->ctx, s->engine, (int)s->threads, s->simd) != 0)
+        return CLI_FAIL;
 
-    fls_params p;
-    fls_params_default(&p);
-    p.method = method;
-    p.group_size = group_size;
-    p.temperature_value = temperature;
-    p.seed = seed;
-    p.row_seeds = row_seeds;
-    p.offset = offset;
-    cli_rule_apply(&rule, &p);
+    fls_params *p = &s->p;
+    fls_params_default(p);
+    p->method = s->method;
+    p->group_size = s->group_size;
+    p->temperature_value = s->temperature;
+    p->seed = s->seed;
+    p->row_seeds = s->row_seeds;
+    p->offset = s->offset;
+    cli_rule_apply(&s->rule, p);
 
-    fls_matrix mW = {W.data, W.dtype, W.rows, W.cols, W.cols};
-    fls_matrix mH = {H.data, H.dtype, H.rows, H.cols, H.cols};
-    fls_matrix mL = {L.data, L.dtype, L.rows, L.cols, L.cols};
-    fls_outputs out = {tokens, NULL, NULL};
-    if (engine == FLS_ENGINE_CUDA) {
-        cli_progress("copying inputs to the GPU");
-        if (o.logits) {
-            if (copy_to_device(L.data, (size_t)(B * V) * fls_dtype_size(L.dtype), &dL, "the logits") != 0)
-                goto done;
-            mL.data = dL;
-        } else {
-            if (copy_to_device(W.data, (size_t)(V * D) * fls_dtype_size(W.dtype), &dW, "W") != 0 ||
-                copy_to_device(H.data, (size_t)(B * D) * fls_dtype_size(H.dtype), &dH, "H") != 0)
-                goto done;
-            mW.data = dW;
-            mH.data = dH;
-        }
-        if ((st = fls_device_malloc(&dtok, ntok * sizeof *tokens)) != FLS_OK) {
-            cli_error("--device cuda: cannot allocate the tokens on the GPU: %s", fls_status_string(st));
-            goto done;
-        }
-        out.tokens = dtok;
+    const fls_npy_matrix *W = &s->W, *H = &s->H, *L = &s->L;
+    s->mW = (fls_matrix){W->data, W->dtype, W->rows, W->cols, W->cols};
+    s->mH = (fls_matrix){H->data, H->dtype, H->rows, H->cols, H->cols};
+    s->mL = (fls_matrix){L->data, L->dtype, L->rows, L->cols, L->cols};
+    s->out = (fls_outputs){s->tokens, NULL, NULL};
+    if (s->engine != FLS_ENGINE_CUDA)
+        return CLI_OK;
+    const int64_t B = s->B, V = s->V, D = s->D;
+    cli_progress("copying inputs to the GPU");
+    if (s->o.logits) {
+        if (copy_to_device(L->data, (size_t)(B * V) * fls_dtype_size(L->dtype), &s->dL, "the logits") != 0)
+            return CLI_FAIL;
+        s->mL.data = s->dL;
+    } else {
+        if (copy_to_device(W->data, (size_t)(V * D) * fls_dtype_size(W->dtype), &s->dW, "W") != 0 ||
+            copy_to_device(H->data, (size_t)(B * D) * fls_dtype_size(H->dtype), &s->dH, "H") != 0)
+            return CLI_FAIL;
+        s->mW.data = s->dW;
+        s->mH.data = s->dH;
     }
-
-    /* Streaming: the norm bounds once per W and H. */
-    cli_stream_cfg scfg;
-    memset(&scfg, 0, sizeof scfg);
-    cli_stream_stats sst;
-    memset(&sst, 0, sizeof sst);
-    if (streaming) {
-        scfg.chunk = stream_chunk;
-        scfg.shards = (int)shards;
-        scfg.early = o.early;
-        scfg.L = o.logits ? &mL : NULL;
-        scfg.W = o.logits ? NULL : &mW;
-        scfg.H = o.logits ? NULL : &mH;
-        if (o.early) {
-            const int64_t nchunks = (V + stream_chunk - 1) / stream_chunk;
-            chunk_norms = malloc((size_t)nchunks * sizeof *chunk_norms);
-            hnorms = malloc((size_t)B * sizeof *hnorms);
-            if (!chunk_norms || !hnorms) {
-                cli_error("out of memory for the norm bounds");
-                goto done;
-            }
-            cli_progress("norms of W's chunks and of H's rows");
-            /* from the host copies (on the CUDA engine mW and mH are device memory) */
-            const fls_matrix hW = {W.data, W.dtype, W.rows, W.cols, W.cols};
-            const fls_matrix hH = {H.data, H.dtype, H.rows, H.cols, H.cols};
-            if ((st = fls_chunk_max_norms(&hW, stream_chunk, chunk_norms)) != FLS_OK) {
-                cli_error("fls_chunk_max_norms failed: %s", fls_status_string(st));
-                goto done;
-            }
-            if (cli_row_norms(&hH, hnorms) != 0) {
-                cli_error("--hidden %s: a row's norm overflows float32 (or is not finite)", o.hidden);
-                goto done;
-            }
-            scfg.chunk_norms = chunk_norms;
-            scfg.hnorms = hnorms;
-        }
+    fls_status st = fls_device_malloc(&s->dtok, s->ntok * sizeof *s->tokens);
+    if (st != FLS_OK) {
+        cli_error("--device cuda: cannot allocate the tokens on the GPU: %s", fls_status_string(st));
+        return CLI_FAIL;
     }
+    s->out.tokens = s->dtok;
+    return CLI_OK;
+}
 
-    int64_t row0[16], nrow0 = 0;
-    double elapsed = 0.0;
-    for (int64_t first = 0; first < draws; first += chunk) {
-        const int64_t n = draws - first < chunk ? draws - first : chunk;
-        p.first_draw = first;
-        p.draws = n;
+/* Streaming: the configuration, and the norm bounds once per W and H for
+ * --early-finalize. CLI_OK or CLI_FAIL. */
+static int sample_setup_streaming(sample_run *s)
+{
+    memset(&s->scfg, 0, sizeof s->scfg);
+    memset(&s->sst, 0, sizeof s->sst);
+    if (!s->streaming)
+        return CLI_OK;
+    const sample_opts *o = &s->o;
+    cli_stream_cfg *scfg = &s->scfg;
+    scfg->chunk = s->stream_chunk;
+    scfg->shards = (int)s->shards;
+    scfg->early = o->early;
+    scfg->L = o->logits ? &s->mL : NULL;
+    scfg->W = o->logits ? NULL : &s->mW;
+    scfg->H = o->logits ? NULL : &s->mH;
+    if (!o->early)
+        return CLI_OK;
+    const int64_t nchunks = (s->V + s->stream_chunk - 1) / s->stream_chunk;
+    s->chunk_norms = malloc((size_t)nchunks * sizeof *s->chunk_norms);
+    s->hnorms = malloc((size_t)s->B * sizeof *s->hnorms);
+    if (!s->chunk_norms || !s->hnorms) {
+        cli_error("out of memory for the norm bounds");
+        return CLI_FAIL;
+    }
+    cli_progress("norms of W's chunks and of H's rows");
+    /* from the host copies (on the CUDA engine mW and mH are device memory) */
+    const fls_matrix hW = {s->W.data, s->W.dtype, s->W.rows, s->W.cols, s->W.cols};
+    const fls_matrix hH = {s->H.data, s->H.dtype, s->H.rows, s->H.cols, s->H.cols};
+    fls_status st = fls_chunk_max_norms(&hW, s->stream_chunk, s->chunk_norms);
+    if (st != FLS_OK) {
+        cli_error("fls_chunk_max_norms failed: %s", fls_status_string(st));
+        return CLI_FAIL;
+    }
+    if (cli_row_norms(&hH, s->hnorms) != 0) {
+        cli_error("--hidden %s: a row's norm overflows float32 (or is not finite)", o->hidden);
+        return CLI_FAIL;
+    }
+    scfg->chunk_norms = s->chunk_norms;
+    scfg->hnorms = s->hnorms;
+    return CLI_OK;
+}
+
+/* Says why a chunk's call failed with st (where: the streaming step, or NULL). */
+static void sample_explain_failure(const sample_run *s, fls_status st, const char *where)
+{
+    if (st == FLS_ERR_PARAM && !s->streaming) {
+        cli_rule_explain(&s->rule, s->B, s->V);
+        return;
+    }
+    if (st == FLS_ERR_UNSUPPORTED) {
+        explain_unsupported(s->engine, s->method, &s->rule, s->streaming);
+        return;
+    }
+    char where_txt[512];
+    if (s->o.logits)
+        locate_logits(s->L.data, s->B, s->V, s->temperature, st, where_txt, sizeof where_txt);
+    else
+        locate_fused(&s->W, &s->H, s->o.weights, s->o.hidden, s->temperature, st, where_txt,
+                     sizeof where_txt);
+    if (s->streaming && !where_txt[0] && where)
+        snprintf(where_txt, sizeof where_txt, " (in %s)", where);
+    cli_error("sampling failed: %s%s", fls_status_string(st), where_txt);
+}
+
+/* One chunk's n draws per row into s->tokens (host memory), timed into
+ * s->elapsed. CLI_OK or CLI_FAIL after a message. */
+static int sample_draw_chunk(sample_run *s, int64_t n)
+{
+    const char *where = NULL;
+    fls_status st;
+    double t0 = cli_now();
+    if (s->streaming)
+        st = cli_stream_sample(s->ctx, &s->p, s->B, s->V, &s->scfg, s->out.tokens, &s->sst, &where);
+    else
+        st = s->o.logits ? fls_sample_logits(s->ctx, &s->mL, &s->p, &s->out)
+                         : fls_sample_fused(s->ctx, &s->mW, &s->mH, &s->p, &s->out);
+    s->elapsed += cli_now() - t0;
+    if (st == FLS_OK && s->engine == FLS_ENGINE_CUDA)
+        st = fls_device_download(s->tokens, s->dtok, (size_t)(s->B * n * s->K) * sizeof *s->tokens);
+    if (st != FLS_OK) {
+        sample_explain_failure(s, st, where);
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+/* Checks a chunk's tokens, keeps row 0's first ones and adds them all to the
+ * counts. CLI_OK or CLI_FAIL. */
+static int sample_tally_chunk(sample_run *s, int64_t n)
+{
+    const int64_t B = s->B, V = s->V, K = s->K;
+    const int64_t *tokens = s->tokens;
+    const size_t nt = (size_t)(B * n * K);
+    for (size_t i = 0; i < nt; i++)
+        if (tokens[i] < (K > 1 ? -1 : 0) || tokens[i] >= V) {
+            cli_error("internal error: token %lld out of range [0, %lld) (please report)",
+                      (long long)tokens[i], (long long)V);
+            return CLI_FAIL;
+        }
+    for (int64_t k = 0; k < n * K && s->nrow0 < 16; k++)
+        s->row0[s->nrow0++] = tokens[k];
+    if (s->counts)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t k = 0; k < n * K; k++) {
+                const int64_t t = tokens[b * n * K + k];
+                if (t >= 0)
+                    s->counts[b * V + t]++;
+            }
+    return CLI_OK;
+}
+
+/* The draws 0..N-1 in chunks of s->chunk. CLI_OK or CLI_FAIL. */
+static int sample_run_draws(sample_run *s)
+{
+    const int64_t B = s->B, V = s->V, draws = s->draws;
+    s->nrow0 = 0;
+    s->elapsed = 0.0;
+    for (int64_t first = 0; first < draws; first += s->chunk) {
+        const int64_t n = draws - first < s->chunk ? draws - first : s->chunk;
+        s->p.first_draw = first;
+        s->p.draws = n;
         if (n == draws)
             cli_progress("sampling B=%lld V=%lld N=%lld", (long long)B, (long long)V, (long long)draws);
         else
             cli_progress("sampling B=%lld V=%lld: draws %lld-%lld of %lld", (long long)B, (long long)V,
                          (long long)first, (long long)(first + n - 1), (long long)draws);
-        double t0 = cli_now();
-        const char *where = NULL;
-        if (streaming)
-            st = cli_stream_sample(ctx, &p, B, V, &scfg, out.tokens, &sst, &where);
-        else
-            st = o.logits ? fls_sample_logits(ctx, &mL, &p, &out) : fls_sample_fused(ctx, &mW, &mH, &p, &out);
-        elapsed += cli_now() - t0;
-        if (st == FLS_OK && engine == FLS_ENGINE_CUDA)
-            st = fls_device_download(tokens, dtok, (size_t)(B * n * K) * sizeof *tokens);
-        if (st != FLS_OK) {
-            if (st == FLS_ERR_PARAM && !streaming) {
-                cli_rule_explain(&rule, B, V);
-                goto done;
-            }
-            if (st == FLS_ERR_UNSUPPORTED) {
-                explain_unsupported(engine, method, &rule, streaming);
-                goto done;
-            }
-            char where_txt[512];
-            if (o.logits)
-                locate_logits(L.data, B, V, temperature, st, where_txt, sizeof where_txt);
-            else
-                locate_fused(&W, &H, o.weights, o.hidden, temperature, st, where_txt, sizeof where_txt);
-            if (streaming && !where_txt[0] && where)
-                snprintf(where_txt, sizeof where_txt, " (in %s)", where);
-            cli_error("sampling failed: %s%s", fls_status_string(st), where_txt);
-            goto done;
-        }
-        const size_t nt = (size_t)(B * n * K);
-        for (size_t i = 0; i < nt; i++)
-            if (tokens[i] < (K > 1 ? -1 : 0) || tokens[i] >= V) {
-                cli_error("internal error: token %lld out of range [0, %lld) (please report)",
-                          (long long)tokens[i], (long long)V);
-                goto done;
-            }
-        for (int64_t k = 0; k < n * K && nrow0 < 16; k++)
-            row0[nrow0++] = tokens[k];
-        if (counts)
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t k = 0; k < n * K; k++) {
-                    const int64_t t = tokens[b * n * K + k];
-                    if (t >= 0)
-                        counts[b * V + t]++;
-                }
+        if (sample_draw_chunk(s, n) != CLI_OK || sample_tally_chunk(s, n) != CLI_OK)
+            return CLI_FAIL;
     }
     cli_progress_done();
+    return CLI_OK;
+}
 
-    /* The result is ready: only now the temporary files, then the renames. */
-    const int64_t tshape[3] = {B, draws, K}, cshape[2] = {B, V};
-    if (o.out && (cli_out_begin(&fout, o.out) != 0 ||
-                  cli_out_write_npy(&fout, FLS_NPY_I64, rule.wr_k > 0 ? 3 : 2, tshape, tokens) != 0))
-        goto done;
-    if (o.counts && (cli_out_begin(&fcounts, o.counts) != 0 ||
-                     cli_out_write_npy(&fcounts, FLS_NPY_I64, 2, cshape, counts) != 0))
-        goto done;
-    if (o.out && cli_out_commit(&fout) != 0)
-        goto done;
-    if (o.counts && cli_out_commit(&fcounts) != 0)
-        goto done;
+/* The result is ready: only now the temporary files, then the renames. CLI_OK or CLI_FAIL. */
+static int sample_write_outputs(sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    const int64_t tshape[3] = {s->B, s->draws, s->K}, cshape[2] = {s->B, s->V};
+    if (o->out &&
+        (cli_out_begin(&s->fout, o->out) != 0 ||
+         cli_out_write_npy(&s->fout, FLS_NPY_I64, s->rule.wr_k > 0 ? 3 : 2, tshape, s->tokens) != 0))
+        return CLI_FAIL;
+    if (o->counts && (cli_out_begin(&s->fcounts, o->counts) != 0 ||
+                      cli_out_write_npy(&s->fcounts, FLS_NPY_I64, 2, cshape, s->counts) != 0))
+        return CLI_FAIL;
+    if (o->out && cli_out_commit(&s->fout) != 0)
+        return CLI_FAIL;
+    if (o->counts && cli_out_commit(&s->fcounts) != 0)
+        return CLI_FAIL;
+    return CLI_OK;
+}
 
+/* The summary: inputs, temperature, seeds, engine and time; the method and
+ * rule; the exact second passes. */
+static void sample_report_run(const sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    const int64_t B = s->B, draws = s->draws;
     char edesc[96], rdesc[256];
-    cli_engine_desc(ctx, edesc, sizeof edesc);
-    cli_rule_describe(&rule, rdesc, sizeof rdesc);
-    if (o.logits)
+    cli_engine_desc(s->ctx, edesc, sizeof edesc);
+    cli_rule_describe(&s->rule, rdesc, sizeof rdesc);
+    if (o->logits)
         printf("sampled %lld row%s, V=%lld, %lld draw%s per row from logits (%s)", (long long)B,
-               B == 1 ? "" : "s", (long long)V, (long long)draws, draws == 1 ? "" : "s",
-               fls_npy_dtype_name(L.file_dtype));
+               B == 1 ? "" : "s", (long long)s->V, (long long)draws, draws == 1 ? "" : "s",
+               fls_npy_dtype_name(s->L.file_dtype));
     else
         printf("sampled %lld row%s, V=%lld, D=%lld, %lld draw%s per row, fused (W %s, H %s)", (long long)B,
-               B == 1 ? "" : "s", (long long)V, (long long)D, (long long)draws, draws == 1 ? "" : "s",
-               fls_dtype_name(W.dtype), fls_dtype_name(H.dtype));
-    printf("; T=%g, ", (double)temperature);
-    if (o.row_seeds)
-        printf("row seeds from %s", o.row_seeds);
+               B == 1 ? "" : "s", (long long)s->V, (long long)s->D, (long long)draws, draws == 1 ? "" : "s",
+               fls_dtype_name(s->W.dtype), fls_dtype_name(s->H.dtype));
+    printf("; T=%g, ", (double)s->temperature);
+    if (o->row_seeds)
+        printf("row seeds from %s", o->row_seeds);
     else
-        printf("seed %llu", (unsigned long long)seed);
-    printf(", offset %llu; engine %s, %.3f ms\n", (unsigned long long)offset, edesc, elapsed * 1e3);
-    if (method != FLS_METHOD_FUSED || rules) {
-        printf("method %s", method_name(method));
-        if (method == FLS_METHOD_GROUPED)
-            printf(" (group size %lld)", (long long)(group_size ? group_size : FLS_GROUP_SIZE_DEFAULT));
+        printf("seed %llu", (unsigned long long)s->seed);
+    printf(", offset %llu; engine %s, %.3f ms\n", (unsigned long long)s->offset, edesc, s->elapsed * 1e3);
+    if (s->method != FLS_METHOD_FUSED || s->rules) {
+        printf("method %s", method_name(s->method));
+        if (s->method == FLS_METHOD_GROUPED)
+            printf(" (group size %lld)", (long long)(s->group_size ? s->group_size : FLS_GROUP_SIZE_DEFAULT));
         printf("; rule: %s\n", rdesc);
     }
-    if (rules) {
+    if (s->rules) {
         fls_counters c;
         fls_counters_default(&c);
-        if (fls_context_counters(ctx, &c) == FLS_OK)
+        if (fls_context_counters(s->ctx, &c) == FLS_OK)
             printf("exact second pass: %llu of %llu row%s sampled (%llu call%s) took it\n",
                    (unsigned long long)c.second_pass_rows, (unsigned long long)c.rows, c.rows == 1 ? "" : "s",
                    (unsigned long long)c.calls, c.calls == 1 ? "" : "s");
     }
-    if (streaming) {
-        const double total = (double)V * (double)(sst.passes ? sst.passes : 1);
-        printf("streamed: chunks of %lld tokens, %lld shard%s, %lld pass%s over V: %lld chunk%s fed, %lld "
-               "skipped\n",
-               (long long)stream_chunk, (long long)shards, shards == 1 ? "" : "s", (long long)sst.passes,
-               sst.passes == 1 ? "" : "es", (long long)sst.chunks_fed, sst.chunks_fed == 1 ? "" : "s",
-               (long long)sst.chunks_skipped);
-        if (o.early)
-            printf("early finalization: %lld of %.0f tokens skipped: %.2f%% of W skipped\n",
-                   (long long)sst.tokens_skipped, total, 100.0 * (double)sst.tokens_skipped / total);
-        if (shards > 1)
-            printf("shards: %lld serialized bytes exchanged (%.1f per row and draw)\n", (long long)sst.bytes,
-                   (double)sst.bytes / ((double)B * (double)draws));
-    }
-    if (o.out) {
-        if (rule.wr_k > 0)
+}
+
+/* The streaming statistics: chunks fed and skipped, W skipped, bytes exchanged. */
+static void sample_report_streaming(const sample_run *s)
+{
+    const cli_stream_stats *sst = &s->sst;
+    const int64_t shards = s->shards;
+    const double total = (double)s->V * (double)(sst->passes ? sst->passes : 1);
+    printf("streamed: chunks of %lld tokens, %lld shard%s, %lld pass%s over V: %lld chunk%s fed, %lld "
+           "skipped\n",
+           (long long)s->stream_chunk, (long long)shards, shards == 1 ? "" : "s", (long long)sst->passes,
+           sst->passes == 1 ? "" : "es", (long long)sst->chunks_fed, sst->chunks_fed == 1 ? "" : "s",
+           (long long)sst->chunks_skipped);
+    if (s->o.early)
+        printf("early finalization: %lld of %.0f tokens skipped: %.2f%% of W skipped\n",
+               (long long)sst->tokens_skipped, total, 100.0 * (double)sst->tokens_skipped / total);
+    if (shards > 1)
+        printf("shards: %lld serialized bytes exchanged (%.1f per row and draw)\n", (long long)sst->bytes,
+               (double)sst->bytes / ((double)s->B * (double)s->draws));
+}
+
+/* What was written (--out, --counts), or row 0's first tokens without --out. */
+static void sample_report_outputs(const sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    const int64_t B = s->B, V = s->V, K = s->K, draws = s->draws;
+    if (o->out) {
+        if (s->rule.wr_k > 0)
             printf(
                 "wrote %s: int64 (%lld, %lld, %lld), the tokens of %lld row%s x %lld draw%s x %lld positions "
                 "(-1 past the support)\n",
-                o.out, (long long)B, (long long)draws, (long long)K, (long long)B, B == 1 ? "" : "s",
+                o->out, (long long)B, (long long)draws, (long long)K, (long long)B, B == 1 ? "" : "s",
                 (long long)draws, draws == 1 ? "" : "s", (long long)K);
         else
-            printf("wrote %s: int64 (%lld, %lld), the tokens of %lld row%s x %lld draw%s\n", o.out,
+            printf("wrote %s: int64 (%lld, %lld), the tokens of %lld row%s x %lld draw%s\n", o->out,
                    (long long)B, (long long)draws, (long long)B, B == 1 ? "" : "s", (long long)draws,
                    draws == 1 ? "" : "s");
     }
-    if (o.counts) {
-        if (rule.wr_k > 0)
+    if (o->counts) {
+        if (s->rule.wr_k > 0)
             printf("wrote %s: int64 (%lld, %lld), the count of each of V=%lld tokens in each row over every "
                    "position (rows sum to at most %lld)\n",
-                   o.counts, (long long)B, (long long)V, (long long)V, (long long)(draws * K));
+                   o->counts, (long long)B, (long long)V, (long long)V, (long long)(draws * K));
         else
             printf(
                 "wrote %s: int64 (%lld, %lld), the count of each of V=%lld tokens in each row (rows sum to "
                 "%lld)\n",
-                o.counts, (long long)B, (long long)V, (long long)V, (long long)draws);
+                o->counts, (long long)B, (long long)V, (long long)V, (long long)draws);
     }
-    if (!o.out) {
+    if (!o->out) {
         printf("row 0 tokens:");
-        for (int64_t k = 0; k < nrow0; k++)
-            printf(" %lld", (long long)row0[k]);
-        printf("%s\n", nrow0 < draws * K ? " ..." : "");
+        for (int64_t k = 0; k < s->nrow0; k++)
+            printf(" %lld", (long long)s->row0[k]);
+        printf("%s\n", s->nrow0 < draws * K ? " ..." : "");
     }
-    rc = CLI_OK;
+}
 
-done:
+/* Everything a run holds, released (an output not committed is removed). */
+static void sample_release(sample_run *s)
+{
     cli_progress_done();
-    cli_out_abort(&fout);
-    cli_out_abort(&fcounts);
-    fls_device_free(dW);
-    fls_device_free(dH);
-    fls_device_free(dL);
-    fls_device_free(dtok);
-    fls_context_destroy(ctx);
-    fls_npy_matrix_free(&W);
-    fls_npy_matrix_free(&H);
-    fls_npy_matrix_free(&L);
-    cli_rule_free(&rule);
-    free(row_seeds);
-    free(tokens);
-    free(counts);
-    free(chunk_norms);
-    free(hnorms);
+    cli_out_abort(&s->fout);
+    cli_out_abort(&s->fcounts);
+    fls_device_free(s->dW);
+    fls_device_free(s->dH);
+    fls_device_free(s->dL);
+    fls_device_free(s->dtok);
+    fls_context_destroy(s->ctx);
+    fls_npy_matrix_free(&s->W);
+    fls_npy_matrix_free(&s->H);
+    fls_npy_matrix_free(&s->L);
+    cli_rule_free(&s->rule);
+    free(s->row_seeds);
+    free(s->tokens);
+    free(s->counts);
+    free(s->chunk_norms);
+    free(s->hnorms);
+}
+
+/* Loads, samples, writes and reports; the arguments are checked. Returns
+ * the exit status. */
+static int sample_execute(sample_run *s)
+{
+    int rc = sample_load_inputs(s);
+    if (rc == CLI_OK)
+        rc = sample_alloc_buffers(s);
+    if (rc == CLI_OK)
+        rc = sample_setup_engine(s);
+    if (rc == CLI_OK)
+        rc = sample_setup_streaming(s);
+    if (rc == CLI_OK)
+        rc = sample_run_draws(s);
+    if (rc == CLI_OK)
+        rc = sample_write_outputs(s);
+    if (rc == CLI_OK) {
+        sample_report_run(s);
+        if (s->streaming)
+            sample_report_streaming(s);
+        sample_report_outputs(s);
+    }
+    sample_release(s);
     return rc;
+}
+
+int cli_sample(int argc, char **argv)
+{
+    sample_run run;
+    sample_run *s = &run;
+    memset(s, 0, sizeof *s);
+    int help;
+    if (sample_parse_args(argc, argv, s, &help) != CLI_OK)
+        return CLI_USAGE;
+    if (help) {
+        sample_help();
+        return CLI_OK;
+    }
+    int rc = sample_check_args(s);
+    if (rc != CLI_OK)
+        return rc;
+    if (cli_parse_only)
+        return CLI_OK;
+    rc = sample_check_environment(s);
+    if (rc != CLI_OK)
+        return rc;
+    return sample_execute(s);
 }
