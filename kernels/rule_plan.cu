@@ -3,7 +3,7 @@
  * plan, made from the rows' descriptors (variants/registry.h) and never from
  * a rule's name, and the passes of kernels/rules.cu that carry it out. Rows
  * the one-pass statistics leave undecided are finished exactly on the host
- * with the CPU engine's reference (lib/cpu_rules.h).
+ * with the engines' shared reference (lib/rule_ref.h).
  */
 #include "engine.cuh"
 #include "fls_dtype.h"
@@ -13,8 +13,7 @@
 #include "topc.h"
 
 extern "C" {
-#include "cpu_kernels.h"
-#include "cpu_rules.h"
+#include "rule_ref.h"
 }
 
 #include <stdio.h>
@@ -29,7 +28,7 @@ extern "C" {
  * list, or its support's log-sum-exp); 0 when the CPU engine keeps none.
  * Any capacity gives the same tokens: a row whose statistics do not decide
  * is decided from its full logits. */
-static int64_t fls_rule_top_cap(const fls_request *req, const cpu_rule_ctx *rc, int want_lse,
+static int64_t fls_rule_top_cap(const fls_request *req, const fls_ref_ctx *rc, int want_lse,
                                 const fls_cuda_opts &opts)
 {
     if (rc->top_cap == 0)
@@ -83,7 +82,7 @@ static fls_status fls_rule_down(cudaStream_t str, void *dst, const void *src, si
 /* Row i of the block on the host: its tempered logits into x and its
  * merged partial (the engine's second pass and exact reference inputs). */
 static fls_status fls_rule_row_inputs(cudaStream_t str, const fls_rule_dev &d, int64_t i, float T, float *x,
-                                      cpu_part *part)
+                                      fls_row_part *part)
 {
     fls_rpart pt;
     fls_status st = fls_rule_down(str, &pt, d.part + (size_t)i * d.P, sizeof pt);
@@ -100,21 +99,21 @@ static fls_status fls_rule_row_inputs(cudaStream_t str, const fls_rule_dev &d, i
 /* Row i of the block, undecided by its statistics: its cutoff and support
  * log-sum-exp from its full row on the host (the CPU engine's second pass),
  * uploaded with its code. */
-static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, const cpu_rule_ctx *rc,
+static fls_status fls_rule_second_row(cudaStream_t str, const fls_rule_dev &d, const fls_ref_ctx *rc,
                                       int64_t i, float **xp, int *code)
 {
     const int64_t b = d.r0 + i;
     if (!*xp && !(*xp = (float *)malloc((size_t)d.V * sizeof(float))))
         return FLS_ERR_OUT_OF_MEMORY;
     float *x = *xp;
-    cpu_part part;
+    fls_row_part part;
     fls_status st = fls_rule_row_inputs(str, d, i, rc->req->rows[b].temperature, x, &part);
     if (st != FLS_OK)
         return st;
     float c;
     double l;
     /* without the device's sum (need_s off), the host's own statistics of the row */
-    const int r = cpu_rule_reference_cut_lse(rc, b, x, d.need_s ? &part : NULL, &c, &l, NULL);
+    const int r = fls_ref_cut_lse(rc, b, x, d.need_s ? &part : NULL, &c, &l, NULL);
     if (r != FLS_OK)
         return (fls_status)r;
     code[b] = FLS_RC_OK;
@@ -172,8 +171,7 @@ struct fls_rule_call {
     bool capturing;
     int64_t B, V, draws, K;
     int want_lse;
-    cpu_rule_ctx rc;
-    fls_cpu_kernels ck;
+    fls_ref_ctx rc;
     /* the plan */
     int64_t top_cap;
     int32_t stair_cap;
@@ -598,12 +596,12 @@ static fls_status rule_host_draws(fls_rule_call &c, int64_t i, int64_t b)
         c.hlp = (float *)malloc((size_t)n * sizeof(float));
     if (!c.x || !c.htok || !c.hlp)
         return FLS_ERR_OUT_OF_MEMORY;
-    cpu_part part;
+    fls_row_part part;
     fls_status st = fls_rule_row_inputs(c.str, c.d, i, c.req->rows[b].temperature, c.x, &part);
     if (st != FLS_OK)
         return st;
     double l;
-    const int r = cpu_rule_reference_row(&c.rc, b, c.x, &part, c.ck.gumbel, c.htok, c.hlp, &l);
+    const int r = fls_ref_row(&c.rc, b, c.x, &part, fls_ref_gumbel_span, c.htok, c.hlp, &l);
     if (r != FLS_OK)
         return (fls_status)r;
     st = fls_rule_up(c.str, c.d.tok + (size_t)(b * n), c.htok, (size_t)n * sizeof(int64_t));
@@ -716,8 +714,7 @@ fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_mat
     c.want_lse = out->logsumexp != NULL || out->logprobs != NULL;
     c.dev_rows = req->params_on_device;
     c.str = c.s->stream;
-    (void)cpu_rule_for(req, c.want_lse, &c.rc);
-    fls_cpu_select_kernels(ctx->simd, &c.ck);
+    fls_ref_plan(req, c.want_lse, &c.rc);
 
     rule_plan_sizes(c);
     fls_status st = rule_plan_check_queued(c);

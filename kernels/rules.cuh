@@ -14,7 +14,7 @@
  * tree's). Then one thread per row runs the filter chain on the merged
  * statistics (fls_filter_chain): a cutoff, or "undecided" (the engine
  * decides those rows from the row's full logits on the host with the CPU
- * engine's code, cpu_rule_reference_cut_lse), and one thread per (row, draw)
+ * engine's code, fls_ref_cut_lse), and one thread per (row, draw)
  * selects the K best keys of the support from its staircase. A staircase
  * that overflowed sends its row to the CPU engine's exact reference.
  *

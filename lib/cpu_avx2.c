@@ -5,6 +5,7 @@
  * the 16 accumulation lanes live in two registers (lanes 0-7 and 8-15).
  */
 #include "cpu_kernels.h"
+#include "rule_ref.h"
 #include "fls_dtype.h"
 #include "fls_noise.h"
 
@@ -365,7 +366,7 @@ static void gumbel_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t 
         memcpy(g + i, t, (size_t)(n - i) * sizeof(float));
         return;
     }
-    fls_gumbel_span_c(seed, offset, draw, v0 + (uint64_t)i, n - i, g + i);
+    fls_ref_gumbel_span(seed, offset, draw, v0 + (uint64_t)i, n - i, g + i);
 }
 
 static void convert_avx2(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad)

@@ -183,7 +183,7 @@ enum { SRC_FUSED, SRC_LOGITS };
 typedef struct tile_job {
     fls_cpu_kernels k;
     cpu_rule rule;
-    cpu_rule_ctx rc;
+    fls_ref_ctx rc;
     const fls_request *req;
     int src;
     const fls_matrix *W;
@@ -194,11 +194,11 @@ typedef struct tile_job {
     float *keep;  /* non-NULL: the fused pass also keeps its logits (B, V) here, for the exact
                      second pass (which then reads them instead of W again) */
     int64_t tile_v, ntiles, dchunks, dchunk;
-    int want_parts;  /* per-tile partials (logsumexp outputs, or the rule needs them) */
-    int moments;     /* ... with the moments */
-    cpu_part *parts; /* ntiles x B partials, merged in tile order */
-    int convert_w;   /* convert each W tile to f32 first, then the blocked f32 kernel (every
-                        path but AVX2 at B > 2, which converts W in registers) */
+    int want_parts;      /* per-tile partials (logsumexp outputs, or the rule needs them) */
+    int moments;         /* ... with the moments */
+    fls_row_part *parts; /* ntiles x B partials, merged in tile order */
+    int convert_w;       /* convert each W tile to f32 first, then the blocked f32 kernel (every
+                            path but AVX2 at B > 2, which converts W in registers) */
     atomic_llong next;
     thread_state *ts;
 } tile_job;
@@ -254,13 +254,13 @@ static void temper_row(thread_state *s, float *x, int64_t nv, float T)
  * global index of x[0]. Draws [d0, d1) of the row; part (the row's partial
  * of this tile) and the row statistics only on the tile's first draw chunk. */
 static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_t v0, int64_t nv, int64_t d0,
-                       int64_t d1, cpu_part *part, int first_chunk)
+                       int64_t d1, fls_row_part *part, int first_chunk)
 {
     const fls_row_params *rp = &j->req->rows[b];
     const float T = rp->temperature;
     temper_row(s, x, nv, T);
     if (part)
-        cpu_part_span(part, x, nv, j->moments);
+        fls_row_part_span(part, x, nv, j->moments);
     if (first_chunk && j->rule.row_size)
         j->rule.row_push(s->rows + (size_t)b * j->rule.row_size, x, v0, nv);
     if (j->rule.push_tile) { /* a rule that draws its own noise */
@@ -352,7 +352,8 @@ static int64_t group_tile(int64_t t, const fls_request *req)
 }
 
 static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
-                              const cpu_part *part, const char *cands, int64_t *tok, float *lp, double *lse);
+                              const fls_row_part *part, const char *cands, int64_t *tok, float *lp,
+                              double *lse);
 
 /* Runs the tile engine. With store != NULL it only materializes logits. */
 static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_outputs *out)
@@ -376,9 +377,9 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
     const size_t cs = j->rule.cand_size, rs = j->rule.row_size;
     j->parts = NULL;
     if (j->want_parts && !j->store) { /* every tile's dc == 0 item writes its B parts */
-        if ((size_t)j->ntiles > SIZE_MAX / sizeof(cpu_part) / (size_t)B)
+        if ((size_t)j->ntiles > SIZE_MAX / sizeof(fls_row_part) / (size_t)B)
             return FLS_ERR_SIZE;
-        j->parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(cpu_part));
+        j->parts = malloc((size_t)j->ntiles * (size_t)B * sizeof(fls_row_part));
         if (!j->parts)
             return FLS_ERR_OUT_OF_MEMORY;
     }
@@ -445,7 +446,7 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
     int64_t *tok = NULL, *redo = NULL;
     float *lp = NULL;
     double *lse = NULL;
-    cpu_part *row_part = NULL;
+    fls_row_part *row_part = NULL;
     int64_t nredo = 0;
     if (st == FLS_OK) {
         tok = malloc((size_t)nout * sizeof *tok);
@@ -457,10 +458,10 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
             st = FLS_ERR_OUT_OF_MEMORY;
     }
     for (int64_t b = 0; b < B && st == FLS_OK; b++) {
-        row_part[b] = cpu_part_empty();
+        row_part[b] = fls_row_part_empty();
         if (j->parts)
             for (int64_t t = 0; t < j->ntiles; t++)
-                cpu_part_merge(&row_part[b], &j->parts[t * B + b]);
+                fls_row_part_merge(&row_part[b], &j->parts[t * B + b]);
         int r = j->rule.finalize(&j->rc, b, rs ? ts[0].rows + (size_t)b * rs : NULL, &row_part[b],
                                  ts[0].cand + (size_t)(b * draws) * cs, tok + b * draws * K,
                                  lp + b * draws * K, &lse[b]);
@@ -503,7 +504,7 @@ typedef struct repass_job {
     const int64_t *rows;
     int64_t n;
     const float *x; /* n x V tempered logits */
-    const cpu_part *part;
+    const fls_row_part *part;
     const char *cands; /* the first pass's B x draws states, or NULL */
     int64_t *tok;
     float *lp;
@@ -538,7 +539,8 @@ static void repass_worker(void *arg, int thread)
  * decision the first pass could make comes out the same) and the
  * contract's noise, rows spread over the context's threads. */
 static fls_status second_pass(const fls_context_t *ctx, tile_job *j, const int64_t *rows, int64_t nrows,
-                              const cpu_part *part, const char *cands, int64_t *tok, float *lp, double *lse)
+                              const fls_row_part *part, const char *cands, int64_t *tok, float *lp,
+                              double *lse)
 {
     const int64_t V = j->req->vocab;
     const int64_t batch = 16;
@@ -777,7 +779,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
 typedef struct unf_job {
     const fls_matrix *L;
     const fls_request *req;
-    cpu_rule_ctx rc;
+    fls_ref_ctx rc;
     fls_cpu_kernels k;
     atomic_llong next;
     atomic_int oom;
@@ -810,8 +812,8 @@ static void unfused_rules_worker(void *arg, int thread)
             j->row_status[b] = s.bad_nan ? FLS_ERR_NAN : FLS_ERR_TEMPERATURE;
             continue;
         }
-        j->row_status[b] = (fls_status)cpu_rule_reference_row(
-            &j->rc, b, x, NULL, j->k.gumbel, j->tok + b * nout, j->lp + b * nout, &j->lse[b]);
+        j->row_status[b] = (fls_status)fls_ref_row(&j->rc, b, x, NULL, j->k.gumbel, j->tok + b * nout,
+                                                   j->lp + b * nout, &j->lse[b]);
     }
     free(x);
 }
@@ -866,7 +868,7 @@ static fls_status unfused_rules(const fls_context_t *ctx, const fls_matrix *L, c
 typedef struct mn_job {
     const fls_matrix *L;
     const fls_request *req;
-    cpu_rule_ctx rc;
+    fls_ref_ctx rc;
     const fls_outputs *out;
     atomic_llong next;
     atomic_int oom;
@@ -919,7 +921,7 @@ static void multinomial_worker(void *arg, int thread)
         if (j->req->rule && fls_temperature_noisy(rp->temperature)) {
             /* the rule's support, from the sorted row; the rest gets no mass */
             float c;
-            int r = cpu_rule_reference_cut(&j->rc, b, x, &c);
+            int r = fls_ref_cut(&j->rc, b, x, &c);
             if (r != FLS_OK) {
                 j->row_status[b] = (fls_status)r;
                 continue;

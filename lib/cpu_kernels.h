@@ -35,9 +35,6 @@ typedef struct fls_cpu_kernels {
     void (*gumbel)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
 } fls_cpu_kernels;
 
-/* The portable noise kernel (also the SIMD paths' tail). */
-void fls_gumbel_span_c(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
-
 /* n elements of dtype -> f32 (exact), then zeros up to n_pad. */
 void fls_convert_row(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad);
 

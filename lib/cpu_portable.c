@@ -3,6 +3,7 @@
  * Readable first: the SIMD paths must produce exactly these bits.
  */
 #include "cpu_kernels.h"
+#include "rule_ref.h"
 #include "fls_dtype.h"
 #include "fls_noise.h"
 
@@ -74,28 +75,10 @@ static void dot_direct_portable(const void *w, fls_dtype wd, int64_t ldw, int64_
     }
 }
 
-void fls_gumbel_span_c(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g)
-{
-    int64_t i = 0;
-    if ((v0 & 1) && n > 0) { /* odd first token: the second half of its block */
-        g[0] = fls_gumbel(seed, offset, draw, v0);
-        i = 1;
-    }
-    for (; i + 2 <= n; i += 2) { /* one Philox block serves tokens v and v+1 */
-        uint32_t c[4], k[2];
-        fls_noise_counter(seed, offset, draw, v0 + (uint64_t)i, c, k);
-        fls_philox_block r = fls_philox4x32_10(c, k);
-        g[i] = fls_gumbel_from_bits(((uint64_t)r.r[1] << 32) | r.r[0]);
-        g[i + 1] = fls_gumbel_from_bits(((uint64_t)r.r[3] << 32) | r.r[2]);
-    }
-    if (i < n)
-        g[i] = fls_gumbel(seed, offset, draw, v0 + (uint64_t)i);
-}
-
 void fls_cpu_kernels_portable(fls_cpu_kernels *k)
 {
     k->dot_direct = dot_direct_portable;
     k->dot_f32 = dot_f32_portable;
-    k->gumbel = fls_gumbel_span_c;
+    k->gumbel = fls_ref_gumbel_span;
     k->convert = fls_convert_row;
 }
