@@ -76,13 +76,14 @@ typedef enum fls_case_io {
 
 /* What a case adds to the temperature rule (NULL in the table: nothing). */
 typedef struct fls_case_ext {
-    /* The rule family, per group (off: min_p 0, top_k 0, top_p 0 or 1, nsigma 0);
-     * the filters run through the per-row arrays when the case has several
-     * groups. */
-    float min_p[8];
-    int64_t top_k[8];
-    float top_p[8];
-    double nsigma[8];   /* the registry's "top-nsigma" */
+    /* The rule family, per group: filter[id][g] is the value of the registry
+     * filter id (variants/registry.h, FLS_FILTER_<ID>) in group g, 0 = off
+     * (read as the filter's off value: top-p's 0 is its 1). The cases pass the
+     * three built-ins (min-p, top-k, top-p) through their fls_params fields
+     * and any other filter through `filter` (one slot: a case uses at most one
+     * filter beyond the built-ins); through the per-row arrays when the case
+     * has several groups. */
+    double filter[FLS_FILTER_COUNT][8];
     int64_t wr_k;       /* sampling without replacement: K positions per draw (0: off) */
     int64_t wr_rows[8]; /* per group K_b <= wr_k (0: wr_k) */
     int64_t group_size; /* FLS_METHOD_GROUPED */
@@ -121,6 +122,11 @@ int fls_audit_case_tuples(const fls_audit_case *c);
 /* The full list. */
 size_t fls_audit_case_count(void);
 const fls_audit_case *fls_audit_case_get(size_t i);
+/* Group g's rule as the reference reads it, before fls_stats_rule_center
+ * (every filter off for a case without one). */
+fls_stats_rule fls_audit_case_rule(const fls_audit_case *c, int g);
+/* Whether a filter is on in any group of the case. */
+int fls_audit_case_has_rule(const fls_audit_case *c);
 /* Whether case i is part of a run of mode full (0/1) on this engine (tiers). */
 int fls_audit_case_in_run(size_t i, int full, fls_engine engine);
 /* Cases of such a run, and the index in the full list of its k-th ((size_t)-1 if none). */

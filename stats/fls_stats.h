@@ -4,7 +4,7 @@
  * One protocol for every statistical test (docs/STATS.md gives the whole of it):
  *   1. exact reference probabilities in double (one function per sampling rule:
  *      fls_stats_probs_temperature, fls_stats_probs_rule for the rule family
- *      (min-p, top-k, top-p, top-n-sigma), fls_stats_pl_tuples for ordered
+ *      (every filter of variants/registry.h), fls_stats_pl_tuples for ordered
  *      tuples without replacement);
  *   2. equal-mass bins; the tail is merged into bins, never dropped;
  *      zero-probability tokens form an "impossible" set, and one sample there
@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "flashsample.h"
+#include "registry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -121,23 +122,36 @@ double fls_stats_tv(const double *p, const double *q, int64_t V);
 
 /* ---- 1b. The rule family (docs/RULES.md), exact in double ---- */
 
-/* A rule of the family: the truncation filters in their registry order
- * (min-p, top-k, top-p, then top-n-sigma, the registry's "top-nsigma").
- * Written from the definitions on the sorted row, independently of the
- * engines' variants/ code. */
+/* A rule of the family: the value of every truncation filter of the registry
+ * (variants/registry.h), value[id] for the filter FLS_FILTER_<ID>, applied in
+ * the registry's order (min-p, top-k, top-p, top-n-sigma, epsilon, ...); a
+ * filter is off where its value is its descriptor's off value
+ * (fls_filters[id].off). The exact pmf of each (stats/rules.c) is written from
+ * its definition on the sorted row, independently of the engines' variants/
+ * code; the audit loops over the registry and names no rule. */
 typedef struct fls_stats_rule {
-    double min_p;  /* in [0, 1]; 0 = off */
-    int64_t top_k; /* in [0, V]; 0 = off */
-    double top_p;  /* in (0, 1]; 1 = off */
-    double nsigma; /* top-n-sigma n in [0, inf); 0 = off */
+    double value[FLS_FILTER_COUNT]; /* by registry id; a count (top-k) is an integral double */
 } fls_stats_rule;
 
-/* Every filter off. */
+/* Every filter off (value[id] = fls_filters[id].off). */
 void fls_stats_rule_off(fls_stats_rule *r);
-/* Whether any filter is on. */
+/* Whether any filter is on (a value other than its off value). */
 int fls_stats_rule_active(const fls_stats_rule *r);
-/* FLS_OK or FLS_ERR_PARAM (a value outside its interval, NaN, top_k > V). */
+/* FLS_OK or FLS_ERR_PARAM: a value outside its filter's range (stats/rules.c's
+ * own check of each definition's domain: NaN, a count not an integer, ...) or
+ * a count above V (top-k <= V). */
 fls_status fls_stats_rule_check(const fls_stats_rule *r, int64_t V);
+/* Row b's rule from the library's parameters: the three built-ins from their
+ * own fields (min_p, top_k, top_p, or row_min_p[b], row_top_k[b],
+ * row_top_p[b]), the registry rule named by `filter` (fls_filter_lookup) from
+ * filter_value or row_filter_value[b], the others off. p NULL: every filter
+ * off. FLS_ERR_PARAM for a `filter` the registry does not know or that names a
+ * built-in (the library refuses both), or row_filter_value without `filter`.
+ * The values are not checked (fls_stats_rule_check). */
+fls_status fls_stats_rule_from_params(const fls_params *p, int64_t b, fls_stats_rule *r);
+/* "min-p 0.05, top-k 50" (the filters that are on, by their registry names)
+ * or "none", into out (cap bytes). */
+void fls_stats_rule_describe(const fls_stats_rule *r, char *out, size_t cap);
 
 /* What the support of a row is, and how close its decisions came to their
  * thresholds. The support is always an upper set of the rank order (larger x
@@ -149,11 +163,14 @@ typedef struct fls_stats_support {
     int64_t n_at_cut;  /* tokens at it (the boundary class, all kept) */
     double outside;    /* the largest finite tempered logit not kept (-inf: none) */
     int64_t n_outside; /* tokens at it (the class just outside) */
-    int by; /* the filter that set the final cutoff: 0 none, 1 min-p, 2 top-k, 3 top-p, 4 top-n-sigma */
+    /* The filter that set the final cutoff: its registry id + 1 (so 1 min-p,
+     * 2 top-k, 3 top-p, 4 top-n-sigma, 5 epsilon, FLS_FILTER_<ID> + 1 in
+     * general), 0 when no filter cut a token. */
+    int by;
     /* The smallest distance of a decision from its threshold, relative (min-p,
-     * top-n-sigma: |x - threshold| / max(1, |x|); top-p: |A - p Z| / Z, the
-     * cumulative mass against the target; top-k: the gap between the k-th value
-     * and the next distinct one, relative). The engines decide on float
+     * epsilon, top-n-sigma: |x - threshold| / max(1, |x|); top-p: |A - p Z| / Z,
+     * the cumulative mass against the target; top-k: the gap between the k-th
+     * value and the next distinct one, relative). The engines decide on float
      * tempered logits, this reference on double ones: supports agree whenever
      * margin >> 1e-7 (INFINITY: no decision). */
     double margin;
@@ -166,12 +183,15 @@ typedef struct fls_stats_support {
 fls_status fls_stats_rule_support(const double *logits, int64_t V, double T, const fls_stats_rule *r,
                                   uint8_t *keep, fls_stats_support *info);
 /* The same support with its parameters moved to the middle of their decision
- * gaps: min-p to exp of the midpoint between the last kept and the first
- * dropped x - m, top-p to the midpoint of the masses A / Z of the last kept
- * and the first dropped class, top-n-sigma likewise (top-k has no gap). The
- * audit's cases use it so that a boundary cannot move between the engines'
- * float and the reference's double arithmetic. min-p and top-p are returned
- * as float values (the library's fields are float). */
+ * gaps, filter by filter in registry order (each filter's own centering in
+ * stats/rules.c): min-p to exp of the midpoint between the last kept and the
+ * first dropped x - m, top-p to the midpoint of the masses A / Z of the last
+ * kept and the first dropped class (within the support of the filters before
+ * it, centered), top-n-sigma likewise between the two x, epsilon to exp of
+ * the midpoint of x - m - log Z; a filter with no gap (top-k) keeps its value.
+ * The audit's cases use it so that a boundary cannot move between the
+ * engines' float and the reference's double arithmetic. min-p and top-p are
+ * returned as float values (the library's fields are float). */
 fls_status fls_stats_rule_center(const double *logits, int64_t V, double T, const fls_stats_rule *r,
                                  fls_stats_rule *out);
 /* The rule's pmf: softmax of l / T over the final support (0 elsewhere); T = 0:

@@ -90,8 +90,9 @@ typedef struct fls_tokens_options {
     /* The rule the tokens were drawn under, in the library's own struct (fill
      * it with fls_params_default, then set the rule's fields; the command line
      * passes the fls_params its rule flags filled). Read: min_p, top_k,
-     * top_p, filter ("top-nsigma" is the one registry rule the audit knows)
-     * with filter_value, the per-row arrays row_min_p, row_top_k, row_top_p,
+     * top_p, filter (any rule of variants/registry.h beyond the three
+     * built-ins, by name: fls_stats_rule_from_params) with filter_value,
+     * the per-row arrays row_min_p, row_top_k, row_top_p,
      * row_filter_value (B entries), and without_replacement_k with
      * row_without_replacement_k. Nothing else (temperatures are the call's
      * arguments). NULL (default): no rule, the reference is softmax(l / T).

@@ -206,10 +206,11 @@ static int by_p(const void *a, const void *b)
  * (each sample spreads 1 over [F(v-), F(v)) in K equal bins: the expectation
  * of the randomized transform's histogram given the tokens; each bin expects
  * n / K) and the tail curve: samples more than t nats below their row's
- * head against the exact expectation. The reference is the rule's pmf; the
- * token of (row r, draw j) is tok[(r N + j) stride] (position 0 of a tuple). */
+ * head against the exact expectation. The reference is the rule's pmf (rule:
+ * the library's parameters, NULL = none); the token of (row r, draw j) is tok[(r N + j) stride] (position 0
+ * of a tuple). */
 static fls_status make_curves(const float *L, int64_t R, int64_t V, const float *temps, float T,
-                              const cli_rule *rule, const int64_t *tok, int64_t N, int64_t stride, int K,
+                              const fls_params *rule, const int64_t *tok, int64_t N, int64_t stride, int K,
                               curves *c)
 {
     memset(c, 0, sizeof *c);
@@ -225,14 +226,9 @@ static fls_status make_curves(const float *L, int64_t R, int64_t V, const float 
         c->tail_t[t] = 0.5 * t;
     for (int64_t r = 0; r < R; r++) {
         const double Tr = temps ? (double)temps[r] : (double)T;
-        fls_stats_rule rr;
-        fls_stats_rule_off(&rr);
-        rr.min_p = rule->row_min_p ? (double)rule->row_min_p[r] : (double)rule->min_p;
-        rr.top_k = rule->row_top_k ? rule->row_top_k[r] : rule->top_k;
-        rr.top_p = rule->row_top_p ? (double)rule->row_top_p[r] : (double)rule->top_p;
-        if (rule->filter_id == FLS_FILTER_TOP_NSIGMA)
-            rr.nsigma = rule->row_filter_value ? rule->row_filter_value[r] : rule->filter_value;
-        if ((st = fls_stats_probs_rule_f32(L + r * V, V, Tr, &rr, p, NULL)) != FLS_OK)
+        fls_stats_rule rr; /* every registry rule, as the audit read it */
+        if ((st = fls_stats_rule_from_params(rule, r, &rr)) != FLS_OK ||
+            (st = fls_stats_probs_rule_f32(L + r * V, V, Tr, &rr, p, NULL)) != FLS_OK)
             goto done;
         for (int64_t v = 0; v < V; v++) {
             order[v].p = p[v];
@@ -523,9 +519,32 @@ static int check_logits(const float *L, int64_t B, int64_t V, const char *path)
     return 0;
 }
 
-int cli_audit_external(const audit_ext_opts *o)
+/* One audit of external tokens: its options, inputs, rule and results. */
+typedef struct ext_audit {
+    const audit_ext_opts *o;
+    float T;
+    uint64_t seed;
+    cli_rule rule;
+    char python[512], script[1100]; /* --report */
+    fls_npy_matrix Lm;
+    fls_npy_array ta, tra;
+    int64_t B, V, N, K; /* K: positions per draw (1 with replacement) */
+    const float *L, *temps;
+    const int64_t *tok;
+    fls_params rp; /* the rule, as the library reads it */
+    group groups[1];
+    int ngroups;
+    fls_stats_family fam;
+    double alpha, seconds;
+    fls_audit_row *rows;
+    size_t nrows;
+    char rdesc[256];
+} ext_audit;
+
+/* The arguments, checked before any file is read: CLI_OK or CLI_USAGE. */
+static int ext_args(ext_audit *ea)
 {
-    /* ---- arguments ---- */
+    const audit_ext_opts *o = ea->o;
     if (!o->logits || !o->tokens) {
         cli_error("the audit of external tokens needs both --logits L.npy and --tokens tokens.npy");
         return CLI_USAGE;
@@ -534,156 +553,142 @@ int cli_audit_external(const audit_ext_opts *o)
         cli_error("--temperature and --temperature-per-row exclude each other");
         return CLI_USAGE;
     }
-    float T = 1.0f;
-    uint64_t seed = 0;
-    cli_rule rule;
-    if ((o->temperature && cli_parse_float("--temperature", o->temperature, &T) != 0) ||
-        (o->seed && cli_parse_u64("--seed", o->seed, &seed) != 0) ||
-        cli_rule_parse(&o->rule, &rule) != CLI_OK)
+    ea->T = 1.0f;
+    if ((o->temperature && cli_parse_float("--temperature", o->temperature, &ea->T) != 0) ||
+        (o->seed && cli_parse_u64("--seed", o->seed, &ea->seed) != 0) ||
+        cli_rule_parse(&o->rule, &ea->rule) != CLI_OK)
         return CLI_USAGE;
-    if (T < 0.0f) {
+    if (ea->T < 0.0f) {
         cli_error("--temperature must be >= 0 (0 is greedy), got %s", o->temperature);
         return CLI_USAGE;
     }
-    if (rule.filter_id >= 0 && rule.filter_id != FLS_FILTER_TOP_NSIGMA) {
-        cli_error("--filter %s: the audit's exact reference (stats/rules.c) knows min-p, top-k, top-p and "
-                  "top-nsigma "
-                  "only; this registry rule has no pmf there yet",
-                  rule.filter);
+    /* every rule of the registry has its exact pmf in stats/rules.c */
+    const char *iopts[7] = {"--logits",        "--tokens",        "--temperature-per-row", "--top-k-per-row",
+                            "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
+    const char *ipaths[7] = {
+        o->logits,          o->tokens,          o->temperature_rows,      o->rule.top_k_rows,
+        o->rule.top_p_rows, o->rule.min_p_rows, o->rule.filter_value_rows};
+    if (cli_output_names_input("--json", o->json, iopts, ipaths, 7))
         return CLI_USAGE;
-    }
-    {
-        const char *iopts[7] = {
-            "--logits",        "--tokens",        "--temperature-per-row", "--top-k-per-row",
-            "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
-        const char *ipaths[7] = {
-            o->logits,          o->tokens,          o->temperature_rows,      o->rule.top_k_rows,
-            o->rule.top_p_rows, o->rule.min_p_rows, o->rule.filter_value_rows};
-        if (cli_output_names_input("--json", o->json, iopts, ipaths, 7))
-            return CLI_USAGE;
-    }
-    if (cli_parse_only)
-        return CLI_OK;
-    if (o->json && cli_out_check("--json", o->json) != 0)
-        return CLI_USAGE;
-    char python[512], script[1100];
-    if (o->report && (check_report_dir(o->report) != 0 || find_python(python, sizeof python) != 0 ||
-                      find_script(script, sizeof script) != 0))
-        return CLI_USAGE;
+    return CLI_OK;
+}
 
-    int rc = CLI_USAGE;
+/* --tokens: int64, (B, N) or (N,) for one row, (B, N, K) without replacement. 0 or -1 after a message. */
+static int ext_read_tokens(ext_audit *ea)
+{
+    const audit_ext_opts *o = ea->o;
+    const fls_npy_array *ta = &ea->ta;
+    const int64_t B = ea->B, wr_k = ea->rule.wr_k;
     char err[FLS_NPY_ERR_LEN];
-    fls_npy_matrix Lm;
-    fls_npy_array ta, tra;
-    memset(&Lm, 0, sizeof Lm);
-    memset(&ta, 0, sizeof ta);
-    memset(&tra, 0, sizeof tra);
-    fls_audit_row *rows = NULL;
-    group groups[1];
-    int ngroups = 0;
-    memset(groups, 0, sizeof groups);
     fls_status st;
-
-    /* ---- inputs ---- */
-    const fls_dtype f32 = FLS_DTYPE_F32;
-    if ((st = fls_npy_read_matrix(o->logits, &f32, &Lm, err)) != FLS_OK) {
-        cli_error("--logits: %s%s", err,
-                  st == FLS_ERR_DTYPE && strstr(err, "float64") ? " (save x.astype(np.float32))" : "");
-        goto done;
-    }
-    const int64_t B = Lm.rows, V = Lm.cols;
-    const float *L = Lm.data;
-    if ((st = fls_npy_read(o->tokens, &ta, err)) != FLS_OK) {
+    if ((st = fls_npy_read(o->tokens, &ea->ta, err)) != FLS_OK) {
         cli_error("--tokens: %s%s", err, st == FLS_ERR_DTYPE ? "; expected int64 ('<i8') token indices" : "");
-        goto done;
+        return -1;
     }
-    if (ta.dtype != FLS_NPY_I64) {
+    if (ta->dtype != FLS_NPY_I64) {
         cli_error(
             "--tokens %s: dtype is %s ('%s'); expected int64 ('<i8') token indices (save x.astype(np.int64))",
-            o->tokens, fls_npy_dtype_name(ta.dtype), fls_npy_dtype_descr(ta.dtype));
-        goto done;
+            o->tokens, fls_npy_dtype_name(ta->dtype), fls_npy_dtype_descr(ta->dtype));
+        return -1;
     }
-    int64_t N, K = rule.wr_k > 0 ? rule.wr_k : 1;
-    if (ta.ndim == 1 && B == 1 && Lm.ndim == 1 && rule.wr_k == 0) {
-        N = ta.shape[0];
-    } else if (ta.ndim == 2 && rule.wr_k == 0 && ta.shape[0] == B) {
-        N = ta.shape[1];
-    } else if (ta.ndim == 3 && rule.wr_k > 0 && ta.shape[0] == B && ta.shape[2] == rule.wr_k) {
-        N = ta.shape[1];
+    ea->K = wr_k > 0 ? wr_k : 1;
+    if (ta->ndim == 1 && B == 1 && ea->Lm.ndim == 1 && wr_k == 0) {
+        ea->N = ta->shape[0];
+    } else if (ta->ndim == 2 && wr_k == 0 && ta->shape[0] == B) {
+        ea->N = ta->shape[1];
+    } else if (ta->ndim == 3 && wr_k > 0 && ta->shape[0] == B && ta->shape[2] == wr_k) {
+        ea->N = ta->shape[1];
     } else {
         char shape[128];
         size_t k = 0;
         shape[0] = '\0';
-        for (int d = 0; d < ta.ndim && k < sizeof shape; d++)
+        for (int d = 0; d < ta->ndim && k < sizeof shape; d++)
             k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", d ? ", " : "",
-                                  (long long)ta.shape[d]);
-        if (ta.ndim == 3 && rule.wr_k == 0)
+                                  (long long)ta->shape[d]);
+        if (ta->ndim == 3 && wr_k == 0)
             cli_error(
                 "--tokens %s: a 3-D array (%s): tokens without replacement need --without-replacement K "
                 "(K = %lld here)",
-                o->tokens, shape, (long long)ta.shape[2]);
-        else if (rule.wr_k > 0)
+                o->tokens, shape, (long long)ta->shape[2]);
+        else if (wr_k > 0)
             cli_error(
                 "--tokens %s: expected (B, N, K) = (%lld, N, %lld) with --without-replacement %lld, got (%s)",
-                o->tokens, (long long)B, (long long)rule.wr_k, (long long)rule.wr_k, shape);
+                o->tokens, (long long)B, (long long)wr_k, (long long)wr_k, shape);
         else
             cli_error(
                 "--tokens %s: expected (B, N) = (%lld, N): one row of draws per row of --logits %s, got (%s)",
                 o->tokens, (long long)B, o->logits, shape);
-        goto done;
+        return -1;
     }
-    if (N < 1) {
+    if (ea->N < 1) {
         cli_error("--tokens %s: no draws (N = 0)", o->tokens);
-        goto done;
+        return -1;
     }
-    const int64_t *tok = ta.data;
-    const float *temps = NULL;
+    ea->tok = ta->data;
+    return 0;
+}
+
+/* The inputs: logits, tokens, per-row temperatures and rule arrays, checked. 0 or -1 after a message. */
+static int ext_read_inputs(ext_audit *ea)
+{
+    const audit_ext_opts *o = ea->o;
+    char err[FLS_NPY_ERR_LEN];
+    fls_status st;
+    const fls_dtype f32 = FLS_DTYPE_F32;
+    if ((st = fls_npy_read_matrix(o->logits, &f32, &ea->Lm, err)) != FLS_OK) {
+        cli_error("--logits: %s%s", err,
+                  st == FLS_ERR_DTYPE && strstr(err, "float64") ? " (save x.astype(np.float32))" : "");
+        return -1;
+    }
+    ea->B = ea->Lm.rows;
+    ea->V = ea->Lm.cols;
+    ea->L = ea->Lm.data;
+    if (ext_read_tokens(ea) != 0)
+        return -1;
     if (o->temperature_rows) {
-        if (cli_load_row_array("--temperature-per-row", o->temperature_rows, B, 1u << FLS_NPY_F32, &tra) != 0)
-            goto done;
-        temps = tra.data;
-        for (int64_t b = 0; b < B; b++)
-            if (!(isfinite(temps[b]) && temps[b] >= 0.0f)) {
+        if (cli_load_row_array("--temperature-per-row", o->temperature_rows, ea->B, 1u << FLS_NPY_F32,
+                               &ea->tra) != 0)
+            return -1;
+        ea->temps = ea->tra.data;
+        for (int64_t b = 0; b < ea->B; b++)
+            if (!(isfinite(ea->temps[b]) && ea->temps[b] >= 0.0f)) {
                 cli_error(
                     "--temperature-per-row %s: row %lld has %g; T must be finite and >= 0 (0 is greedy)",
-                    o->temperature_rows, (long long)b, (double)temps[b]);
-                goto done;
+                    o->temperature_rows, (long long)b, (double)ea->temps[b]);
+                return -1;
             }
     }
-    {
-        int lrc;
-        if (cli_rule_load(&rule, B, V, &lrc) != 0)
-            goto done;
-    }
-    if (check_logits(L, B, V, o->logits) != 0)
-        goto done;
+    int lrc;
+    if (cli_rule_load(&ea->rule, ea->B, ea->V, &lrc) != 0)
+        return -1;
+    return check_logits(ea->L, ea->B, ea->V, o->logits);
+}
 
-    /* ---- the audit: one call, the rule in the options ---- */
-    fls_params rp;
-    fls_params_default(&rp);
-    cli_rule_apply(&rule, &rp);
-    group *gr = &groups[ngroups++];
+/* The audit: one call, the rule in the options; then the report's curves. 0 or -1 after a message. */
+static int ext_run(ext_audit *ea)
+{
+    const audit_ext_opts *o = ea->o;
+    const int64_t B = ea->B, V = ea->V, N = ea->N, K = ea->K;
+    fls_params_default(&ea->rp);
+    cli_rule_apply(&ea->rule, &ea->rp);
+    group *gr = &ea->groups[ea->ngroups++];
     snprintf(gr->name, sizeof gr->name, "tokens");
     fls_tokens_options_default(&gr->o);
     if (o->seed)
-        gr->o.seed = seed;
+        gr->o.seed = ea->seed;
     gr->o.pairs_rows = o->pairs_rows;
     gr->o.name = gr->name;
-    gr->o.rule = cli_rule_given(&o->rule) ? &rp : NULL;
+    gr->o.rule = cli_rule_given(&o->rule) ? &ea->rp : NULL;
     gr->tests = fls_tokens_test_count(&gr->o);
-    fls_stats_family fam;
-    fls_stats_family_init(&fam, FLS_STATS_BUDGET);
-    fls_stats_family_add(&fam, "external tokens", gr->tests);
-    const double alpha = fam.alpha;
-    gr->o.alpha = alpha;
-    rows = calloc((size_t)gr->tests, sizeof *rows);
-    if (!rows) {
+    fls_stats_family_init(&ea->fam, FLS_STATS_BUDGET);
+    fls_stats_family_add(&ea->fam, "external tokens", gr->tests);
+    ea->alpha = ea->fam.alpha;
+    gr->o.alpha = ea->alpha;
+    if (!(ea->rows = calloc((size_t)gr->tests, sizeof *ea->rows))) {
         cli_error("out of memory");
-        goto done;
+        return -1;
     }
-
-    char rdesc[256];
-    cli_rule_describe(&rule, rdesc, sizeof rdesc);
+    cli_rule_describe(&ea->rule, ea->rdesc, sizeof ea->rdesc);
     printf("flashsample audit: external tokens %s (B=%lld rows, N=%lld draws per row) against the exact "
            "distribution of %s (V=%lld)\n",
            o->tokens, (long long)B, (long long)N, o->logits, (long long)V);
@@ -692,142 +697,179 @@ int cli_audit_external(const audit_ext_opts *o)
                "look "
                "at position 1; pl-cond at positions 2..K given the earlier ones)\n",
                (long long)K);
-    if (temps)
-        printf("temperature per row from %s; rule: %s\n", o->temperature_rows, rdesc);
+    if (ea->temps)
+        printf("temperature per row from %s; rule: %s\n", o->temperature_rows, ea->rdesc);
     else
-        printf("temperature %g; rule: %s\n", (double)T, rdesc);
-    fls_stats_family_print(stdout, "", &fam);
+        printf("temperature %g; rule: %s\n", (double)ea->T, ea->rdesc);
+    fls_stats_family_print(stdout, "", &ea->fam);
     fflush(stdout);
 
     double t0 = cli_now();
-    size_t nrows = 0;
     cli_progress("auditing %lld x %lld tokens", (long long)B, (long long)(N * K));
-    st = fls_audit_tokens(L, B, V, V, temps, T, tok, N, &gr->o, rows, &nrows);
+    fls_status st =
+        fls_audit_tokens(ea->L, B, V, V, ea->temps, ea->T, ea->tok, N, &gr->o, ea->rows, &ea->nrows);
     if (st != FLS_OK) {
         if (st == FLS_ERR_PARAM)
-            cli_rule_explain(&rule, B, V);
+            cli_rule_explain(&ea->rule, B, V);
         else
             cli_error("the audit could not run: %s", fls_status_string(st));
-        goto done;
+        return -1;
     }
     gr->row0 = 0;
-    gr->nrows = nrows;
+    gr->nrows = ea->nrows;
     gr->rows_in = B;
     gr->draws = B * N;
     /* the figures' data, at the global test's bins (position 1 of a tuple) */
     cli_progress("the report's curves");
-    const int Kb = rows[0].bins > 1 ? rows[0].bins : 2;
-    if ((st = make_curves(L, B, V, temps, T, &rule, tok, N, K, Kb, &gr->c)) != FLS_OK) {
+    const int Kb = ea->rows[0].bins > 1 ? ea->rows[0].bins : 2;
+    if ((st = make_curves(ea->L, B, V, ea->temps, ea->T, &ea->rp, ea->tok, N, K, Kb, &gr->c)) != FLS_OK) {
         cli_error("the report's curves could not be computed: %s", fls_status_string(st));
-        goto done;
+        return -1;
     }
     gr->done = 1;
     cli_progress_done();
-    const double seconds = cli_now() - t0;
+    ea->seconds = cli_now() - t0;
+    return 0;
+}
 
-    /* ---- the table, the verdict, the power ---- */
+/* The power statement of the tests that have one, into ri->power and stdout. */
+static void ext_power(const ext_audit *ea, report_in *ri)
+{
+    const fls_audit_row *rows = ea->rows, *gof = &rows[0];
+    printf("\npower (probability %.3g at alpha %.3g per test):\n", FLS_STATS_POWER, ea->alpha);
+    char *s = ri->power[ri->npower++];
+    snprintf(s, sizeof ri->power[0],
+             "with these %lld draws, a total-variation error >= %.3g in these %d bins (equal bins of the "
+             "probability integral transform, each %.3g of the mass) would be caught with probability %.3g",
+             (long long)ea->groups[0].draws, gof->tv_caught, gof->bins, gof->min_mass, FLS_STATS_POWER);
+    printf("  %s\n", s);
+    for (size_t i = 0; i < ea->nrows && ri->npower < 8; i++) {
+        const fls_audit_row *r = &rows[i];
+        s = ri->power[ri->npower];
+        if (!strcmp(r->kind, "tail") && r->tail_t == 15.0) {
+            if (isfinite(r->deficit_caught))
+                snprintf(s, sizeof ri->power[0],
+                         "the mass more than 15 nats below the head (%.3g of the draws): a relative deficit "
+                         ">= %.3g or excess >= %.3g of it would be caught with probability %.3g",
+                         r->tail_mass, r->deficit_caught, r->excess_caught, FLS_STATS_POWER);
+            else
+                snprintf(s, sizeof ri->power[0],
+                         "the mass more than 15 nats below the head (%.3g of the draws) is too small for any "
+                         "deficit to show at this N%s",
+                         r->tail_mass, isfinite(r->excess_caught) ? "; only an excess would" : "");
+        } else if (strstr(r->test, "/pl-cond") && r->kind[0] != 'e') {
+            snprintf(
+                s, sizeof ri->power[0],
+                "positions 2..K given the earlier ones (pl-cond): a total-variation error >= %.3g in its "
+                "%d bins would be caught with probability %.3g",
+                r->tv_caught, r->bins, FLS_STATS_POWER);
+        } else {
+            continue;
+        }
+        printf("  %s\n", s);
+        ri->npower++;
+    }
+    if (gof->tv_caught > FLS_STATS_TV) {
+        int64_t need = fls_tokens_draws_needed(ea->B, ea->alpha);
+        printf("  to catch a TV of %g in 32 bins, draw at least %lld per row (%lld in all)\n", FLS_STATS_TV,
+               (long long)need, (long long)(need * ea->B));
+    }
+}
+
+/* The table, the power and the verdict on stdout; ri filled for the JSON. Whether every test passed. */
+static int ext_print(const ext_audit *ea, report_in *ri)
+{
     size_t failed = 0;
     printf("\n");
     fls_audit_print_header(stdout);
-    for (size_t i = 0; i < nrows; i++) {
-        fls_audit_print_row(stdout, &rows[i]);
-        failed += !rows[i].pass;
+    for (size_t i = 0; i < ea->nrows; i++) {
+        fls_audit_print_row(stdout, &ea->rows[i]);
+        failed += !ea->rows[i].pass;
     }
-    report_in ri;
-    memset(&ri, 0, sizeof ri);
-    printf("\npower (probability %.3g at alpha %.3g per test):\n", FLS_STATS_POWER, alpha);
-    {
-        const fls_audit_row *gof = &rows[0];
-        char *s = ri.power[ri.npower++];
-        snprintf(
-            s, sizeof ri.power[0],
-            "with these %lld draws, a total-variation error >= %.3g in these %d bins (equal bins of the "
-            "probability integral transform, each %.3g of the mass) would be caught with probability %.3g",
-            (long long)gr->draws, gof->tv_caught, gof->bins, gof->min_mass, FLS_STATS_POWER);
-        printf("  %s\n", s);
-        for (size_t i = 0; i < nrows && ri.npower < 8; i++) {
-            const fls_audit_row *r = &rows[i];
-            s = ri.power[ri.npower];
-            if (!strcmp(r->kind, "tail") && r->tail_t == 15.0) {
-                if (isfinite(r->deficit_caught))
-                    snprintf(
-                        s, sizeof ri.power[0],
-                        "the mass more than 15 nats below the head (%.3g of the draws): a relative deficit "
-                        ">= %.3g or excess >= %.3g of it would be caught with probability %.3g",
-                        r->tail_mass, r->deficit_caught, r->excess_caught, FLS_STATS_POWER);
-                else
-                    snprintf(
-                        s, sizeof ri.power[0],
-                        "the mass more than 15 nats below the head (%.3g of the draws) is too small for any "
-                        "deficit to show at this N%s",
-                        r->tail_mass, isfinite(r->excess_caught) ? "; only an excess would" : "");
-            } else if (strstr(r->test, "/pl-cond") && r->kind[0] != 'e') {
-                snprintf(
-                    s, sizeof ri.power[0],
-                    "positions 2..K given the earlier ones (pl-cond): a total-variation error >= %.3g in its "
-                    "%d bins would be caught with probability %.3g",
-                    r->tv_caught, r->bins, FLS_STATS_POWER);
-            } else {
-                continue;
-            }
-            printf("  %s\n", s);
-            ri.npower++;
-        }
-        if (gof->tv_caught > FLS_STATS_TV) {
-            int64_t need = fls_tokens_draws_needed(B, alpha);
-            printf("  to catch a TV of %g in 32 bins, draw at least %lld per row (%lld in all)\n",
-                   FLS_STATS_TV, (long long)need, (long long)(need * B));
-        }
-    }
-    const int all_pass = nrows > 0 && failed == 0;
-    printf("\n%zu test%s, %zu failed, %.2f s: %s\n", nrows, nrows == 1 ? "" : "s", failed, seconds,
-           all_pass ? "all pass" : "FAILED");
+    memset(ri, 0, sizeof *ri);
+    ext_power(ea, ri);
+    const int all_pass = ea->nrows > 0 && failed == 0;
+    printf("\n%zu test%s, %zu failed, %.2f s: %s\n", ea->nrows, ea->nrows == 1 ? "" : "s", failed,
+           ea->seconds, all_pass ? "all pass" : "FAILED");
+    ri->o = ea->o;
+    ri->B = ea->B;
+    ri->V = ea->V;
+    ri->N = ea->N;
+    ri->K = ea->K;
+    snprintf(ri->rule, sizeof ri->rule, "%s", ea->rdesc);
+    ri->alpha = ea->alpha;
+    ri->tests = ea->fam.size;
+    ri->all_pass = all_pass;
+    ri->seconds = ea->seconds;
+    ri->rows = ea->rows;
+    ri->nrows = ea->nrows;
+    ri->groups = ea->groups;
+    ri->ngroups = ea->ngroups;
+    return all_pass;
+}
 
-    ri.o = o;
-    ri.B = B;
-    ri.V = V;
-    ri.N = N;
-    ri.K = K;
-    snprintf(ri.rule, sizeof ri.rule, "%s", rdesc);
-    ri.alpha = alpha;
-    ri.tests = fam.size;
-    ri.all_pass = all_pass;
-    ri.seconds = seconds;
-    ri.rows = rows;
-    ri.nrows = nrows;
-    ri.groups = groups;
-    ri.ngroups = ngroups;
-    if (o->json && write_json_file(o->json, &ri) != 0)
-        goto done;
+/* --json and --report. 0 or -1 after a message. */
+static int ext_outputs(ext_audit *ea, const report_in *ri)
+{
+    const audit_ext_opts *o = ea->o;
+    if (o->json && write_json_file(o->json, ri) != 0)
+        return -1;
     if (o->report) {
         if (mkdir(o->report, 0777) != 0 && errno != EEXIST) {
             cli_error("--report %s: cannot create the folder: %s", o->report, strerror(errno));
-            goto done;
+            return -1;
         }
         char jp[1200];
         snprintf(jp, sizeof jp, "%s/audit.json", o->report);
-        if (write_json_file(jp, &ri) != 0)
-            goto done;
-        char *argv[] = {python, script, jp, (char *)o->report, NULL};
+        if (write_json_file(jp, ri) != 0)
+            return -1;
+        char *argv[] = {ea->python, ea->script, jp, (char *)o->report, NULL};
         int prc = run_quiet(argv, 1);
         if (prc != 0) {
-            cli_error("--report: %s %s failed (exit %d); the JSON is in %s", python, script, prc, jp);
-            goto done;
+            cli_error("--report: %s %s failed (exit %d); the JSON is in %s", ea->python, ea->script, prc, jp);
+            return -1;
         }
         printf("wrote %s/report.md and its figures (%s/*.png)\n", o->report, o->report);
     }
     if (o->json)
         printf("wrote %s\n", o->json);
-    rc = all_pass ? CLI_OK : CLI_FAIL;
+    return 0;
+}
 
-done:
+int cli_audit_external(const audit_ext_opts *o)
+{
+    ext_audit *ea = calloc(1, sizeof *ea);
+    if (!ea) {
+        cli_error("out of memory");
+        return CLI_USAGE;
+    }
+    ea->o = o;
+    int rc = ext_args(ea);
+    if (rc != CLI_OK || cli_parse_only) {
+        free(ea);
+        return rc;
+    }
+    rc = CLI_USAGE;
+    if ((o->json && cli_out_check("--json", o->json) != 0) ||
+        (o->report && (check_report_dir(o->report) != 0 || find_python(ea->python, sizeof ea->python) != 0 ||
+                       find_script(ea->script, sizeof ea->script) != 0))) {
+        free(ea);
+        return CLI_USAGE;
+    }
+    report_in ri;
+    if (ext_read_inputs(ea) == 0 && ext_run(ea) == 0) {
+        const int all_pass = ext_print(ea, &ri);
+        if (ext_outputs(ea, &ri) == 0)
+            rc = all_pass ? CLI_OK : CLI_FAIL;
+    }
     cli_progress_done();
-    for (int g = 0; g < ngroups; g++)
-        curves_free(&groups[g].c);
-    fls_npy_matrix_free(&Lm);
-    fls_npy_free(&ta);
-    fls_npy_free(&tra);
-    cli_rule_free(&rule);
-    free(rows);
+    for (int g = 0; g < ea->ngroups; g++)
+        curves_free(&ea->groups[g].c);
+    fls_npy_matrix_free(&ea->Lm);
+    fls_npy_free(&ea->ta);
+    fls_npy_free(&ea->tra);
+    cli_rule_free(&ea->rule);
+    free(ea->rows);
+    free(ea);
     return rc;
 }

@@ -140,16 +140,16 @@ void mut_make(mut_scenario sc, mut_input *in)
         fls_stats_rule sr, c;
         fls_stats_rule_off(&sr);
         if (sc == MUT_TOPP)
-            sr.top_p = 0.8;
+            sr.value[FLS_FILTER_TOP_P] = 0.8;
         else
-            sr.min_p = 0.05;
+            sr.value[FLS_FILTER_MIN_P] = 0.05;
         double *ld = malloc((size_t)V * sizeof(double));
         for (int64_t v = 0; v < V; v++)
             ld[v] = in->logits[v];
         fls_stats_rule_center(ld, V, T, &sr, &c);
         free(ld);
-        r->top_p = (float)c.top_p;
-        r->min_p = (float)c.min_p;
+        r->top_p = (float)c.value[FLS_FILTER_TOP_P];
+        r->min_p = (float)c.value[FLS_FILTER_MIN_P];
         in->has_rule = 1;
         break;
     }
@@ -195,9 +195,9 @@ static void row_rule(const mut_input *in, int64_t b, fls_stats_rule *r, int64_t 
     if (!in->has_rule)
         return;
     const fls_params *p = &in->rule;
-    r->min_p = (double)(p->row_min_p ? p->row_min_p[b] : p->min_p);
-    r->top_k = p->row_top_k ? p->row_top_k[b] : p->top_k;
-    r->top_p = (double)(p->row_top_p ? p->row_top_p[b] : p->top_p);
+    r->value[FLS_FILTER_MIN_P] = (double)(p->row_min_p ? p->row_min_p[b] : p->min_p);
+    r->value[FLS_FILTER_TOP_K] = (double)(p->row_top_k ? p->row_top_k[b] : p->top_k);
+    r->value[FLS_FILTER_TOP_P] = (double)(p->row_top_p ? p->row_top_p[b] : p->top_p);
     *K = p->without_replacement_k > 0 ? p->without_replacement_k : 1;
 }
 
@@ -278,8 +278,8 @@ static fls_status topk_plus1_row(const mut_input *in, int64_t b, double *q)
     fls_stats_rule r;
     int64_t K;
     row_rule(in, b, &r, &K);
-    if (r.top_k > 0 && r.top_k < in->V)
-        r.top_k++; /* the planted error */
+    if (r.value[FLS_FILTER_TOP_K] > 0 && r.value[FLS_FILTER_TOP_K] < (double)in->V)
+        r.value[FLS_FILTER_TOP_K] += 1.0; /* the planted error */
     return fls_stats_probs_rule_f32(in->logits + b * in->V, in->V, (double)in->temps[b], &r, q, NULL);
 }
 
@@ -827,9 +827,9 @@ int64_t mut_n_boundary(mut_scenario s, mut_probs_fn mutant, double alpha, double
             l[v] = in.logits[v];
         fls_stats_rule r;
         fls_stats_rule_off(&r);
-        r.top_k = in.rule.top_k;
-        r.top_p = in.rule.top_p;
-        r.min_p = in.rule.min_p;
+        r.value[FLS_FILTER_TOP_K] = (double)in.rule.top_k;
+        r.value[FLS_FILTER_TOP_P] = in.rule.top_p;
+        r.value[FLS_FILTER_MIN_P] = in.rule.min_p;
         fls_stats_support sup;
         if (fls_stats_probs_rule(l, in.V, (double)in.temps[0], &r, p, &sup) == FLS_OK &&
             mutant(&in, q) == FLS_OK) {

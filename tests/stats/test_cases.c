@@ -179,8 +179,9 @@ Test(cases, list_is_consistent)
  * what the list covers (issues 13 and 14). */
 Test(cases, rules_grouped_and_streams_are_covered)
 {
-    /* per filter: [path 0 logits, 1 fused] in the CI run, and in the quick list */
-    int filt[5][2] = {{0}}, quick_rule = 0, quick_wr = 0, quick_grouped = 0, quick_stream = 0,
+    /* per registry filter (then without replacement): [path 0 logits, 1 fused] in the CI run */
+    enum { NF = FLS_FILTER_COUNT + 1 };
+    int filt[NF][2] = {{0}}, quick_rule = 0, quick_wr = 0, quick_grouped = 0, quick_stream = 0,
         quick_shards = 0;
     int tuples = 0, cond = 0, mixed = 0, tie_k = 0, tie_p = 0, masked_rule = 0, heavy_rule = 0, v1_rule = 0;
     int64_t vmax_rule = 0, gmin = INT64_MAX, gmax = 0;
@@ -192,15 +193,27 @@ Test(cases, rules_grouped_and_streams_are_covered)
         if (!x)
             continue;
         const int quick = fls_audit_case_in_run(k, 0, FLS_ENGINE_CPU);
-        int any = 0;
+        int any = 0, beyond = 0; /* beyond: filters other than the built-ins (fls_params has one slot) */
+        for (int id = FLS_FILTER_TOP_P + 1; id < FLS_FILTER_COUNT; id++) {
+            int used = 0;
+            for (int g = 0; g < c->groups; g++) {
+                const fls_stats_rule r = fls_audit_case_rule(c, g);
+                used |= r.value[id] != fls_filters[id].off;
+            }
+            beyond += used;
+        }
+        cr_expect(beyond <= 1, "%s: at most one filter beyond min-p, top-k and top-p", c->name);
         for (int g = 0; g < c->groups; g++) {
-            const int on[5] = {x->min_p[g] != 0.0f, x->top_k[g] != 0,
-                               x->top_p[g] != 0.0f && x->top_p[g] != 1.0f, x->nsigma[g] != 0.0, x->wr_k > 0};
+            const fls_stats_rule r = fls_audit_case_rule(c, g);
+            int on[NF];
+            for (int id = 0; id < FLS_FILTER_COUNT; id++)
+                on[id] = r.value[id] != fls_filters[id].off;
+            on[FLS_FILTER_COUNT] = x->wr_k > 0;
             int n_on = 0;
-            for (int f = 0; f < 5; f++) {
+            for (int f = 0; f < NF; f++) {
                 if (fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU))
                     filt[f][c->fused] |= on[f];
-                n_on += on[f] && f < 4;
+                n_on += on[f] && f < FLS_FILTER_COUNT;
                 any |= on[f];
             }
             mixed |= n_on >= 3;
@@ -237,8 +250,14 @@ Test(cases, rules_grouped_and_streams_are_covered)
         quick_stream |= quick && x->io == FLS_IO_STREAM;
         quick_shards |= quick && x->io == FLS_IO_SHARDS;
     }
-    for (int f = 0; f < 5; f++)
-        cr_expect(filt[f][0] && filt[f][1], "filter %d: both paths in the CI run", f);
+    /* every filter of the registry on the logits path; those of 0.3 (and without replacement) on both */
+    for (int f = 0; f < NF; f++) {
+        cr_expect(filt[f][0], "%s: the logits path in the CI run",
+                  f < FLS_FILTER_COUNT ? fls_filters[f].name : "without replacement");
+        if (f != FLS_FILTER_EPSILON)
+            cr_expect(filt[f][1], "%s: the fused path in the CI run",
+                      f < FLS_FILTER_COUNT ? fls_filters[f].name : "without replacement");
+    }
     cr_expect(quick_rule && quick_wr && quick_grouped && quick_stream && quick_shards, "quick list");
     cr_expect(tuples && cond && mixed && tie_k && tie_p && masked_rule && heavy_rule && v1_rule);
     cr_expect_eq(vmax_rule, 262144);

@@ -8,6 +8,9 @@
  *   - a brute force written from the set definitions of docs/RULES.md
  *     (O(V^2), no sorting) against the sort-based reference on 3000 random
  *     rows with many ties and random parameters;
+ *   - epsilon (p over the whole row, the maximum always kept) against its
+ *     definition: a class at the threshold, ties at the max, eps = 0 and 1,
+ *     its centering, random grids; the library's parameters into a rule;
  *   - ordered tuples against the closed form, the conditional transform's
  *     intervals tiling [0, 1).
  */
@@ -19,9 +22,29 @@
 
 #include "fls_stats.h"
 
+/* The filters by registry id (the tests name the rules they test). */
+#define MIN_P  value[FLS_FILTER_MIN_P]
+#define TOP_K  value[FLS_FILTER_TOP_K]
+#define TOP_P  value[FLS_FILTER_TOP_P]
+#define NSIGMA value[FLS_FILTER_TOP_NSIGMA]
+#define EPS    value[FLS_FILTER_EPSILON]
+
 static fls_stats_rule rule(double min_p, int64_t k, double top_p, double nsigma)
 {
-    fls_stats_rule r = {min_p, k, top_p, nsigma};
+    fls_stats_rule r;
+    fls_stats_rule_off(&r);
+    r.MIN_P = min_p;
+    r.TOP_K = (double)k;
+    r.TOP_P = top_p;
+    r.NSIGMA = nsigma;
+    return r;
+}
+
+static fls_stats_rule eps_rule(double eps)
+{
+    fls_stats_rule r;
+    fls_stats_rule_off(&r);
+    r.EPS = eps;
     return r;
 }
 
@@ -142,12 +165,12 @@ static void brute_support(const double *l, int64_t V, double T, fls_stats_rule r
             var += (x[v] - mean) * (x[v] - mean) / (double)n;
     uint8_t s1[64], s2[64], s3[64];
     for (int64_t v = 0; v < V; v++)
-        s1[v] = x[v] > -INFINITY && (r.min_p == 0 || x[v] - m >= log(r.min_p));
+        s1[v] = x[v] > -INFINITY && (r.MIN_P == 0 || x[v] - m >= log(r.MIN_P));
     for (int64_t v = 0; v < V; v++) {
         int64_t above = 0;
         for (int64_t u = 0; u < V; u++)
             above += s1[u] && x[u] > x[v];
-        s2[v] = s1[v] && (r.top_k == 0 || above < r.top_k);
+        s2[v] = s1[v] && (r.TOP_K == 0 || above < r.TOP_K);
     }
     double Z = 0;
     for (int64_t u = 0; u < V; u++)
@@ -156,16 +179,23 @@ static void brute_support(const double *l, int64_t V, double T, fls_stats_rule r
         double A = 0;
         for (int64_t u = 0; u < V; u++)
             A += s2[u] && x[u] > x[v] ? exp(x[u] - m) : 0.0;
-        s3[v] = s2[v] && (r.top_p == 1.0 || A / Z < r.top_p);
+        s3[v] = s2[v] && (r.TOP_P == 1.0 || A / Z < r.TOP_P);
     }
     for (int64_t v = 0; v < V; v++)
-        keep[v] = s3[v] && (r.nsigma == 0 || x[v] >= m - r.nsigma * sqrt(var));
+        keep[v] = s3[v] && (r.NSIGMA == 0 || x[v] >= m - r.NSIGMA * sqrt(var));
+    /* epsilon, last: p over every finite token of the row, the maximum always kept */
+    double Zall = 0;
+    for (int64_t u = 0; u < V; u++)
+        Zall += x[u] > -INFINITY ? exp(x[u] - m) : 0.0;
+    for (int64_t v = 0; v < V; v++)
+        keep[v] = keep[v] && (r.EPS == 0 || x[v] == m || exp(x[v] - m) / Zall >= r.EPS);
 }
 
 Test(rules, sorted_reference_equals_the_set_definitions)
 {
-    gsl_rng *g = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng *g = gsl_rng_alloc(gsl_rng_mt19937), *ge = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_rng_set(g, 99);
+    gsl_rng_set(ge, 7);
     int64_t mismatches = 0, checked = 0, near = 0;
     for (int it = 0; it < 3000; it++) {
         const int64_t V = 1 + (int64_t)gsl_rng_uniform_int(g, 40);
@@ -180,13 +210,15 @@ Test(rules, sorted_reference_equals_the_set_definitions)
             l[0] = 1.0;
         fls_stats_rule r = rule(0, 0, 1, 0);
         if (gsl_rng_uniform(g) < 0.5)
-            r.min_p = gsl_rng_uniform_pos(g) * 0.5;
+            r.MIN_P = gsl_rng_uniform_pos(g) * 0.5;
         if (gsl_rng_uniform(g) < 0.5)
-            r.top_k = 1 + (int64_t)gsl_rng_uniform_int(g, (unsigned long)V);
+            r.TOP_K = 1 + (int64_t)gsl_rng_uniform_int(g, (unsigned long)V);
         if (gsl_rng_uniform(g) < 0.5)
-            r.top_p = 0.05 + 0.95 * gsl_rng_uniform(g);
+            r.TOP_P = 0.05 + 0.95 * gsl_rng_uniform(g);
         if (gsl_rng_uniform(g) < 0.3)
-            r.nsigma = 3.0 * gsl_rng_uniform(g);
+            r.NSIGMA = 3.0 * gsl_rng_uniform(g);
+        if (gsl_rng_uniform(ge) < 0.3) /* its own stream: the other filters' draws as before */
+            r.EPS = gsl_rng_uniform(ge) < 0.1 ? 1.0 : 0.3 * gsl_rng_uniform(ge);
         const double T = gsl_rng_uniform(g) < 0.2 ? 0.0 : 0.25 + 2.0 * gsl_rng_uniform(g);
         uint8_t a[64], b[64];
         fls_stats_support s;
@@ -205,11 +237,176 @@ Test(rules, sorted_reference_equals_the_set_definitions)
         cr_expect_eq(size, s.size);
     }
     gsl_rng_free(g);
+    gsl_rng_free(ge);
     printf("set definitions vs the sorted reference: %lld rows checked (%lld at a threshold skipped), %lld "
            "mismatching tokens\n",
            (long long)checked, (long long)near, (long long)mismatches);
     cr_expect_eq(mismatches, 0);
     cr_expect(checked > 2500);
+}
+
+/* Epsilon from its definition alone: p_v = exp(x_v - m) / Z over every finite
+ * token of the row (a plain sum, no log), keep p_v >= eps or x_v = m. */
+static int64_t brute_epsilon(const double *l, int64_t V, double T, double eps, uint8_t *keep)
+{
+    double m = -INFINITY, Z = 0;
+    for (int64_t v = 0; v < V; v++)
+        if (l[v] > -INFINITY)
+            m = fmax(m, T > 0 ? l[v] / T : l[v]);
+    for (int64_t v = 0; v < V; v++)
+        Z += l[v] > -INFINITY ? exp((T > 0 ? l[v] / T : l[v]) - m) : 0.0;
+    int64_t n = 0;
+    for (int64_t v = 0; v < V; v++) {
+        const double x = l[v] == -INFINITY ? -INFINITY : (T > 0 ? l[v] / T : l[v]);
+        keep[v] = x > -INFINITY && (eps == 0 || x == m || exp(x - m) / Z >= eps);
+        n += keep[v];
+    }
+    return n;
+}
+
+Test(rules, epsilon_exact_support)
+{
+    /* a grid: the max tied twice, a class of three at 1, then 0, -1, a mask */
+    const double l[8] = {2, 1, 2, 1, 0, 1, -INFINITY, -1};
+    const double Z = 2 + 3 * exp(-1) + exp(-2) + exp(-3), p1 = exp(-1) / Z, p0 = exp(-2) / Z;
+    uint8_t keep[8], want[8];
+    fls_stats_support s;
+    /* a token (a class) at the threshold: inclusive, whatever the rounding side */
+    fls_stats_rule r = eps_rule(p1 * (1 - 1e-12));
+    cr_assert_eq(fls_stats_rule_support(l, 8, 1.0, &r, keep, &s), FLS_OK);
+    cr_expect_eq(s.size, 5);
+    cr_expect_eq(s.cut, 1.0);
+    cr_expect_eq(s.n_at_cut, 3);
+    cr_expect_eq(s.outside, 0.0);
+    cr_expect_eq(s.by, FLS_FILTER_EPSILON + 1);
+    cr_expect(s.margin < 1e-10, "a decision at its threshold: margin %g", s.margin);
+    cr_expect_eq(brute_epsilon(l, 8, 1.0, r.EPS, want), 5);
+    cr_expect(!memcmp(keep, want, 8));
+    r = eps_rule(p1 * (1 + 1e-12)); /* just above: the class of 1 goes, the tied maximum stays */
+    cr_assert_eq(fls_stats_rule_support(l, 8, 1.0, &r, keep, &s), FLS_OK);
+    cr_expect_eq(s.size, 2);
+    cr_expect(keep[0] && keep[2] && !keep[1] && !keep[3]);
+    cr_expect_eq(s.n_at_cut, 2);
+    r = eps_rule(0.5 * (p1 + p0)); /* between two classes: the same five */
+    cr_assert_eq(fls_stats_rule_support(l, 8, 1.0, &r, keep, &s), FLS_OK);
+    cr_expect_eq(s.size, 5);
+    cr_expect(s.margin > 1e-3);
+    /* eps = 1 keeps the maximum's class only (its p < 1), at any T */
+    r = eps_rule(1.0);
+    cr_expect_eq(support_of(l, 8, 1.0, r, keep), 2);
+    cr_expect(keep[0] && keep[2]);
+    cr_expect_eq(support_of(l, 8, 0.3, r, keep), 2);
+    const double one[3] = {-INFINITY, 4, -INFINITY}; /* a single token: p = 1 */
+    cr_expect_eq(support_of(one, 3, 1.0, r, keep), 1);
+    /* eps = 0 is off: every finite token, no cut */
+    r = eps_rule(0.0);
+    cr_expect(!fls_stats_rule_active(&r));
+    cr_assert_eq(fls_stats_rule_support(l, 8, 1.0, &r, keep, &s), FLS_OK);
+    cr_expect_eq(s.size, 7);
+    cr_expect_eq(s.by, 0);
+    cr_expect_eq(brute_epsilon(l, 8, 1.0, 0.0, want), 7);
+    /* last in the chain, but p over the whole row: after top-k 3 (the five at 2 and 1) an eps just
+     * above p1 drops the class of 1 (renormalized over the five it would stay) */
+    r = rule(0, 3, 1, 0);
+    r.EPS = p1 * (1 + 1e-9);
+    cr_assert_eq(fls_stats_rule_support(l, 8, 1.0, &r, keep, &s), FLS_OK);
+    cr_expect_eq(s.size, 2);
+    cr_expect_eq(s.by, FLS_FILTER_EPSILON + 1);
+    r.EPS = p1 * (1 - 1e-9);
+    cr_assert_eq(fls_stats_rule_support(l, 8, 1.0, &r, keep, &s), FLS_OK);
+    cr_expect_eq(s.size, 5);
+    cr_expect_eq(s.by, FLS_FILTER_TOP_K + 1); /* top-k cut there; epsilon nothing more */
+    /* the pmf: softmax over the kept tokens */
+    double p[8];
+    r = eps_rule(p1 * (1 - 1e-12));
+    cr_assert_eq(fls_stats_probs_rule(l, 8, 1.0, &r, p, NULL), FLS_OK);
+    const double Z5 = 2 + 3 * exp(-1);
+    cr_expect_float_eq(p[0], 1 / Z5, 1e-15);
+    cr_expect_float_eq(p[1], exp(-1) / Z5, 1e-15);
+    cr_expect(p[4] == 0 && p[6] == 0 && p[7] == 0);
+    /* centering: ln eps to the middle of its gap, the same support */
+    fls_stats_rule c;
+    r = eps_rule(p1 * (1 - 1e-12));
+    cr_assert_eq(fls_stats_rule_center(l, 8, 1.0, &r, &c), FLS_OK);
+    cr_expect(c.EPS > p0 && c.EPS < p1, "centered eps %g in (%g, %g)", c.EPS, p0, p1);
+    cr_expect_float_eq(log(c.EPS), 0.5 * (log(p0) + log(p1)), 1e-12);
+    cr_expect_eq(support_of(l, 8, 1.0, c, keep), 5);
+    r = eps_rule(1.0); /* no gap to move in: the value stays */
+    cr_assert_eq(fls_stats_rule_center(l, 8, 1.0, &r, &c), FLS_OK);
+    cr_expect_eq(c.EPS, 1.0);
+    /* its range */
+    double bad[4] = {-0.1, 1.5, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        r = eps_rule(bad[i]);
+        cr_expect_eq(fls_stats_rule_check(&r, 8), FLS_ERR_PARAM);
+    }
+    /* random grids (ties everywhere, masks, T) against the brute force */
+    gsl_rng *g = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(g, 2022);
+    int64_t checked = 0, mismatches = 0;
+    for (int it = 0; it < 2000; it++) {
+        const int64_t V = 1 + (int64_t)gsl_rng_uniform_int(g, 40);
+        double x[64];
+        int finite = 0;
+        for (int64_t v = 0; v < V; v++) {
+            x[v] = gsl_rng_uniform(g) < 0.1 ? -INFINITY : (double)gsl_rng_uniform_int(g, 9) * 0.75 - 3.0;
+            finite += x[v] > -INFINITY;
+        }
+        if (!finite)
+            x[0] = 1.0;
+        const double T = gsl_rng_uniform(g) < 0.2 ? 0.0 : 0.25 + 2.0 * gsl_rng_uniform(g);
+        const double u = gsl_rng_uniform(g), eps = u < 0.1 ? 1.0 : u < 0.15 ? 0.0 : 0.5 * gsl_rng_uniform(g);
+        r = eps_rule(eps);
+        cr_assert_eq(fls_stats_rule_support(x, V, T, &r, keep, &s), FLS_OK);
+        if (s.margin < 1e-9)
+            continue;
+        checked++;
+        uint8_t b[64];
+        brute_epsilon(x, V, T, eps, b);
+        for (int64_t v = 0; v < V; v++)
+            mismatches += keep[v] != b[v];
+    }
+    gsl_rng_free(g);
+    cr_expect_eq(mismatches, 0);
+    cr_expect(checked > 1800);
+}
+
+/* The library's parameters into the reference's rule: the built-ins from their
+ * fields, any other registry rule by name. */
+Test(rules, rule_from_params)
+{
+    fls_params p;
+    fls_params_default(&p);
+    fls_stats_rule r;
+    cr_assert_eq(fls_stats_rule_from_params(&p, 0, &r), FLS_OK);
+    cr_expect(!fls_stats_rule_active(&r));
+    p.top_k = 5;
+    p.filter = "epsilon";
+    p.filter_value = 2e-3;
+    cr_assert_eq(fls_stats_rule_from_params(&p, 0, &r), FLS_OK);
+    cr_expect_eq(r.TOP_K, 5.0);
+    cr_expect_eq(r.EPS, 2e-3);
+    cr_expect_eq(r.NSIGMA, 0.0);
+    cr_expect_eq(r.TOP_P, 1.0);
+    const double rows[2] = {0.5, 1.25};
+    p.filter = "top-nsigma";
+    p.row_filter_value = rows;
+    cr_assert_eq(fls_stats_rule_from_params(&p, 1, &r), FLS_OK);
+    cr_expect(r.NSIGMA == 1.25 && r.EPS == 0.0);
+    p.filter = "top-k"; /* a built-in has its field */
+    cr_expect_eq(fls_stats_rule_from_params(&p, 0, &r), FLS_ERR_PARAM);
+    p.filter = "eta";
+    cr_expect_eq(fls_stats_rule_from_params(&p, 0, &r), FLS_ERR_PARAM);
+    p.filter = NULL; /* values without a name */
+    cr_expect_eq(fls_stats_rule_from_params(&p, 0, &r), FLS_ERR_PARAM);
+    char d[128];
+    r = eps_rule(0.002);
+    r.TOP_K = 50;
+    fls_stats_rule_describe(&r, d, sizeof d);
+    cr_expect_str_eq(d, "top-k 50, epsilon 0.002");
+    fls_stats_rule_off(&r);
+    fls_stats_rule_describe(&r, d, sizeof d);
+    cr_expect_str_eq(d, "none");
 }
 
 Test(rules, plackett_luce_tuples)
