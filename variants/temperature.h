@@ -19,7 +19,7 @@
 #ifndef FLS_VARIANT_TEMPERATURE_H
 #define FLS_VARIANT_TEMPERATURE_H
 
-#include "flashsample.h"
+#include "flashsample_status.h"
 #include "rule.h"
 
 /* The tempered logit l / T (l itself for T = 0). */
