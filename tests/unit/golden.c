@@ -85,6 +85,9 @@ static const golden_rule k_rules[] = {
     {"wr=3,min-p=0.1", 0.1f, 1.0f, 0, GK, NULL, 0.0, 0},
     {"wr=3,top-k=5,top-p=0.9", 0.0f, 0.9f, 5, GK, NULL, 0.0, 0},
     {"per-row", 0.0f, 1.0f, 0, GK, "top-nsigma", 0.0, 1},
+    {"epsilon=0.002", 0.0f, 1.0f, 0, 0, "epsilon", 0.002, 0},
+    {"top-k=50,top-p=0.95,epsilon=0.01", 0.0f, 0.95f, 50, 0, "epsilon", 0.01, 0},
+    {"wr=3,epsilon=0.001", 0.0f, 1.0f, 0, GK, "epsilon", 0.001, 0},
 };
 
 static const float k_temps[] = {1.0f, 0.7f, 0.0f};

@@ -13,6 +13,7 @@
  */
 #include "common.h"
 #include "fls_noise.h"
+#include "internal.h"
 
 #include <criterion/criterion.h>
 
@@ -402,7 +403,7 @@ Test(rules, second_pass_is_counted)
 /* The fused pass keeps its logits for the second pass (the pass then reads
  * them instead of W again) and takes the draws from its staircases: the
  * same tokens, logprobs and logsumexp as recomputing the logits
- * (FLS_CPU_NO_KEEP=1), rows undecided and decided in one call, several
+ * (fls_cpu_opts.no_keep), rows undecided and decided in one call, several
  * draws, without replacement. */
 Test(rules, second_pass_kept_logits_equal_recomputed)
 {
@@ -429,8 +430,9 @@ Test(rules, second_pass_kept_logits_equal_recomputed)
     float lp[2][3 * 4 * 2], lse[2][3];
     uint64_t second[2];
     for (int r = 0; r < 2; r++) {
-        if (r)
-            setenv("FLS_CPU_NO_KEEP", "1", 1);
+        fls_cpu_opts dev = {0};
+        dev.no_keep = r; /* r = 1: the second pass recomputes the logits */
+        fls_cpu_set_dev_opts(ctx, &dev);
         fls_counters c0, c1;
         fls_counters_default(&c0);
         fls_counters_default(&c1);
@@ -439,7 +441,7 @@ Test(rules, second_pass_kept_logits_equal_recomputed)
         cr_assert_eq(fls_sample_fused(ctx, &Wm, &Hm, &p, &o), FLS_OK);
         cr_assert_eq(fls_context_counters(ctx, &c1), FLS_OK);
         second[r] = c1.second_pass_rows - c0.second_pass_rows;
-        unsetenv("FLS_CPU_NO_KEEP");
+        fls_cpu_set_dev_opts(ctx, NULL);
     }
     cr_assert(second[0] >= 1 && second[0] < (uint64_t)B, "rows decided by the second pass: %llu",
               (unsigned long long)second[0]);
