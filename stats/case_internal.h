@@ -38,7 +38,7 @@ typedef struct case_io {
     void *dL, *dW, *dH; /* device copies (CUDA engine) */
     int64_t *dtok;
     size_t dtok_bytes;
-    int fault; /* FLS_AUDIT_FAULT names this case */
+    int fault; /* fls_audit_options.fault_case names this case */
     fls_case_io mode;
     int pieces;        /* stream: chunks; shards: shards */
     gsl_rng *chunking; /* the random chunkings and orders (seeded per call, logged) */
@@ -50,7 +50,7 @@ void case_io_release(case_io *io);
 /* One batch of draws (B rows, p->draws each) into tokens (host), through one
  * call or the streaming API (io->mode). tokens are filled with the guard -1
  * first: a token the engine fails to write is out of range and fails the
- * test. With FLS_AUDIT_FAULT naming the case (io->fault) sampling fails. */
+ * test. With fls_audit_options.fault_case naming the case (io->fault) sampling fails. */
 fls_status case_io_sample(case_io *io, const fls_params *p, int64_t B, int64_t *tokens);
 
 #endif /* FLS_CASE_INTERNAL_H */

@@ -151,7 +151,7 @@ static fls_status io_stream(case_io *io, const fls_params *p, int64_t B, const f
     return st;
 }
 
-/* Fault injection for the tests of the audit itself: with FLS_AUDIT_FAULT set
+/* Fault injection for the tests of the audit itself: with fls_audit_options.fault_case set
  * to a case's name (or "*": every case), that case's sampling fails
  * (FLS_ERR_INTERNAL), as a broken engine would. */
 fls_status case_io_sample(case_io *io, const fls_params *p, int64_t B, int64_t *tokens)

@@ -254,4 +254,5 @@ void fls_audit_options_default(fls_audit_options *o)
     o->seed = 20260301;
     o->progress = 0;
     o->family = NULL;
+    o->fault_case = NULL;
 }

@@ -845,7 +845,7 @@ fls_status fls_audit_run_case(fls_context_t *ctx, const fls_audit_options *o, do
     io.ctx = ctx;
     io.cuda = fls_context_engine(ctx) == FLS_ENGINE_CUDA;
     io.fused = c->fused;
-    const char *fault = getenv("FLS_AUDIT_FAULT");
+    const char *fault = o->fault_case;
     io.fault = fault && (!strcmp(fault, c->name) || !strcmp(fault, "*"));
     io.mode = c->ext ? c->ext->io : FLS_IO_CALL;
     io.pieces = c->ext ? c->ext->pieces : 0;

@@ -36,6 +36,10 @@ typedef struct fls_audit_options {
      * which must have added this audit's tests: fls_audit_family_add). NULL:
      * the audit is a run of its own and declares its family itself. */
     const fls_stats_family *family;
+    /* Fault injection for the audit's own tests: a case of this name ("*":
+     * every case) fails to sample, so its rows are error rows. NULL in
+     * every real run. */
+    const char *fault_case;
 } fls_audit_options;
 
 void fls_audit_options_default(fls_audit_options *o);

@@ -59,6 +59,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,10 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "rule_nsigma1_blas",
                                             "rule_wr4_blas"};
 
+/* The options every engine's call starts from (--cuda-opt; zero, the
+ * production choices, by default: fls_cuda_opts_default). */
+static fls_cuda_opts g_base_opts;
+
 /* The rule of engine e (a _sync or _blas engine: its queued, default form). */
 static int bench_rule_base(int e)
 {
@@ -339,8 +344,7 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     req.method = FLS_METHOD_FUSED;
     req.K = 1;
     fls_outputs out = {b->tokens, NULL, NULL};
-    fls_cuda_opts o;
-    fls_cuda_opts_default(&o);
+    fls_cuda_opts o = g_base_opts;
     o.rows_cached = cached;
     o.no_sync = !sync;
     o.no_skip = engine == E_CHUNKED_NS || engine == E_LOGITS_NS;
@@ -467,14 +471,60 @@ static void bench_usage(void)
 {
     printf("usage: flashsample bench --device cuda [--csv PATH] [--quick] [--reps N]\n"
            "                         [--shapes D:V,D:V,...] [--batches 1,2,4,...] [--engines a,b,...]\n"
-           "                         [--hscale S]\n"
+           "                         [--hscale S] [--cuda-opt NAME=VALUE ...]\n"
            "Times the fused GPU sampler against cuBLAS, the unfused baselines and a read floor.\n"
            "--hscale S scales H's entries (default 1: flat rows, logits' std about 1.1; 4: peaked\n"
            "rows, std about 4.5, the top token's probability about one half at T = 0.7).\n"
+           "--cuda-opt NAME=VALUE (repeatable) sets an experiment's field of fls_cuda_opts for every\n"
+           "engine (rule_top_cap, rule_stair_cap, rule_cf, rule_path, rule_keys, rule_pdl,\n"
+           "rule_list_draw, logits_warps, no_skip; docs/GPU.md, developer options): an A/B of\n"
+           "one switch is two runs, with and without it. Every value gives the same tokens.\n"
            "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
 }
 
 /* ---- the command: options, setup, one shape and batch at a time ---- */
+
+/* The experiments' switches (`--cuda-opt NAME=VALUE`): the fields of
+ * fls_cuda_opts every engine's call starts from (all 0: the production
+ * choices; every value gives the same tokens). */
+static const struct {
+    const char *name;
+    size_t off;
+    int is64;
+} k_cuda_opts[] = {
+    {"rule_top_cap", offsetof(fls_cuda_opts, rule_top_cap), 1},
+    {"rule_stair_cap", offsetof(fls_cuda_opts, rule_stair_cap), 0},
+    {"rule_cf", offsetof(fls_cuda_opts, rule_cf), 0},
+    {"rule_path", offsetof(fls_cuda_opts, rule_path), 0},
+    {"rule_keys", offsetof(fls_cuda_opts, rule_keys), 0},
+    {"rule_pdl", offsetof(fls_cuda_opts, rule_pdl), 0},
+    {"rule_list_draw", offsetof(fls_cuda_opts, rule_list_draw), 0},
+    {"logits_warps", offsetof(fls_cuda_opts, logits_warps), 0},
+    {"no_skip", offsetof(fls_cuda_opts, no_skip), 0},
+};
+
+/* NAME=VALUE into g_base_opts; 0, or -1 after a message. */
+static int bench_set_cuda_opt(const char *spec)
+{
+    const char *eq = strchr(spec, '=');
+    char *end = NULL;
+    const long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+    for (size_t i = 0; eq && end != eq + 1 && !*end && i < sizeof k_cuda_opts / sizeof k_cuda_opts[0]; i++)
+        if (strlen(k_cuda_opts[i].name) == (size_t)(eq - spec) &&
+            !strncmp(spec, k_cuda_opts[i].name, eq - spec)) {
+            char *field = (char *)&g_base_opts + k_cuda_opts[i].off;
+            if (k_cuda_opts[i].is64)
+                *(int64_t *)field = v;
+            else
+                *(int *)field = (int)v;
+            return 0;
+        }
+    fprintf(stderr, "flashsample bench: error: --cuda-opt '%s': expected NAME=INTEGER, NAME one of", spec);
+    for (size_t i = 0; i < sizeof k_cuda_opts / sizeof k_cuda_opts[0]; i++)
+        fprintf(stderr, " %s", k_cuda_opts[i].name);
+    fprintf(stderr, "\n");
+    return -1;
+}
 
 /* The options of the GPU bench and their values. */
 typedef struct bench_opts {
@@ -526,6 +576,10 @@ static int bench_parse_argv(int argc, char **argv, bench_opts *bo)
             i++;
         } else if (!strcmp(a, "--engines") && v) {
             bo->engines_s = v;
+            i++;
+        } else if (!strcmp(a, "--cuda-opt") && v) {
+            if (bench_set_cuda_opt(v) != 0)
+                return 2;
             i++;
         } else {
             fprintf(stderr, "flashsample bench: error: unknown or incomplete option '%s' for --device cuda\n",

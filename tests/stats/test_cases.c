@@ -307,14 +307,14 @@ Test(audit, quick_run, .timeout = 900)
     cr_assert_eq(fls_audit_run(&bad, &rows, &n), FLS_ERR_PARAM);
 }
 
-/* One case that cannot sample (fault injection: FLS_AUDIT_FAULT) does not stop
+/* One case that cannot sample (fault injection: fls_audit_options.fault_case) does not stop
  * the run: its rows are error rows, every other case is reported. No sampling
  * outcome is asserted here (only statuses): nothing in the family. */
 Test(audit, a_failing_case_is_an_error_row, .timeout = 300)
 {
-    setenv("FLS_AUDIT_FAULT", "coin-logits", 1);
     fls_audit_options o;
     fls_audit_options_default(&o);
+    o.fault_case = "coin-logits";
     fls_audit_row *rows = NULL;
     size_t n = 0;
     /* a sub-run: the three cheapest cases, through fls_audit_run_case as fls_audit_run does */
@@ -341,7 +341,7 @@ Test(audit, a_failing_case_is_an_error_row, .timeout = 300)
     cr_expect(!r3[1].pass && isnan(r3[1].p) && !strcmp(r3[1].kind, "error"));
     cr_expect(strstr(r3[1].note, "sampling failed"), "%s", r3[1].note);
     /* and through fls_audit_run, every case failing ("*"): still FLS_OK, every row present */
-    setenv("FLS_AUDIT_FAULT", "*", 1);
+    o.fault_case = "*";
     cr_assert_eq(fls_audit_run(&o, &rows, &n), FLS_OK);
     cr_expect_eq(n, (size_t)fls_audit_run_tests(0, FLS_ENGINE_CPU));
     for (size_t k = 0; k < n; k++) {
@@ -349,7 +349,6 @@ Test(audit, a_failing_case_is_an_error_row, .timeout = 300)
         cr_expect(rows[k].test[0] != 0);
     }
     free(rows);
-    unsetenv("FLS_AUDIT_FAULT");
 }
 
 /* Negative control through the engine: samples drawn at a temperature whose
