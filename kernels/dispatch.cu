@@ -20,15 +20,12 @@ bool fls_wgmma_eligible(const fls_matrix *W, const fls_matrix *H)
     return true;
 }
 
-/* Dispatcher (docs/GPU.md; docs/PERF.md GPU v8). Measured 2026-11-29 on an
- * H200 (bf16, T = 0.7, one draw, median of 100; the per-shape table is in
- * docs/PERF.md): the warp-specialised wgmma kernel beats the cuBLAS-chunked
- * path and the stream kernel at every benchmarked shape and B <= 256 (since
- * v8 also D = 8192, B = 256: 1.011 vs 1.083 ms in the final v8 table). Above
- * B = 256 nothing is measured; there the chunked path (cuBLAS at its best
- * with large B) stays at D >= 6144, split between the measured 4096 and
- * 8192. (The mma.sync and small-batch streaming kernels of earlier
- * versions won nowhere and were removed; docs/PERF.md keeps their numbers.) */
+/* Dispatcher (docs/GPU.md). Measured on an H200 (bf16, T = 0.7, one draw,
+ * median of 100; docs/PERF.md): the warp-specialised wgmma kernel beats the
+ * cuBLAS-chunked path at every benchmarked shape and B <= 256 (at D = 8192,
+ * B = 256: 1.011 vs 1.083 ms). Above B = 256 nothing is measured; there the
+ * chunked path (cuBLAS at its best with large B) stays at D >= 6144, split
+ * between the measured 4096 and 8192. */
 static const struct {
     int64_t d_min, d_max, b_min, b_max;
 } k_chunked_rules[] = {

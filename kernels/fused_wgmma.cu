@@ -51,7 +51,7 @@ template <int N, int E_, bool G = false> struct fls_wg_cfg {
      * (128 registers each at entry) it takes 176 and the other warpgroups
      * give theirs up (112; the CTA's pool is unchanged). 640 threads at
      * N = 128 would leave the sampler 76 (the static_assert below; a 15-warp
-     * variant asking for 80 deadlocked in setmaxnreg, docs/PERF.md GPU v7),
+     * variant asking for 80 deadlocked in setmaxnreg),
      * so N = 128 has 7 or 11 sampling warps; 15 (one row per call) exists
      * at N = 64 for the benchmark's comparison. */
     static constexpr bool REG_SPLIT = NTHREADS >= 512 && N >= 128;
@@ -1257,7 +1257,7 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     a.rows = rows;
     a.ws = ws;
     const bool bf = dt == FLS_DTYPE_BF16;
-    if (epi_warps == 0) /* measured, docs/PERF.md GPU v6 */
+    if (epi_warps == 0) /* the measured best (docs/GPU.md) */
         epi_warps = tile_n >= 32 ? 11 : 7;
     if (ws.group_size) { /* the grouped method: g = the tile's 128 rows */
         if (ws.group_size != WG_TV)

@@ -41,9 +41,8 @@
  * by every engine at B = 256, with the SM clock between ~1.3 and ~1.5 GHz
  * depending on the engine) reacts within ~100 ms, so a short warm-up timed
  * an engine in the power state the previous engine left — 5-15 % faster
- * after a light engine than in steady state (docs/PERF.md, GPU v8 and
- * v9). W rotates over 3 copies (each copy is far larger than the 50 MB L2),
- * so every run streams W from HBM. Kernels are enqueued without host
+ * after a light engine than in steady state (docs/PERF.md, method). W rotates over 3 copies (each copy is far
+ * larger than the 50 MB L2), so every run streams W from HBM. Kernels are enqueued without host
  * synchronisation (the C API adds one stream sync per call for its status).
  * CSV (long format): device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu
  * gbps counts W + H read once (+ the logits written for cuBLAS/unfused);

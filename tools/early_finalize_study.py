@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""early_finalize_study.py — how much of W early finalization with norm bounds skips (issue 14).
+"""early_finalize_study.py — how much of W early finalization with norm bounds skips.
 
 Builds an LM head W (V, D) and hidden states H (B, D) such that every row's
 top token has an exact probability p (softmax(l / T) in double over the

@@ -1,5 +1,5 @@
 /*
- * test_alloc.c — allocation-failure injection over the CPU paths (issue 12).
+ * test_alloc.c — allocation-failure injection over the CPU paths.
  *
  * This executable is linked against the static library with
  * -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free: every

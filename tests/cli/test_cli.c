@@ -670,7 +670,7 @@ Test(cli, audit_quick_reports_and_exit_status_agrees)
     cr_expect_eq(dir_entries(), 1);
 }
 
-/* ---- issue 11: data, files, messages ---- */
+/* ---- data, files, messages ---- */
 
 static void slurp_bytes(const char *path, char *buf, size_t cap, size_t *len)
 {
@@ -1087,7 +1087,7 @@ Test(cli, simd_option)
     free(H);
 }
 
-/* ---- issue 13: the rule family on the command line ---- */
+/* ---- the rule family on the command line ---- */
 
 static int64_t *load_i64_3(const char *path, int64_t d0, int64_t d1, int64_t d2)
 {
@@ -1347,7 +1347,7 @@ Test(cli, bench_rules_writes_a_rule_column)
     cr_expect_eq(dir_entries(), 1);
 }
 
-/* ---- issue 14: methods, streaming, early finalization, shards ---- */
+/* ---- methods, streaming, early finalization, shards ---- */
 
 Test(cli, streamed_and_sharded_tokens_equal_one_call_for_both_methods)
 {
@@ -1481,7 +1481,7 @@ Test(cli, streaming_refuses_what_it_cannot_do)
     free(L);
 }
 
-/* ---- issue 12: the audit of external tokens ---- */
+/* ---- the audit of external tokens ---- */
 
 static double u53(void)
 {
@@ -1724,7 +1724,7 @@ Test(cli, audit_report_writes_markdown_and_figures)
     free(L);
 }
 
-/* ---- issue 12: inputs and outputs larger than memory ---- */
+/* ---- inputs and outputs larger than memory ---- */
 
 Test(cli, inputs_and_outputs_larger_than_memory_are_refused_clearly)
 {

@@ -1,6 +1,6 @@
 /*
- * test_mutations.c — planted mutations of the rule family (issue 13) and of
- * the grouped and streaming samplers (issue 14), in CI: tokens from each
+ * test_mutations.c — planted mutations of the rule family and of
+ * the grouped and streaming samplers, in CI: tokens from each
  * deliberately wrong sampler of mutants.c must be flagged by the token audit
  * (fls_audit_tokens, with the rule's parameters) at the stated N, and tokens
  * from exact samplers — our engine (the rule family, the grouped method,
