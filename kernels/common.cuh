@@ -20,13 +20,13 @@
 #include <curand_philox4x32_x.h>
 #include <stdint.h>
 
-#include "fls_gumbel_bound.h"
-#include "fls_noise.h"
-#include "internal.h"
-#include "grouped.h"
-#include "rule.h"
-#include "stair.h"
-#include "temperature.h"
+#include "lib/base/fls_gumbel_bound.h"
+#include "lib/base/fls_noise.h"
+#include "lib/front/internal.h"
+#include "variants/grouped.h"
+#include "variants/rule.h"
+#include "variants/stair.h"
+#include "variants/temperature.h"
 
 #define FLS_FULL_MASK 0xffffffffu
 

@@ -9,8 +9,8 @@
  * FLS_CUBLAS_PATH (a documented user setting, docs/GPU.md) names the
  * library file explicitly.
  */
-#include "engine.cuh"
-#include "fls_gumbel_bound.h"
+#include "kernels/engine.cuh"
+#include "lib/base/fls_gumbel_bound.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * dispatch.cu — which path computes a call's tokens, and the plain calls
  * (no rules) and a stream's chunks on the CUDA engine (engine.cuh).
  */
-#include "engine.cuh"
+#include "kernels/engine.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,7 +375,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
 }
 
 /*
- * One chunk of a stream (lib/stream.c) on the device: the segment sampler of
+ * One chunk of a stream (lib/front/stream.c) on the device: the segment sampler of
  * the from-logits path over logits L (B rows, n columns, row stride ldl,
  * fp32, device memory) whose column 0 is token v0, then the merge of its
  * segments' partials on the host: per (row b, draw j) the chunk's candidate

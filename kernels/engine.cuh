@@ -19,10 +19,10 @@
 #ifndef FLS_ENGINE_CUH
 #define FLS_ENGINE_CUH
 
-#include "common.cuh"
-#include "fls_cuda.h"
-#include "fls_dtype.h"
-#include "rules.cuh"
+#include "kernels/common.cuh"
+#include "kernels/fls_cuda.h"
+#include "lib/base/fls_dtype.h"
+#include "kernels/rules.cuh"
 
 #include <cublas_v2.h>
 #include <stddef.h>

@@ -1,13 +1,13 @@
 /*
  * fls_cuda.h — internal interface of the CUDA engine for the GPU tests and
  * the benchmark (C-callable; not installed). The public entry points are the
- * ones of lib/internal.h; this adds path control and an enqueue-only call so
+ * ones of lib/front/internal.h; this adds path control and an enqueue-only call so
  * the benchmark can time kernels with events and no host synchronisation.
  */
 #ifndef FLS_CUDA_H
 #define FLS_CUDA_H
 
-#include "internal.h"
+#include "lib/front/internal.h"
 
 #ifdef __cplusplus
 #include <cublas_v2.h>

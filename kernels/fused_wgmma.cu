@@ -32,13 +32,13 @@
  * full/empty per stage (copy engine -> MMA -> producer) and sfull/sfree per
  * logits buffer (MMA -> sampling warps -> MMA). Logits never reach HBM.
  */
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <string.h>
 
-#include "wgmma_ops.cuh"
+#include "kernels/wgmma_ops.cuh"
 
 #define WG_TV 128 /* vocabulary rows per tile: two m64 blocks */
 #define WG_BK 64  /* K per stage: 64 16-bit elements = one 128-byte swizzle row */

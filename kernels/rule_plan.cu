@@ -3,17 +3,17 @@
  * plan, made from the rows' descriptors (variants/registry.h) and never from
  * a rule's name, and the passes of kernels/rules.cu that carry it out. Rows
  * the one-pass statistics leave undecided are finished exactly on the host
- * with the engines' shared reference (lib/rule_ref.h).
+ * with the engines' shared reference (lib/ref/rule_ref.h).
  */
-#include "engine.cuh"
-#include "fls_dtype.h"
-#include "registry.h"
-#include "rules.cuh"
-#include "stair.h"
-#include "topc.h"
+#include "kernels/engine.cuh"
+#include "lib/base/fls_dtype.h"
+#include "variants/registry.h"
+#include "kernels/rules.cuh"
+#include "variants/stair.h"
+#include "variants/topc.h"
 
 extern "C" {
-#include "rule_ref.h"
+#include "lib/ref/rule_ref.h"
 }
 
 #include <stdio.h>

@@ -6,12 +6,12 @@
  * which tokens need a call (a token that the state's current threshold
  * rejects stays rejected whatever is pushed later, topc.h and stair.h).
  */
-#include "common.cuh"
-#include "filters.h"
-#include "registry.h"
-#include "rules.cuh"
-#include "stair.h"
-#include "topc.h"
+#include "kernels/common.cuh"
+#include "variants/filters.h"
+#include "variants/registry.h"
+#include "kernels/rules.cuh"
+#include "variants/stair.h"
+#include "variants/topc.h"
 
 /* Launches kern<<<g, bl, smem, st>>>(args...), as a programmatic dependent
  * of the stream's previous kernel when pdl (the kernel starts with

@@ -28,9 +28,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "internal.h"
-#include "stair.h"
-#include "topc.h"
+#include "lib/front/internal.h"
+#include "variants/stair.h"
+#include "variants/topc.h"
 
 /* A part's (then, merged, a row's) partial statistics. */
 struct fls_rpart {

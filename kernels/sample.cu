@@ -8,7 +8,7 @@
  * (fls_draw_skip in common.cuh, bounds of fls_gumbel_bound.h), about 1-2 % of
  * them on N(0, 1.7) tempered logits at 1024-token segments.
  */
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -62,10 +62,10 @@ def find_tool(name):
 def meson_build():
     """Configures and builds the shared library; returns the files to package."""
     if not os.path.exists(os.path.join(ROOT, "meson.build")) or not os.path.exists(
-        os.path.join(ROOT, "lib", "flashsample.h")
+        os.path.join(ROOT, "lib", "include", "flashsample.h")
     ):
         raise SystemExit(
-            "flashsample build: the repository (meson.build, lib/flashsample.h) was not found "
+            "flashsample build: the repository (meson.build, lib/include/flashsample.h) was not found "
             "above %s; build from a checkout (`python3 -m pip install ./python` from the "
             "repository root) or set FLASHSAMPLE_LIBRARY to a built libflashsample.so" % HERE
         )

@@ -5,9 +5,9 @@
  * rows and the run goes on; only a failure to start (context, memory) is an
  * error status.
  */
-#include "fls_audit.h"
-#include "fls_cases.h"
-#include "fls_stats.h"
+#include "stats/fls_audit.h"
+#include "stats/fls_cases.h"
+#include "stats/fls_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * or a few bins and is tested as a whole — merged, never dropped (the tail
  * tests of tail.c look at it on its own).
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <math.h>
 #include <stdlib.h>

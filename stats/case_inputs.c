@@ -3,7 +3,7 @@
  * shape (fls_case_shape) and the fused path's W and H, from gsl_rng_mt19937
  * seeded with a hash of the case's name (the same inputs in every run).
  */
-#include "case_internal.h"
+#include "stats/case_internal.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>

@@ -9,7 +9,7 @@
 #include <gsl/gsl_rng.h>
 #include <stdint.h>
 
-#include "fls_cases.h"
+#include "stats/fls_cases.h"
 
 /* ---- inputs (case_inputs.c) ---- */
 

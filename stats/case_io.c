@@ -4,7 +4,7 @@
  * call per batch, or the streaming API (random chunkings in random orders;
  * shards serialized, deserialized and merged).
  */
-#include "case_internal.h"
+#include "stats/case_internal.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>

@@ -3,7 +3,7 @@
  * tiers and the tests each case makes (fls_cases.h). How a case is run is
  * cases.c; its inputs case_inputs.c; how its tokens are drawn case_io.c.
  */
-#include "fls_cases.h"
+#include "stats/fls_cases.h"
 
 #include <stdlib.h>
 

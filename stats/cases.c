@@ -26,10 +26,10 @@
  * same inputs in every run); sampling seeds come from the options' base seed
  * and the case name, and are logged.
  */
-#include "case_internal.h"
-#include "fls_cases.h"
-#include "fls_stats.h"
-#include "fls_tokens.h"
+#include "stats/case_internal.h"
+#include "stats/fls_cases.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
 
 #include <gsl/gsl_rng.h>
 #include <math.h>

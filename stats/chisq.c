@@ -3,7 +3,7 @@
  * over the groups with three or more bins (every bin expecting >= 1000), an
  * exact binomial test for each group with two bins, combined by Bonferroni.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <gsl/gsl_cdf.h>
 #include <math.h>

@@ -13,7 +13,7 @@
  * with P0(X >= k) < alpha/2, found by bisection); the power under m1 is
  * P1(X <= k_lo) + P1(X >= k_hi), exactly.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <gsl/gsl_cdf.h>
 #include <math.h>

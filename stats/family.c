@@ -5,7 +5,7 @@
  * budget / size. Nothing here knows which tests exist: the runners (the audit's
  * case list, the token audit, the test suites) declare them.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <string.h>
 

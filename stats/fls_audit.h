@@ -17,8 +17,8 @@
 #include <stdint.h>
 
 #include "flashsample.h"
-#include "fls_cases.h"
-#include "fls_stats.h"
+#include "stats/fls_cases.h"
+#include "stats/fls_stats.h"
 
 #ifdef __cplusplus
 extern "C" {

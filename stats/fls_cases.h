@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -32,7 +32,7 @@
 #include <stdio.h>
 
 #include "flashsample.h"
-#include "registry.h"
+#include "variants/registry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,7 +104,7 @@ fls_status fls_stats_probs_temperature_f32(const float *logits, int64_t V, doubl
  * what any test here can see. logits has W->rows entries. */
 fls_status fls_stats_logits_fused(const fls_matrix *W, const fls_matrix *H, int64_t row, double *logits);
 
-/* Exact value of one element of a matrix, as double (independent of lib/half.c). */
+/* Exact value of one element of a matrix, as double (independent of lib/base/half.c). */
 double fls_stats_matrix_get(const fls_matrix *M, int64_t i, int64_t j);
 
 /* Product distribution pq[x * Vq + y] = p[x] q[y] (for independence tests). */

@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #include "flashsample.h"
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -23,7 +23,7 @@
  * with Q the central tail (gsl_cdf_chisq_Q) and weights gsl_ran_poisson_pdf.
  * The smallest N with power >= 0.999 is then found by bisection over N.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_randist.h>

@@ -8,7 +8,7 @@
  * ulps of float in l / T) move probabilities by ~1e-6 relative, far below the
  * 0.01 total variation the tests are sized for.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,7 +80,7 @@ fls_status fls_stats_probs_temperature_f32(const float *logits, int64_t V, doubl
     return st;
 }
 
-/* Exact decoders, written here on purpose instead of calling lib/half.c: the
+/* Exact decoders, written here on purpose instead of calling lib/base/half.c: the
  * reference must not share code with what it checks. */
 static double bf16_value(uint16_t x)
 {

@@ -12,7 +12,7 @@
  * integer (gsl_rng_uniform_int) and the accept test uses an independent 53-bit
  * uniform, so a token's probability is exact to ~2^-53 / K.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <gsl/gsl_rng.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * report.c — printing result rows, and error rows.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <math.h>
 #include <string.h>

@@ -31,7 +31,7 @@
  * without these three functions here does not compile; nothing else in
  * stats/ names a rule.
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -23,7 +23,7 @@
  * ran; a tail expecting fewer than ~16 samples can show no deficit at all
  * (only an excess).
  */
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 #include <gsl/gsl_cdf.h>
 #include <math.h>

@@ -18,7 +18,7 @@
  * deviation inside one bin of a row (finer than 1/K of its mass) is invisible
  * to this test, which is why the tail and tie tests look there on their own.
  */
-#include "fls_tokens.h"
+#include "stats/fls_tokens.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -50,10 +50,10 @@
  * --engines a,b,... times only those engines (plus floor, cublas and the
  * dispatcher's pick, which every ratio needs); the rest print as "-".
  */
-#include "bench_cuda.h"
+#include "tools/bench_cuda.h"
 #include "flashsample.h"
-#include "fls_cuda.h"
-#include "registry.h"
+#include "kernels/fls_cuda.h"
+#include "variants/registry.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -1,5 +1,5 @@
 /* The CUDA bench in a build without the CUDA engine (see bench_cuda.h). */
-#include "bench_cuda.h"
+#include "tools/bench_cuda.h"
 
 #include <stdio.h>
 

@@ -7,7 +7,7 @@
 #define FLS_CLI_H
 
 #include "flashsample.h"
-#include "npy.h"
+#include "tools/npy.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #ifndef FLS_CLI_AUDIT_H
 #define FLS_CLI_AUDIT_H
 
-#include "cli_rules.h"
+#include "tools/cli_rules.h"
 
 typedef struct audit_ext_opts {
     const char *logits, *tokens, *temperature, *temperature_rows, *json, *report, *seed;

@@ -1,7 +1,7 @@
 /* cli_rules.c — the rule family's flags, per-row arrays and supports (cli_rules.h). */
-#include "cli_rules.h"
+#include "tools/cli_rules.h"
 
-#include "registry.h"
+#include "variants/registry.h"
 
 #include <errno.h>
 #include <math.h>

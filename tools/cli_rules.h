@@ -10,7 +10,7 @@
 #ifndef FLS_CLI_RULES_H
 #define FLS_CLI_RULES_H
 
-#include "cli.h"
+#include "tools/cli.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* cli_stream.c — sampling through the streaming API, in chunks and shards (cli_stream.h). */
-#include "cli_stream.h"
+#include "tools/cli_stream.h"
 
 #include <math.h>
 #include <stdlib.h>

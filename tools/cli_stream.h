@@ -18,7 +18,7 @@
 #ifndef FLS_CLI_STREAM_H
 #define FLS_CLI_STREAM_H
 
-#include "cli.h"
+#include "tools/cli.h"
 
 #include <stddef.h>
 #include <stdint.h>

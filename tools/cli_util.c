@@ -1,5 +1,5 @@
 /* cli_util.c — option parsing, messages, progress and atomic outputs (cli.h). */
-#include "cli.h"
+#include "tools/cli.h"
 
 #include <errno.h>
 #include <float.h>

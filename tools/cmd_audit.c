@@ -4,9 +4,9 @@
  * equal-mass bins, per-test level from a family-wise budget. Exit status 0
  * only if every test passes.
  */
-#include "cli.h"
-#include "cli_audit.h"
-#include "fls_audit.h"
+#include "tools/cli.h"
+#include "tools/cli_audit.h"
+#include "stats/fls_audit.h"
 
 #include <math.h>
 #include <stdio.h>

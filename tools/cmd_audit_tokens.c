@@ -17,12 +17,12 @@
  * Exit status: 0 every test passes, 1 a test fails, 2 bad usage or input
  * (including a report that cannot be made).
  */
-#include "cli.h"
-#include "cli_audit.h"
-#include "cli_rules.h"
-#include "fls_tokens.h"
+#include "tools/cli.h"
+#include "tools/cli_audit.h"
+#include "tools/cli_rules.h"
+#include "stats/fls_tokens.h"
 
-#include "registry.h"
+#include "variants/registry.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -23,9 +23,9 @@
  * Timing: CLOCK_MONOTONIC around one call, one warm-up call per
  * configuration, then the median of R calls (min reported too).
  */
-#include "bench_cuda.h"
-#include "cli.h"
-#include "cli_rules.h"
+#include "tools/bench_cuda.h"
+#include "tools/cli.h"
+#include "tools/cli_rules.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -14,9 +14,9 @@
  * its directory must take files), and its temporary file is created only
  * when the result is ready, then renamed over the target.
  */
-#include "cli.h"
-#include "cli_rules.h"
-#include "cli_stream.h"
+#include "tools/cli.h"
+#include "tools/cli_rules.h"
+#include "tools/cli_stream.h"
 
 #include <float.h>
 #include <math.h>

@@ -5,7 +5,7 @@
  *   flashsample audit    goodness-of-fit audit of the samplers against the exact categorical
  *   flashsample bench    CPU (or CUDA) benchmark against the weight-streaming floor
  */
-#include "cli.h"
+#include "tools/cli.h"
 
 #include <stdio.h>
 #include <string.h>

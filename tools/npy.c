@@ -6,7 +6,7 @@
  * for 1.0, uint32 for 2.0 and 3.0), the header: a Python dict literal padded
  * with spaces and ended by '\n', then the raw data in C order.
  */
-#include "npy.h"
+#include "tools/npy.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -6,9 +6,9 @@
  * tests/unit/test_kernels.c holds the Criterion version; this one is also a
  * unit test (tests/unit/meson.build).
  */
-#include "cpu_kernels.h"
-#include "fls_noise.h"
-#include "internal.h"
+#include "lib/cpu/cpu_kernels.h"
+#include "lib/base/fls_noise.h"
+#include "lib/front/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

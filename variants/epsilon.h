@@ -14,7 +14,7 @@
 #ifndef FLS_VARIANT_EPSILON_H
 #define FLS_VARIANT_EPSILON_H
 
-#include "filters.h"
+#include "variants/filters.h"
 
 #define FLS_EPSILON_NAME    "epsilon"
 #define FLS_EPSILON_RANGE   "in [0, 1], 0 = off"

@@ -24,8 +24,8 @@
 #ifndef FLS_VARIANT_FILTERS_H
 #define FLS_VARIANT_FILTERS_H
 
-#include "rule.h"
-#include "topc.h"
+#include "variants/rule.h"
+#include "variants/topc.h"
 
 /* What a filter may look at. m, lse_m/lse_s and the moments cover every
  * finite token of the row; top holds the row's largest tempered logits in

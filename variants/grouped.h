@@ -19,7 +19,7 @@
 #ifndef FLS_VARIANT_GROUPED_H
 #define FLS_VARIANT_GROUPED_H
 
-#include "rule.h"
+#include "variants/rule.h"
 
 /* The best group of one (row, draw) so far. */
 typedef struct fls_gbest {

@@ -19,9 +19,9 @@
 #ifndef FLS_VARIANT_REGISTRY_H
 #define FLS_VARIANT_REGISTRY_H
 
-#include "epsilon.h"
-#include "filters.h"
-#include "top_nsigma.h"
+#include "variants/epsilon.h"
+#include "variants/filters.h"
+#include "variants/top_nsigma.h"
 
 /* X(ID, rule): FLS_FILTER_<ID> is the rule's id, fls_<rule>_* its functions
  * and FLS_<ID>_* its descriptor's macros. The order is the order of

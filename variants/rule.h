@@ -33,7 +33,7 @@
 
 #include <stdint.h>
 
-#include "fls_hd.h"
+#include "lib/base/fls_hd.h"
 
 #if !defined(__CUDA_ARCH__)
 #include <math.h>

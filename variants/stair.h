@@ -28,8 +28,8 @@
 #ifndef FLS_VARIANT_STAIR_H
 #define FLS_VARIANT_STAIR_H
 
-#include "rule.h"
-#include "topc.h"
+#include "variants/rule.h"
+#include "variants/topc.h"
 
 typedef struct fls_stair_entry {
     float x, key;

@@ -20,7 +20,7 @@
 #define FLS_VARIANT_TEMPERATURE_H
 
 #include "flashsample_status.h"
-#include "rule.h"
+#include "variants/rule.h"
 
 /* The tempered logit l / T (l itself for T = 0). */
 FLS_HD float fls_temper(float l, float T)

@@ -9,7 +9,7 @@
 #ifndef FLS_VARIANT_TOP_NSIGMA_H
 #define FLS_VARIANT_TOP_NSIGMA_H
 
-#include "filters.h"
+#include "variants/filters.h"
 
 #define FLS_TOP_NSIGMA_NAME    "top-nsigma"
 #define FLS_TOP_NSIGMA_RANGE   "finite, >= 0, 0 = off"

@@ -15,7 +15,7 @@
 #ifndef FLS_VARIANT_TOPC_H
 #define FLS_VARIANT_TOPC_H
 
-#include "rule.h"
+#include "variants/rule.h"
 
 typedef struct fls_top_entry {
     float x;

@@ -1,6 +1,6 @@
 """flashsample: exact Gumbel-max sampling fused into the LM-head matmul (Python bindings).
 
-The bindings are ctypes over libflashsample's public C API (lib/flashsample.h), shipped inside
+The bindings are ctypes over libflashsample's public C API (lib/include/flashsample.h), shipped inside
 this package. Quick start::
 
     import numpy as np, flashsample as fs

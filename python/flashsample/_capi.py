@@ -1,4 +1,4 @@
-"""ctypes mirror of lib/flashsample.h (the one public C API) and the library loader.
+"""ctypes mirror of lib/include/flashsample.h (the one public C API) and the library loader.
 
 Every struct here mirrors the header field for field. The growing structs (fls_context_config,
 fls_params, fls_counters) are always filled by the library's *_default function (see
@@ -24,7 +24,7 @@ from ctypes import (
     c_void_p,
 )
 
-# ---- constants (lib/flashsample.h) -------------------------------------------------------------
+# ---- constants (lib/include/flashsample.h) -------------------------------------------------------------
 
 HEADER_VERSION = (0, 2, 0)  # FLS_VERSION_MAJOR/MINOR/PATCH of the header mirrored here
 

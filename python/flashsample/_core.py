@@ -104,7 +104,7 @@ def status_string(status: int) -> str:
 
 
 def version() -> str:
-    """The version of the C API these bindings mirror (FLS_VERSION_* of lib/flashsample.h)."""
+    """The version of the C API these bindings mirror (FLS_VERSION_* of lib/include/flashsample.h)."""
     return "%d.%d.%d" % _capi.HEADER_VERSION
 
 
@@ -1022,7 +1022,7 @@ class Stream:
         return Progress(*[int(x.value) for x in v])
 
     def allgather_nccl(self, comm: Any, cuda_stream: Any = None) -> tuple:
-        """fls_stream_allgather_nccl (lib/flashsample_nccl.h): every rank of the NCCL communicator
+        """fls_stream_allgather_nccl (lib/include/flashsample_nccl.h): every rank of the NCCL communicator
         calls it with its state over its vocabulary shard; returns (merged Stream, bytes sent),
         the merged state the same on every rank. comm: an ncclComm_t as an int, or an object
         with .comm / .ptr (cupy's NcclCommunicator); cuda_stream: None (the default stream), an

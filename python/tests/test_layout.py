@@ -1,4 +1,4 @@
-"""The ctypes mirror of lib/flashsample.h has the C layout: sizes through the library's own
+"""The ctypes mirror of lib/include/flashsample.h has the C layout: sizes through the library's own
 *_default functions (the struct_size they write), and every field's offset through a tiny C
 program compiled against the header (where a C compiler and the header are present)."""
 
@@ -46,9 +46,9 @@ def test_filled_structs_carry_the_mirror_size_and_defaults():
 
 
 def test_header_version_matches_the_header():
-    text = (REPO / "lib" / "flashsample.h").read_text() if (REPO / "lib").is_dir() else None
+    text = (REPO / "lib" / "include" / "flashsample.h").read_text() if (REPO / "lib").is_dir() else None
     if text is None:
-        pytest.skip("lib/flashsample.h not found (not a checkout)")
+        pytest.skip("lib/include/flashsample.h not found (not a checkout)")
     got = []
     for part in ("MAJOR", "MINOR", "PATCH"):
         line = [ln for ln in text.splitlines() if ln.startswith("#define FLS_VERSION_" + part)][0]
@@ -59,9 +59,9 @@ def test_header_version_matches_the_header():
 
 def test_offsets_match_a_compiled_c_program(tmp_path):
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    header = REPO / "lib" / "flashsample.h"
+    header = REPO / "lib" / "include" / "flashsample.h"
     if cc is None or not header.is_file():
-        pytest.skip("no C compiler or no lib/flashsample.h: offsets not checked")
+        pytest.skip("no C compiler or no lib/include/flashsample.h: offsets not checked")
     lines = [
         "#include <stdio.h>",
         "#include <stddef.h>",

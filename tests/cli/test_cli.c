@@ -10,7 +10,7 @@
  * remains).
  */
 #include "flashsample.h"
-#include "npy.h"
+#include "tools/npy.h"
 
 #include <criterion/criterion.h>
 
@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tmpdir.h"
+#include "tests/cli/tmpdir.h"
 
 /* ---- running the tool ---- */
 

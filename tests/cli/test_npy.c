@@ -3,7 +3,7 @@
  * header grammar numpy writes, and many malformed files, each of which must
  * fail with the right status, a message naming the problem, and no data.
  */
-#include "npy.h"
+#include "tools/npy.h"
 
 #include <criterion/criterion.h>
 
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tmpdir.h"
+#include "tests/cli/tmpdir.h"
 
 /* ---- helpers ---- */
 

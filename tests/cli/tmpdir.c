@@ -1,4 +1,4 @@
-#include "tmpdir.h"
+#include "tests/cli/tmpdir.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -9,8 +9,8 @@
  * combinations) runs without I/O. Anything but a return of 0, 1 or 2 (and
  * any sanitizer report) is a bug.
  */
-#include "cli.h"
-#include "fuzz.h"
+#include "tools/cli.h"
+#include "tests/fuzz/fuzz.h"
 
 #include <stdio.h>
 #include <stdlib.h>

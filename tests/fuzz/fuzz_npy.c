@@ -9,8 +9,8 @@
  * NUL-terminated message; the file reader agrees with the parser; a written
  * header parses back to the same dtype and shape, and the data survives.
  */
-#include "fuzz.h"
-#include "npy.h"
+#include "tests/fuzz/fuzz.h"
+#include "tools/npy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * of tests/fuzz, without clang or libFuzzer. Exit 0 when every input ran; a
  * broken invariant aborts (the test fails).
  */
-#include "fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 #include <dirent.h>
 #include <stdio.h>

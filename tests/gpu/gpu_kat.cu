@@ -2,10 +2,10 @@
  * gpu_kat.cu — known-answer kernels of the GPU suite (test build only, not
  * in the library): cuRAND's device Philox and the kernels' own Gumbel
  * transform (common.cuh's fls_gumbel_dev) on given inputs, so the suite can
- * compare them bit for bit with the host's noise contract (lib/fls_noise.h).
+ * compare them bit for bit with the host's noise contract (lib/base/fls_noise.h).
  */
-#include "common.cuh"
-#include "gpu_kat.h"
+#include "kernels/common.cuh"
+#include "tests/gpu/gpu_kat.h"
 
 static fls_status fls_from_cuda(cudaError_t e)
 {

@@ -11,16 +11,16 @@
  *   gpu_tests [--quick] [--only NAME]
  */
 #include "flashsample.h"
-#include "fls_noise.h"
-#include "internal.h"
+#include "lib/base/fls_noise.h"
+#include "lib/front/internal.h"
 #ifndef FLS_NO_CUDA_ENGINE
-#include "fls_cuda.h"
-#include "gpu_kat.h"
+#include "kernels/fls_cuda.h"
+#include "tests/gpu/gpu_kat.h"
 #endif
 #ifdef FLS_HAVE_AUDIT
-#include "fls_audit.h"
-#include "fls_stats.h"
-#include "fls_tokens.h"
+#include "stats/fls_audit.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
 #endif
 #ifdef FLS_HAVE_NCCL
 #include "flashsample_nccl.h"

@@ -18,10 +18,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "defects.h"
-#include "fls_stats.h"
-#include "fls_tokens.h"
-#include "gallery.h"
+#include "tests/stats/defects.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
+#include "tests/stats/gallery.h"
 
 static double g_alpha;
 static int g_reps = 200;

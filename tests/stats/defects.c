@@ -18,8 +18,8 @@
  * detection-table driver also runs the literal loop on the same logits), at
  * a cost of a few operations per draw instead of V.
  */
-#include "defects.h"
-#include "fls_stats.h"
+#include "tests/stats/defects.h"
+#include "stats/fls_stats.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>

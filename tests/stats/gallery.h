@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "defects.h"
-#include "fls_stats.h"
-#include "fls_tokens.h"
+#include "tests/stats/defects.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
 
 /* A deterministic uniform from an integer (no RNG state: the logits are fixed). */
 static double gal_u(uint64_t i, uint64_t salt)

@@ -1,7 +1,7 @@
 /*
  * mutants.c — the scenarios and samplers of mutants.h.
  */
-#include "mutants.h"
+#include "tests/stats/mutants.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>

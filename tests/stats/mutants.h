@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "flashsample.h"
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 typedef enum mut_scenario {
     MUT_TOPK = 0,   /* B = 2 identical rows, V = 256, N(0, 1.5), top-k 10, no tie at the k-th value */

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fls_stats.h"
-#include "fls_tokens.h"
-#include "mutants.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
+#include "tests/stats/mutants.h"
 
 static double own_alpha(const mut_input *in, fls_tokens_options *o, mut_scenario s)
 {

@@ -7,8 +7,8 @@
 #ifndef FLS_STATS_SUITE_FAMILY_H
 #define FLS_STATS_SUITE_FAMILY_H
 
-#include "fls_audit.h"
-#include "fls_stats.h"
+#include "stats/fls_audit.h"
+#include "stats/fls_stats.h"
 
 /* Chance-failing checks of test_machinery.c (size and power of the tests under
  * the reference sampler). */

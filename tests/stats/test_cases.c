@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fls_audit.h"
-#include "fls_cases.h"
-#include "fls_stats.h"
-#include "suite_family.h"
+#include "stats/fls_audit.h"
+#include "stats/fls_cases.h"
+#include "stats/fls_stats.h"
+#include "tests/stats/suite_family.h"
 
 #define MAX_CASES 96
 #define MAX_ROWS  (2 + FLS_STATS_N_TAILS)

@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "defects.h"
-#include "fls_stats.h"
-#include "fls_tokens.h"
-#include "gallery.h"
-#include "suite_family.h"
+#include "tests/stats/defects.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
+#include "tests/stats/gallery.h"
+#include "tests/stats/suite_family.h"
 
 #define MAX_TEST_ROWS 9
 

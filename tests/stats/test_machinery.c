@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fls_audit.h"
-#include "fls_cases.h"
-#include "fls_stats.h"
-#include "suite_family.h"
+#include "stats/fls_audit.h"
+#include "stats/fls_cases.h"
+#include "stats/fls_stats.h"
+#include "tests/stats/suite_family.h"
 
 /* ---- helpers ---- */
 

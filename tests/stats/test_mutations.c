@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fls_stats.h"
-#include "fls_tokens.h"
-#include "grouped.h"
-#include "mutants.h"
-#include "suite_family.h"
+#include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
+#include "variants/grouped.h"
+#include "tests/stats/mutants.h"
+#include "tests/stats/suite_family.h"
 
 #define MAX_ROWS 12
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fls_stats.h"
+#include "stats/fls_stats.h"
 
 /* The filters by registry id (the tests name the rules they test). */
 #define MIN_P  value[FLS_FILTER_MIN_P]

@@ -1,4 +1,4 @@
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

@@ -16,8 +16,8 @@
 #define FLS_UNIT_COMMON_H
 
 #include "flashsample.h"
-#include "fls_noise.h"
-#include "internal.h"
+#include "lib/base/fls_noise.h"
+#include "lib/front/internal.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -65,7 +65,7 @@ float *round_to_dtype(const float *x, int64_t n, fls_dtype dtype);
 float *random_floats(int64_t n, uint64_t seed);
 
 /* Logits L = H W^T (B, V) in the CPU engine's one accumulation order, as
- * lib/cpu_kernels.h documents it: 16 lanes, lane j accumulating the terms
+ * lib/cpu/cpu_kernels.h documents it: 16 lanes, lane j accumulating the terms
  * d = j (mod 16) with fma in increasing d, then the tree s[j] = a[j] + a[j+8],
  * t[j] = s[j] + s[j+4], u[j] = t[j] + t[j+2], u[0] + u[1]. Every CPU SIMD
  * path, tiling and thread count must produce exactly these floats, so they
@@ -99,7 +99,7 @@ int tout_written(const tout *o, int64_t V);
 /* A CPU context; asserts on failure. threads/tile 0 = engine's choice. */
 fls_context_t *ctx_make(int threads, fls_simd simd, int64_t tile_v);
 
-/* Reference half conversions, written independently of lib/half.c:
+/* Reference half conversions, written independently of lib/base/half.c:
  * f32 -> f16/bf16 round to nearest even (overflow to inf, NaN stays NaN). */
 float ref_f16_to_f32(uint16_t h);
 uint16_t ref_f32_to_f16(float x);

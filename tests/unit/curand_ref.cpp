@@ -1,6 +1,6 @@
 // curand_ref.cpp — cuRAND's own Philox4x32-10 (curand_Philox4x32_10 from
 // <curand_philox4x32_x.h>), compiled for the host, as an independent
-// reference for lib/fls_noise.h. C++ because the cuRAND header overloads.
+// reference for lib/base/fls_noise.h. C++ because the cuRAND header overloads.
 #define QUALIFIERS static inline
 #include <vector_types.h>
 #include <vector_functions.h>

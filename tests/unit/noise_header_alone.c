@@ -1,6 +1,6 @@
 /* Compiles the noise contract header with nothing before it (C11,
  * -pedantic, warnings as errors): the CUDA kernels include it the same way. */
-#include "fls_noise.h"
+#include "lib/base/fls_noise.h"
 
 int main(void)
 {

@@ -1,5 +1,5 @@
 /* The rule headers compile alone (C11, -pedantic, warnings as errors). */
-#include "temperature.h"
+#include "variants/temperature.h"
 
 int main(void)
 {

@@ -1,5 +1,5 @@
 /* The rule headers compile alone as C++ (C++11, warnings as errors), with the rule type. */
-#include "temperature.h"
+#include "variants/temperature.h"
 
 int main(void)
 {

@@ -1,5 +1,5 @@
 /*
- * test_curand.c — the C Philox4x32-10 of lib/fls_noise.h against cuRAND,
+ * test_curand.c — the C Philox4x32-10 of lib/base/fls_noise.h against cuRAND,
  * where cuRAND is installed (skipped with a message otherwise):
  *  1. cuRAND's host generator (curandCreateGeneratorHost with
  *     CURAND_RNG_PSEUDO_PHILOX4_32_10; it runs without a GPU);
@@ -17,7 +17,7 @@
  * only offset 0 is asserted here.) Generating 2^19 + 16 words crosses the
  * 65536-block boundary, so both counter words 0 and 2 are exercised.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

@@ -4,7 +4,7 @@
  * each call and must still hold the guard after it); defaults, names and
  * status strings.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

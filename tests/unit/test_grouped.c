@@ -7,9 +7,9 @@
  * multiple of g, masked tokens and fully masked groups, greedy rows,
  * several draws; logsumexp and logprobs; bad group sizes are errors.
  */
-#include "common.h"
-#include "fls_noise.h"
-#include "grouped.h"
+#include "tests/unit/common.h"
+#include "lib/base/fls_noise.h"
+#include "variants/grouped.h"
 
 #include <criterion/criterion.h>
 

@@ -1,5 +1,5 @@
 /*
- * test_gumbel_bound.c — the per-bucket bounds of lib/fls_gumbel_bound.h (the
+ * test_gumbel_bound.c — the per-bucket bounds of lib/base/fls_gumbel_bound.h (the
  * table the CUDA engine uses to skip the logs of tokens that cannot win):
  * lo[j] <= fls_gumbel_from_bits(k) <= up[j] for every k of bucket j, checked
  * at every bucket's endpoints and their neighbours, densely at both ends of
@@ -7,8 +7,8 @@
  * (ordered, finite, tight enough to be useful); likewise the top bucket's
  * sub-bucket bounds (fls_gumbel_bound_top).
  */
-#include "common.h"
-#include "fls_gumbel_bound.h"
+#include "tests/unit/common.h"
+#include "lib/base/fls_gumbel_bound.h"
 
 #include <criterion/criterion.h>
 

@@ -4,7 +4,7 @@
  * 16 bits at every representable value, at every midpoint between
  * neighbours (ties to even) and one f32 ulp either side of it.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

@@ -5,7 +5,7 @@
  * input dtype; the tokens of the reference Gumbel-max written from
  * docs/NOISE.md; logsumexp and logprobs against a double reference.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

@@ -1,13 +1,13 @@
 /*
- * test_kernels.c — every CPU SIMD path's kernels (lib/cpu_kernels.h) against
+ * test_kernels.c — every CPU SIMD path's kernels (lib/cpu/cpu_kernels.h) against
  * their definitions, bit for bit: the noise against fls_gumbel, conversions
  * against the reference conversions, dot products against the documented
  * canonical accumulation order. Token-level tests almost never notice a
  * one-ulp difference in a logit or a Gumbel value (it needs a near-tie of
  * keys); these do. Paths the processor lacks are skipped with a message.
  */
-#include "common.h"
-#include "cpu_kernels.h"
+#include "tests/unit/common.h"
+#include "lib/cpu/cpu_kernels.h"
 
 #include <criterion/criterion.h>
 

@@ -3,7 +3,7 @@
  * (tests/kat_philox.txt), the counter layout, the frozen Gumbel values, the
  * row-seed derivation and the multinomial uniform.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

@@ -8,9 +8,9 @@
  * keeps the first state on equal keys, a packed order that inverts the
  * index, a greedy key with noise.
  */
-#include "common.h"
-#include "rule.h"
-#include "temperature.h"
+#include "tests/unit/common.h"
+#include "variants/rule.h"
+#include "variants/temperature.h"
 
 #include <criterion/criterion.h>
 

@@ -11,9 +11,9 @@
  * tokens; logsumexp and logprobs are over the final support; positions past
  * the support are -1; T = 0 stays greedy.
  */
-#include "common.h"
-#include "fls_noise.h"
-#include "internal.h"
+#include "tests/unit/common.h"
+#include "lib/base/fls_noise.h"
+#include "lib/front/internal.h"
 
 #include <criterion/criterion.h>
 
@@ -553,7 +553,7 @@ Test(rules, per_row_parameters)
 
 /* ---- top-p with the prefix sums computed ahead (the GPU list kernel) ---- */
 
-#include "filters.h"
+#include "variants/filters.h"
 
 static uint64_t tp_next(uint64_t *s)
 {

@@ -8,7 +8,7 @@
  * is then W[v] exactly (fma(w, 1, 0) = w, the other lanes add zeros), so
  * ties and -inf masks can be placed in the fused path too.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 
@@ -302,7 +302,7 @@ Test(semantics, nan_anywhere_is_error)
     free(l);
 }
 
-/* +inf logits are rejected with the NaN status (lib/api.c's status string:
+/* +inf logits are rejected with the NaN status (lib/front/api.c's status string:
  * "NaN or +inf in an input or a computed logit"). */
 Test(semantics, plus_inf_logit_is_error)
 {

@@ -1,11 +1,11 @@
 /*
- * test_stream.c — streaming sampling (lib/stream.c): any chunking and order
+ * test_stream.c — streaming sampling (lib/front/stream.c): any chunking and order
  * of the vocabulary, merged states (threads, shards), serialized states and
  * early finalization give the one-shot call's tokens, for the flat method
  * and the grouped one, from logits and fused; bad input changes nothing;
  * a corrupted byte string is a format error, never a crash.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

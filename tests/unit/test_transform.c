@@ -1,6 +1,6 @@
 /*
  * test_transform.c — the uniform -> exponential -> Gumbel transform of
- * lib/fls_noise.h: range at the extremes, monotonicity and accuracy on a
+ * lib/base/fls_noise.h: range at the extremes, monotonicity and accuracy on a
  * dense sweep of the 64-bit input, and fls_logf_ against long double.
  *
  * Reference: U = (k + 1/2) 2^-64 is exact in long double (64-bit significand)
@@ -11,7 +11,7 @@
  * Under valgrind long double arithmetic is done in double; the reference is
  * then still 29 bits finer than float, which these tolerances do not notice.
  */
-#include "common.h"
+#include "tests/unit/common.h"
 
 #include <criterion/criterion.h>
 

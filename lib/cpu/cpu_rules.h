@@ -1,5 +1,5 @@
 /*
- * cpu_rules.h — the rules as the CPU tile engine sees them (lib/cpu_rules.c):
+ * cpu_rules.h — the rules as the CPU tile engine sees them (lib/cpu/cpu_rules.c):
  * a table of functions over the rule headers of variants/. The engine's
  * tile loop, thread merge and finalize are generic over this table; the
  * rows it cannot decide in one pass go to the shared reference
@@ -8,9 +8,9 @@
 #ifndef FLS_CPU_RULES_H
 #define FLS_CPU_RULES_H
 
-#include "internal.h"
-#include "rule.h"
-#include "rule_ref.h"
+#include "lib/front/internal.h"
+#include "variants/rule.h"
+#include "lib/ref/rule_ref.h"
 
 /* finalize's answer for a row the kept statistics cannot decide */
 #define CPU_RULE_SECOND_PASS 1

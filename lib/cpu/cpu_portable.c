@@ -2,10 +2,10 @@
  * cpu_portable.c — the plain C reference twin of every CPU kernel.
  * Readable first: the SIMD paths must produce exactly these bits.
  */
-#include "cpu_kernels.h"
-#include "rule_ref.h"
-#include "fls_dtype.h"
-#include "fls_noise.h"
+#include "lib/cpu/cpu_kernels.h"
+#include "lib/ref/rule_ref.h"
+#include "lib/base/fls_dtype.h"
+#include "lib/base/fls_noise.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * internal.h — what the front end (lib/api.c) and the engines share.
+ * internal.h — what the front end (lib/front/api.c) and the engines share.
  * Not installed. The front end validates every argument and resolves the
  * per-row parameters; engines receive only valid, resolved requests.
  */
@@ -7,8 +7,8 @@
 #define FLS_INTERNAL_H
 
 #include "flashsample.h"
-#include "grouped.h"
-#include "registry.h"
+#include "variants/grouped.h"
+#include "variants/registry.h"
 
 #include <stdint.h>
 
@@ -61,7 +61,7 @@ typedef struct fls_request {
 struct fls_cuda_state; /* defined by the CUDA engine */
 
 /* The front end's validation and resolution of params for a (B, V) request
- * (lib/api.c): *rows_out (B rows) and req->rule are malloc'ed (caller frees).
+ * (lib/front/api.c): *rows_out (B rows) and req->rule are malloc'ed (caller frees).
  * out NULL: outputs that come later (a stream's finalize checks them). */
 fls_status fls_resolve_request(const struct fls_context *ctx, const fls_params *params,
                                const fls_outputs *out, int64_t B, int64_t V, fls_request *req,
@@ -86,7 +86,7 @@ struct fls_context {
 /* Sets the CPU engine's developer options of ctx (NULL: the defaults). */
 void fls_cpu_set_dev_opts(fls_context_t *ctx, const fls_cpu_opts *opts);
 
-/* ---- CPU engine (lib/cpu_engine.c) ---- */
+/* ---- CPU engine (lib/cpu/cpu_engine.c) ---- */
 fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H,
                                 const fls_request *req, const fls_outputs *out);
 fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, const fls_request *req,
@@ -98,7 +98,7 @@ fls_status fls_cpu_logits(const fls_context_t *ctx, const fls_matrix *W, const f
 fls_simd fls_cpu_best_simd(void);
 int fls_cpu_simd_supported(fls_simd simd);
 
-/* ---- CUDA engine (kernels/, *.cu; lib/cuda_stub.c when built without CUDA) ----
+/* ---- CUDA engine (kernels/, *.cu; lib/front/cuda_stub.c when built without CUDA) ----
  * W, H, L and the outputs are device pointers; req->rows is host memory. */
 fls_status fls_cuda_context_init(fls_context_t *ctx);
 void fls_cuda_context_fini(fls_context_t *ctx);
@@ -119,7 +119,7 @@ fls_status fls_cuda_memcpy(void *dst, const void *src, size_t bytes, int to_devi
 /* A strided block: rows of width bytes, pitches in bytes. */
 fls_status fls_cuda_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                              size_t rows, int to_device);
-/* Streams on the CUDA engine (lib/stream.c; kernels/dispatch.cu says what they
+/* Streams on the CUDA engine (lib/front/stream.c; kernels/dispatch.cu says what they
  * compute): one chunk's candidates, and the logits of a slice of W. */
 fls_status fls_cuda_stream_chunk(fls_context_t *ctx, const float *L, int64_t ldl, int64_t B, int64_t n,
                                  int64_t v0, const fls_row_params *rows, int64_t draws, uint32_t first_draw,

@@ -11,13 +11,13 @@
  * their last token arrives. The same functions as the one-shot engine
  * decide every key (variants/), so the tokens are the one-shot call's.
  */
-#include "cpu_kernels.h"
-#include "fls_dtype.h"
-#include "fls_noise.h"
-#include "grouped.h"
-#include "internal.h"
-#include "rule.h"
-#include "temperature.h"
+#include "lib/cpu/cpu_kernels.h"
+#include "lib/base/fls_dtype.h"
+#include "lib/base/fls_noise.h"
+#include "variants/grouped.h"
+#include "lib/front/internal.h"
+#include "variants/rule.h"
+#include "variants/temperature.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,14 +4,14 @@
  * decide go to the exact reference of rule_ref.h (the second pass), which
  * is also the unfused Gumbel method's rule.
  */
-#include "cpu_rules.h"
-#include "filters.h"
-#include "fls_noise.h"
-#include "grouped.h"
-#include "registry.h"
-#include "stair.h"
-#include "temperature.h"
-#include "topc.h"
+#include "lib/cpu/cpu_rules.h"
+#include "variants/filters.h"
+#include "lib/base/fls_noise.h"
+#include "variants/grouped.h"
+#include "variants/registry.h"
+#include "variants/stair.h"
+#include "variants/temperature.h"
+#include "variants/topc.h"
 
 #include <math.h>
 #include <stdlib.h>

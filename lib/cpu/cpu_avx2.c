@@ -4,10 +4,10 @@
  * of its twin in cpu_portable.c (see cpu_kernels.h for the shared order):
  * the 16 accumulation lanes live in two registers (lanes 0-7 and 8-15).
  */
-#include "cpu_kernels.h"
-#include "rule_ref.h"
-#include "fls_dtype.h"
-#include "fls_noise.h"
+#include "lib/cpu/cpu_kernels.h"
+#include "lib/ref/rule_ref.h"
+#include "lib/base/fls_dtype.h"
+#include "lib/base/fls_noise.h"
 
 #include <immintrin.h>
 #include <string.h>

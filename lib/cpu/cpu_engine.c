@@ -15,15 +15,15 @@
  * takes, so B <= 4 is bound by memory bandwidth; B = 16 does 10 GFMA and is
  * bound by the FMA units (~120 ms on 2 cores).
  */
-#include "internal.h"
-#include "cpu_kernels.h"
-#include "fls_dtype.h"
-#include "fls_noise.h"
-#include "cpu_rules.h"
-#include "rule.h"
-#include "stair.h"
-#include "temperature.h"
-#include "topc.h"
+#include "lib/front/internal.h"
+#include "lib/cpu/cpu_kernels.h"
+#include "lib/base/fls_dtype.h"
+#include "lib/base/fls_noise.h"
+#include "lib/cpu/cpu_rules.h"
+#include "variants/rule.h"
+#include "variants/stair.h"
+#include "variants/temperature.h"
+#include "variants/topc.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -156,7 +156,7 @@ static fls_status run_threads(int n, worker_fn fn, void *arg)
 
 /* ---- the tile engine ----
  *
- * The loop knows no rule (lib/cpu_rules.h): it produces a tile's logits,
+ * The loop knows no rule (lib/cpu/cpu_rules.h): it produces a tile's logits,
  * tempers and checks them, keeps the row's partial statistics (log-sum-exp
  * and, for filters that need them, moments) per tile, pushes the tile into
  * the row's statistics state and, with each draw's noise, into each (row,

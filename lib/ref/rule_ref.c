@@ -2,13 +2,13 @@
  * rule_ref.c — the rule family's exact reference on one materialized row
  * (rule_ref.h), host code shared by the CPU and CUDA engines.
  */
-#include "rule_ref.h"
-#include "filters.h"
-#include "fls_noise.h"
-#include "registry.h"
-#include "stair.h"
-#include "temperature.h"
-#include "topc.h"
+#include "lib/ref/rule_ref.h"
+#include "variants/filters.h"
+#include "lib/base/fls_noise.h"
+#include "variants/registry.h"
+#include "variants/stair.h"
+#include "variants/temperature.h"
+#include "variants/topc.h"
 
 #include <math.h>
 #include <stdlib.h>

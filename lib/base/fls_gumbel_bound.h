@@ -25,7 +25,7 @@
 #ifndef FLS_GUMBEL_BOUND_H
 #define FLS_GUMBEL_BOUND_H
 
-#include "fls_noise.h"
+#include "lib/base/fls_noise.h"
 
 #include <math.h>
 

@@ -35,7 +35,7 @@
 
 #include <stdint.h>
 
-#include "fls_hd.h"
+#include "lib/base/fls_hd.h"
 
 #define FLS_PHILOX_M0 0xD2511F53u
 #define FLS_PHILOX_M1 0xCD9E8D57u

@@ -1,6 +1,6 @@
 /* The CUDA engine's entry points in a build without nvcc: every call says
  * the engine is not built, so a CPU-only library still links and answers. */
-#include "internal.h"
+#include "lib/front/internal.h"
 
 fls_status fls_cuda_context_init(fls_context_t *ctx)
 {

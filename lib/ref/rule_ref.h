@@ -8,8 +8,8 @@
 #ifndef FLS_RULE_REF_H
 #define FLS_RULE_REF_H
 
-#include "internal.h"
-#include "rule.h"
+#include "lib/front/internal.h"
+#include "variants/rule.h"
 
 /* A request's plan for the rule family (fls_ref_plan). */
 typedef struct fls_ref_ctx {

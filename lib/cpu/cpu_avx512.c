@@ -5,8 +5,8 @@
  * Not exercised on the development machine (it has no AVX-512): the unit
  * tests force this path wherever the processor has it.
  */
-#include "cpu_kernels.h"
-#include "fls_dtype.h"
+#include "lib/cpu/cpu_kernels.h"
+#include "lib/base/fls_dtype.h"
 
 #include <immintrin.h>
 

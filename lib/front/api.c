@@ -4,9 +4,9 @@
  * Rule (docs/CONTRACTS.md, Errors): bad input gets a clear status and changes nothing,
  * so every check here happens before any output is touched.
  */
-#include "internal.h"
-#include "fls_dtype.h"
-#include "fls_noise.h"
+#include "lib/front/internal.h"
+#include "lib/base/fls_dtype.h"
+#include "lib/base/fls_noise.h"
 
 #include <math.h>
 #include <stdlib.h>
