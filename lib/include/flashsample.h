@@ -24,8 +24,11 @@
  * l_b = W h_b is accumulated in fp32, by Gumbel-max: argmax_v l_bv/T_b + G_bv.
  * The noise G is fixed by docs/NOISE.md: a pure function of (row seed, row
  * offset, draw index, token index), so every engine, tiling, thread count and
- * batch position gives the same token. Logits never reach memory on the fused
- * path. Every function returns an fls_status; on error no output is written.
+ * batch position gives the same token; "exact" and its limits (fp32 keys at
+ * very low temperature) are defined in docs/NOISE.md. On the fused path the
+ * logits stay on chip, except where docs/GPU.md says they pass through memory
+ * (rule calls, fp32 or mixed-dtype W, cuBLAS chunks at large D and B). Every
+ * function returns an fls_status; on error no output is written.
  */
 #ifndef FLASHSAMPLE_H
 #define FLASHSAMPLE_H
