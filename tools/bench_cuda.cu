@@ -576,6 +576,7 @@ static int bench_parse_argv(int argc, char **argv, bench_opts *bo)
         } else if (!strcmp(a, "--engines") && v) {
             bo->engines_s = v;
             i++;
+        } else if (!strcmp(a, "--force")) { /* checked by the caller (--csv's guard) */
         } else if (!strcmp(a, "--cuda-opt") && v) {
             if (bench_set_cuda_opt(v) != 0)
                 return 2;

@@ -53,6 +53,9 @@ static void bench_help(void)
         "options (both devices):\n"
         "  --device cpu|cuda   default cpu (cuda runs the GPU benchmark, if built)\n"
         "  --csv out.csv       write the results in long format (one row per engine and shape);\n"
+        "                      an existing file is replaced only if it is a CSV this bench wrote\n"
+        "                      (or with --force)\n"
+        "  --force             let --csv replace any existing file\n"
         "                      created when the results are ready\n"
         "  --quick             fewer shapes and runs: on the CPU only the small shape, %d runs\n"
         "                      each (well under a minute)\n"
@@ -700,17 +703,13 @@ static int bench_parse_device(int argc, char **argv, fls_engine *engine)
 static int bench_parse_args(int argc, char **argv, bench_opts *bo, int *help)
 {
     const char *device = NULL; /* parsed already (bench_parse_device); listed so that it is known */
-    const cli_option opts[] = {{"--device", &device, NULL},
-                               {"--csv", &bo->csv, NULL},
-                               {"--quick", NULL, &bo->quick},
-                               {"--reps", &bo->reps_s, NULL},
-                               {"--threads", &bo->threads_s, NULL},
-                               {"--simd", &bo->simd_s, NULL},
-                               {"--shapes", &bo->shapes_s, NULL},
-                               {"--batches", &bo->batches_s, NULL},
-                               {"--engines", &bo->engines_s, NULL},
-                               {"--rules", &bo->rules_s, NULL},
-                               {NULL, NULL, NULL}};
+    int force = 0;             /* read by bench_csv_guard */
+    const cli_option opts[] = {{"--device", &device, NULL},         {"--csv", &bo->csv, NULL},
+                               {"--force", NULL, &force},           {"--quick", NULL, &bo->quick},
+                               {"--reps", &bo->reps_s, NULL},       {"--threads", &bo->threads_s, NULL},
+                               {"--simd", &bo->simd_s, NULL},       {"--shapes", &bo->shapes_s, NULL},
+                               {"--batches", &bo->batches_s, NULL}, {"--engines", &bo->engines_s, NULL},
+                               {"--rules", &bo->rules_s, NULL},     {NULL, NULL, NULL}};
     return cli_parse(argc, argv, opts, help);
 }
 
@@ -1009,10 +1008,40 @@ static int bench_cpu(const bench_opts *bo)
     return rc;
 }
 
+/* --csv PATH may replace a CSV this bench wrote (its first line starts with
+ * "device,engine,"), but no other existing file unless --force is given:
+ * before any work, on both devices. CLI_OK or CLI_USAGE. */
+static int bench_csv_guard(int argc, char **argv)
+{
+    const char *csv = NULL;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
+            csv = argv[++i];
+        else if (strcmp(argv[i], "--force") == 0)
+            force = 1;
+    }
+    if (!csv || force)
+        return CLI_OK;
+    FILE *f = fopen(csv, "rb");
+    if (!f)
+        return CLI_OK; /* nothing there (or unreadable: the write reports it) */
+    char head[16] = {0};
+    const size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    if (n >= 14 && memcmp(head, "device,engine,", 14) == 0)
+        return CLI_OK;
+    cli_error(
+        "--csv %s: the file exists and is not a CSV written by flashsample bench (its first line does not "
+        "start with 'device,engine,'): refusing to replace it; give another name, remove it, or pass --force",
+        csv);
+    return CLI_USAGE;
+}
+
 int cli_bench(int argc, char **argv)
 {
     fls_engine engine;
-    if (bench_parse_device(argc, argv, &engine) != CLI_OK)
+    if (bench_parse_device(argc, argv, &engine) != CLI_OK || bench_csv_guard(argc, argv) != CLI_OK)
         return CLI_USAGE;
     if (engine == FLS_ENGINE_CUDA)
         return fls_tool_bench_cuda(argc, argv);
