@@ -9,6 +9,8 @@
 #include "lib/base/fls_noise.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -271,37 +273,85 @@ static int ptr_aligned(const void *p, size_t a)
     return ((uintptr_t)p) % a == 0;
 }
 
-/* The rule family's parameters: every value in range, every array aligned;
- * FLS_ERR_PARAM otherwise (docs/RULES.md). */
-static fls_status check_rule_params(const fls_params *p, int64_t B, int64_t V)
+/* Writes why (printf-style) into why[cap] when why is not NULL. */
+static fls_status refuse(fls_status st, char *why, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static fls_status refuse(fls_status st, char *why, size_t cap, const char *fmt, ...)
 {
+    if (why && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+/* " (row b)" for a per-row array's entry, "" for a scalar. */
+static const char *row_of(int per_row, int64_t b, char *buf, size_t cap)
+{
+    if (!per_row)
+        return "";
+    snprintf(buf, cap, " (row %lld)", (long long)b);
+    return buf;
+}
+
+/* The rule family's parameters: every value in range, every array aligned;
+ * FLS_ERR_PARAM otherwise (docs/RULES.md), with why (may be NULL) naming the
+ * field, the row and the range. */
+static fls_status check_rule_params(const fls_params *p, int64_t B, int64_t V, char *why, size_t cap)
+{
+    char rb[32];
     if ((p->row_top_k && !ptr_aligned(p->row_top_k, sizeof(int64_t))) ||
         (p->row_top_p && !ptr_aligned(p->row_top_p, sizeof(float))) ||
         (p->row_min_p && !ptr_aligned(p->row_min_p, sizeof(float))) ||
         (p->row_without_replacement_k && !ptr_aligned(p->row_without_replacement_k, sizeof(int64_t))) ||
         (p->row_filter_value && !ptr_aligned(p->row_filter_value, sizeof(double))))
-        return FLS_ERR_ALIGN;
-    if (p->without_replacement_k < 0 || p->without_replacement_k > V ||
-        (p->row_without_replacement_k && p->without_replacement_k == 0))
-        return FLS_ERR_PARAM;
+        return refuse(FLS_ERR_ALIGN, why, cap, "a per-row rule array is misaligned for its dtype");
+    if (p->without_replacement_k < 0 || p->without_replacement_k > V)
+        return refuse(FLS_ERR_PARAM, why, cap,
+                      "without_replacement_k = %lld is out of range: 0 (off) .. V = %lld",
+                      (long long)p->without_replacement_k, (long long)V);
+    if (p->row_without_replacement_k && p->without_replacement_k == 0)
+        return refuse(FLS_ERR_PARAM, why, cap,
+                      "row_without_replacement_k needs without_replacement_k (the largest K of the rows)");
     const int extra = p->filter ? fls_filter_lookup(p->filter) : -1;
-    /* `filter` names a rule added to the registry; the three built-ins have their own fields */
+    /* `filter` names a registry rule without a field of its own; the three built-ins have theirs */
+    if (p->filter && extra < 0)
+        return refuse(FLS_ERR_PARAM, why, cap, "filter \"%s\" is no rule of the registry", p->filter);
     if (p->filter && extra <= FLS_FILTER_TOP_P)
-        return FLS_ERR_PARAM;
+        return refuse(FLS_ERR_PARAM, why, cap,
+                      "filter \"%s\": set its own field (min_p, top_k, top_p) instead", p->filter);
     if (!p->filter && p->row_filter_value)
-        return FLS_ERR_PARAM;
+        return refuse(FLS_ERR_PARAM, why, cap, "row_filter_value needs filter (the rule it sets)");
     for (int64_t b = 0; b < B; b++) {
         const int64_t k = p->row_top_k ? p->row_top_k[b] : p->top_k;
         const float tp = p->row_top_p ? p->row_top_p[b] : p->top_p;
         const float mp = p->row_min_p ? p->row_min_p[b] : p->min_p;
-        if (k < 0 || k > V || !fls_top_p_valid(tp) || !fls_min_p_valid(mp))
-            return FLS_ERR_PARAM;
-        if (extra >= 0 &&
-            !fls_filter_valid(extra, p->row_filter_value ? p->row_filter_value[b] : p->filter_value))
-            return FLS_ERR_PARAM;
+        if (k < 0 || k > V)
+            return refuse(FLS_ERR_PARAM, why, cap, "top_k = %lld%s is out of range: 0 (off) .. V = %lld",
+                          (long long)k, row_of(p->row_top_k != NULL, b, rb, sizeof rb), (long long)V);
+        if (!fls_top_p_valid(tp))
+            return refuse(FLS_ERR_PARAM, why, cap, "top_p = %g%s is out of range: %s", (double)tp,
+                          row_of(p->row_top_p != NULL, b, rb, sizeof rb),
+                          fls_filters[FLS_FILTER_TOP_P].range);
+        if (!fls_min_p_valid(mp))
+            return refuse(FLS_ERR_PARAM, why, cap, "min_p = %g%s is out of range: %s", (double)mp,
+                          row_of(p->row_min_p != NULL, b, rb, sizeof rb),
+                          fls_filters[FLS_FILTER_MIN_P].range);
+        const double fv = p->row_filter_value ? p->row_filter_value[b] : p->filter_value;
+        if (extra >= 0 && !fls_filter_valid(extra, fv))
+            return refuse(FLS_ERR_PARAM, why, cap, "filter_value = %g%s of \"%s\" is out of range: %s", fv,
+                          row_of(p->row_filter_value != NULL, b, rb, sizeof rb), p->filter,
+                          fls_filters[extra].range);
         if (p->row_without_replacement_k && (p->row_without_replacement_k[b] < 1 ||
                                              p->row_without_replacement_k[b] > p->without_replacement_k))
-            return FLS_ERR_PARAM;
+            return refuse(
+                FLS_ERR_PARAM, why, cap,
+                "row_without_replacement_k = %lld (row %lld) is out of range: 1 .. without_replacement_k "
+                "= %lld",
+                (long long)p->row_without_replacement_k[b], (long long)b,
+                (long long)p->without_replacement_k);
         if (!p->row_top_k && !p->row_top_p && !p->row_min_p && !p->row_without_replacement_k &&
             !p->row_filter_value)
             break; /* scalars only: one row says it all */
@@ -359,6 +409,47 @@ static fls_status resolve_rules(const fls_params *p, int64_t B, int64_t K, fls_r
     return FLS_OK;
 }
 
+fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, char *message, size_t size)
+{
+    if (message && size)
+        message[0] = '\0';
+    if (!params)
+        return refuse(FLS_ERR_NULL, message, size, "params is NULL");
+    if (B < 1 || V < 1)
+        return refuse(FLS_ERR_SIZE, message, size, "B = %lld and V = %lld must be at least 1", (long long)B,
+                      (long long)V);
+    fls_params pv;
+    if (params_upgrade(params, &pv) != FLS_OK)
+        return refuse(FLS_ERR_PARAM, message, size,
+                      "struct_size = %zu is no fls_params layout this library knows (fill it with "
+                      "fls_params_default)",
+                      params->struct_size);
+    const fls_params *p = &pv;
+    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_GROUPED)
+        return refuse(FLS_ERR_PARAM, message, size, "method = %d is no fls_method", (int)p->method);
+    const int64_t gs = p->group_size ? p->group_size : FLS_GROUP_SIZE_DEFAULT;
+    if (p->group_size < 0 || gs < 2 || gs > ((int64_t)1 << 20) || (gs & (gs - 1)))
+        return refuse(FLS_ERR_PARAM, message, size,
+                      "group_size = %lld is out of range: a power of two in [2, 2^20], or 0 (the default)",
+                      (long long)p->group_size);
+    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
+        p->first_draw > (int64_t)UINT32_MAX - p->draws)
+        return refuse(FLS_ERR_SIZE, message, size,
+                      "draws = %lld, first_draw = %lld: need 1 <= draws and first_draw + draws < 2^32",
+                      (long long)p->draws, (long long)p->first_draw);
+    if (!p->params_on_device && !p->temperature &&
+        !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
+        return refuse(FLS_ERR_TEMPERATURE, message, size, "temperature_value = %g: must be finite and >= 0",
+                      (double)p->temperature_value);
+    if (!p->params_on_device && p->temperature)
+        for (int64_t b = 0; b < B; b++)
+            if (!(isfinite(p->temperature[b]) && p->temperature[b] >= 0.0f))
+                return refuse(FLS_ERR_TEMPERATURE, message, size,
+                              "temperature = %g (row %lld): must be finite and >= 0",
+                              (double)p->temperature[b], (long long)b);
+    return check_rule_params(p, B, V, message, size);
+}
+
 /* Validates params and outputs for a (B, V) request and resolves the rows.
  * out NULL: a request whose outputs come later (a stream's, checked at
  * finalize). On success *rows_out is a malloc'ed array of B rows (caller
@@ -386,7 +477,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
     const int64_t gs = p->group_size ? p->group_size : FLS_GROUP_SIZE_DEFAULT;
     if (p->group_size < 0 || gs < 2 || gs > ((int64_t)1 << 20) || (gs & (gs - 1)))
         return FLS_ERR_PARAM;
-    fls_status rst = check_rule_params(p, B, V);
+    fls_status rst = check_rule_params(p, B, V, NULL, 0);
     if (rst != FLS_OK)
         return rst;
     if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||

@@ -216,6 +216,16 @@ typedef struct fls_params {
     int params_on_device;
 } fls_params;
 
+/* Why params are refused for a (B, V) request, in words: checks what the
+ * sampling calls check of params alone (method, group size, draws, host
+ * temperatures, every rule value and per-row array against its range) and
+ * writes the first problem, naming the field, the row and the allowed range,
+ * into message (size bytes, NUL-terminated; "" when params are fine).
+ * Returns the status the check gives (FLS_OK, FLS_ERR_PARAM, ...). Call it
+ * after a sampling call returned FLS_ERR_PARAM to say which value is wrong. */
+FLS_API fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, char *message,
+                                      size_t size);
+
 /* The grouped method's default group size (docs/GROUPED.md says why). */
 #define FLS_GROUP_SIZE_DEFAULT 128
 

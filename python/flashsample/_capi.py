@@ -215,6 +215,9 @@ fls_sample_fused = _fn(
 fls_sample_logits = _fn(
     "fls_sample_logits", c_int, c_void_p, _P(fls_matrix), _P(fls_params), _P(fls_outputs)
 )
+fls_params_explain = _fn(
+    "fls_params_explain", c_int, _P(fls_params), c_int64, c_int64, c_char_p, c_size_t
+)
 fls_stream_create = _fn(
     "fls_stream_create", c_int, _P(c_void_p), c_void_p, c_int64, c_int64, _P(fls_params)
 )

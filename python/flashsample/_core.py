@@ -25,6 +25,7 @@ from ._errors import FlashSampleError, FlashSampleTypeError, FlashSampleValueErr
 
 ERR_SHAPE, ERR_DTYPE, ERR_PARAM, ERR_POINTER = -4, -5, -9, -10
 ERR_NAN, ERR_ALL_MASKED, ERR_NO_DEVICE = -7, -8, -12
+ERR_SIZE, ERR_TEMPERATURE = -3, -6
 
 Sample = namedtuple("Sample", ["tokens", "logsumexp", "logprobs"])
 Sample.__doc__ = """What a sampling call returns.
@@ -709,7 +710,7 @@ class Context:
         )
         self._order_callers_after(views)
         if st != 0:
-            raise FlashSampleError(st, "fls_sample_logits", _locate(st, L))
+            raise FlashSampleError(st, "fls_sample_logits", _locate(st, L) or _explain(st, prm, L.rows, L.cols))
         return res
 
     def sample_fused(
@@ -753,7 +754,7 @@ class Context:
             ctypes.byref(out),
         )
         self._order_callers_after(views)
-        check(st, "fls_sample_fused")
+        check(st, "fls_sample_fused", _explain(st, prm, H.rows, W.rows))
         return res
 
     def _param_views(self, fn: str, prm: "_Params") -> list:
@@ -793,6 +794,16 @@ class Context:
     def stream(self, rows: int, vocab: int, **params: Any) -> "Stream":
         """A streaming state (fls_stream_create) for `rows` rows over `vocab` tokens."""
         return Stream(self, rows, vocab, **params)
+
+
+def _explain(status: int, prm: "_Params", rows: int, vocab: int) -> str:
+    """Which parameter a refused call got wrong, and its range, in the library's words
+    (fls_params_explain), for the statuses that a parameter causes; "" otherwise."""
+    if status not in (ERR_PARAM, ERR_TEMPERATURE, ERR_SIZE):
+        return ""
+    buf = ctypes.create_string_buffer(256)
+    _capi.fls_params_explain(ctypes.byref(prm.p), int(rows), int(vocab), buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
 
 
 def _locate(status: int, L: View) -> str:

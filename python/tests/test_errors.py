@@ -108,6 +108,32 @@ def test_parameter_ranges(ctx, rng):
         ctx.sample_logits(L, temprature=0.5)
 
 
+def test_parameter_errors_name_the_parameter_and_its_range(ctx, rng):
+    """A value the library refuses is named in the error, with its row and range
+    (fls_params_explain), as the command line does."""
+    L = logits(rng, 3, 40)
+    W = rng.standard_normal((40, 8)).astype(np.float32)
+    H = rng.standard_normal((3, 8)).astype(np.float32)
+    cases = [
+        (dict(top_p=0.0), ["top_p = 0", "(0, 1]"]),
+        (dict(min_p=1.5), ["min_p = 1.5", "[0, 1]"]),
+        (dict(top_k=41), ["top_k = 41", "V = 40"]),
+        (dict(top_p=[1.0, 2.0, 1.0]), ["top_p = 2", "row 1"]),
+        (dict(filter="top-nsigma", filter_value=-1.0), ["filter_value = -1", "top-nsigma", ">= 0"]),
+        (dict(filter="epsilon", filter_value=[0.1, 0.2, 1.5]), ["filter_value = 1.5", "row 2", "epsilon"]),
+        (dict(filter="no-such-rule"), ["no-such-rule", "registry"]),
+        (dict(temperature=[1.0, -0.5, 1.0]), ["temperature = -0.5", "row 1"]),
+        (dict(draws=0), ["draws = 0"]),
+        (dict(without_replacement_k=41), ["without_replacement_k = 41"]),
+    ]
+    for kw, words in cases:
+        for call in (lambda: ctx.sample_logits(L, **kw), lambda: ctx.sample_fused(W, H, **kw)):
+            with pytest.raises(fs.FlashSampleError) as e:
+                call()
+            for w in words:
+                assert w in str(e.value), (kw, str(e.value))
+
+
 def test_unsupported_combinations(ctx, rng):
     L = logits(rng, 2, 256)
     raises(-11, ctx.sample_logits, L, method="grouped", top_k=5)

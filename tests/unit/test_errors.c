@@ -593,3 +593,72 @@ Test(errors, status_strings)
     }
     cr_assert_eq(FLS_ERR_INTERNAL, -17, "a new status code needs its string tested here");
 }
+
+/* fls_params_explain names the field, the row and the range of what a
+ * sampling call refuses, with the status the call gives, and says nothing
+ * ("" and FLS_OK) for params the calls accept. */
+Test(errors, params_explain_names_field_row_and_range)
+{
+    char msg[256];
+    fls_params p;
+    fls_params_default(&p);
+    cr_assert_eq(fls_params_explain(&p, 3, 40, msg, sizeof msg), FLS_OK);
+    cr_assert_str_eq(msg, "");
+    float tp[3] = {0.9f, 1.5f, 0.9f};
+    double fv[3] = {0.1, 0.2, -1.0};
+    float T[3] = {1.0f, 1.0f, -2.0f};
+    const struct {
+        const char *what;
+        fls_status st;
+        const char *words[3];
+    } k[] = {
+        {"top_k", FLS_ERR_PARAM, {"top_k = 41", "V = 40", NULL}},
+        {"row_top_p", FLS_ERR_PARAM, {"top_p = 1.5", "(row 1)", "(0, 1]"}},
+        {"min_p", FLS_ERR_PARAM, {"min_p = -0.5", "[0, 1]", NULL}},
+        {"filter", FLS_ERR_PARAM, {"\"nope\"", "registry", NULL}},
+        {"built-in as filter", FLS_ERR_PARAM, {"\"top-k\"", "own field", NULL}},
+        {"row_filter_value", FLS_ERR_PARAM, {"filter_value = -1", "(row 2)", "\"top-nsigma\""}},
+        {"group_size", FLS_ERR_PARAM, {"group_size = 3", "power of two", NULL}},
+        {"draws", FLS_ERR_SIZE, {"draws = 0", NULL, NULL}},
+        {"temperature", FLS_ERR_TEMPERATURE, {"temperature = -2", "(row 2)", NULL}},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        fls_params_default(&p);
+        switch (i) {
+        case 0:
+            p.top_k = 41;
+            break;
+        case 1:
+            p.row_top_p = tp;
+            break;
+        case 2:
+            p.min_p = -0.5f;
+            break;
+        case 3:
+            p.filter = "nope";
+            break;
+        case 4:
+            p.filter = "top-k", p.filter_value = 5;
+            break;
+        case 5:
+            p.filter = "top-nsigma", p.row_filter_value = fv;
+            break;
+        case 6:
+            p.group_size = 3;
+            break;
+        case 7:
+            p.draws = 0;
+            break;
+        default:
+            p.temperature = T;
+            break;
+        }
+        cr_expect_eq(fls_params_explain(&p, 3, 40, msg, sizeof msg), k[i].st, "%s: %s", k[i].what, msg);
+        for (int w = 0; w < 3 && k[i].words[w]; w++)
+            cr_expect(strstr(msg, k[i].words[w]) != NULL, "%s: '%s' lacks '%s'", k[i].what, msg,
+                      k[i].words[w]);
+    }
+    cr_assert_eq(fls_params_explain(NULL, 3, 40, msg, sizeof msg), FLS_ERR_NULL);
+    cr_assert_eq(fls_params_explain(&p, 0, 40, NULL, 0),
+                 FLS_ERR_SIZE); /* no message buffer: the status alone */
+}
