@@ -277,6 +277,11 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-figure", action="store_true")
     a = ap.parse_args()
+    if not os.path.isdir(a.run):
+        print(f"paper_tables: {a.run} is not a folder: give the run folder paper_repro/run.sh wrote, e.g. "
+              "paper_repro/results/repro_h200_2026-12-01 (paths are relative to where you run the script)",
+              file=sys.stderr)
+        return 2
     out = a.out or a.run
     os.makedirs(out, exist_ok=True)
     t, meta, notes = load(a.run)

@@ -190,6 +190,8 @@ def main():
     ap.add_argument("--out", default=None, help="output prefix for .md and .png (default: tables on stdout only)")
     ap.add_argument("--no-figure", action="store_true", help="with --out: write the tables only")
     a = ap.parse_args()
+    if a.out and os.path.dirname(a.out) and not os.path.isdir(os.path.dirname(a.out)):
+        sys.exit(f"report: --out {a.out}: the folder {os.path.dirname(a.out)} does not exist (create it first)")
     rows = load(a.csv)
     if not rows:
         sys.exit("report: no rows")

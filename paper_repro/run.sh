@@ -24,7 +24,6 @@
 # peers, default 240), FI_BENCH (a prebuilt fi_bench), FLS_REPRO_BUILD (build folder).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUTDIR=$(mkdir -p "${1:-$ROOT/paper_repro/results/repro_$(date -u +%F)}" && cd "${1:-$ROOT/paper_repro/results/repro_$(date -u +%F)}" && pwd)
 SHAPES=${FLS_REPRO_SHAPES:-4096:151936,8192:128256}
 BATCHES=${FLS_REPRO_BATCHES:-1,2,4,8,16,32,64,128,256}
 BUILD=${FLS_REPRO_BUILD:-$ROOT/build-repro}
@@ -33,8 +32,12 @@ t0=$SECONDS
 say() { echo "[paper_repro $((SECONDS - t0)) s] $*"; }
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || {
     echo "paper_repro: no NVIDIA GPU here (nvidia-smi finds none); the reproduction needs an H200." >&2
+    echo "paper_repro: without a GPU, regenerate the report from the committed run instead:" >&2
+    echo "    python3 paper_repro/paper_tables.py paper_repro/results/repro_h200_2026-12-01 --out /tmp/report" >&2
     exit 77
 }
+# the results folder only once the run can start (no empty folder is left behind)
+OUTDIR=$(mkdir -p "${1:-$ROOT/paper_repro/results/repro_$(date -u +%F)}" && cd "${1:-$ROOT/paper_repro/results/repro_$(date -u +%F)}" && pwd)
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader

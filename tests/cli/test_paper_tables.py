@@ -62,6 +62,19 @@ with tempfile.TemporaryDirectory() as d:
     p = run(empty)
     check(p.returncode == 1 and "no timings" in p.stderr, f"empty folder: exit {p.returncode}: {p.stderr}")
 
+    # a run folder that does not exist (a path relative to the wrong place): said, exit 2, nothing made
+    p = run(os.path.join(d, "no-such-run"), "--out", os.path.join(d, "out-missing"))
+    check(p.returncode == 2 and "is not a folder" in p.stderr and "Traceback" not in p.stderr,
+          f"missing run folder: exit {p.returncode}: {p.stderr}")
+    check(not os.path.exists(os.path.join(d, "out-missing")), "missing run folder: --out created anyway")
+
+    # run.sh without a GPU: exit 77, saying how to regenerate the report instead, and no results folder left
+    if shutil.which("nvidia-smi") is None:
+        target = os.path.join(d, "repro_out")
+        p = subprocess.run(["bash", os.path.join(REPRO, "run.sh"), target], capture_output=True, text=True)
+        check(p.returncode == 77 and "paper_tables.py" in p.stderr, f"run.sh without a GPU: exit {p.returncode}")
+        check(not os.path.exists(target), "run.sh without a GPU left its results folder behind")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

@@ -63,6 +63,11 @@ with tempfile.TemporaryDirectory() as d:
     p = run(CPU, "--out", os.path.join(d, "tables"), "--no-figure", env=env)
     check(p.returncode == 0 and os.path.exists(os.path.join(d, "tables.md")), f"--no-figure: {p.stderr}")
 
+    # --out into a folder that does not exist: a message, no traceback
+    p = run(CPU, "--out", os.path.join(d, "no-such-dir", "x"))
+    check(p.returncode != 0 and "does not exist" in p.stderr and "Traceback" not in p.stderr,
+          f"--out into a missing folder: exit {p.returncode}: {p.stderr}")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)
