@@ -22,9 +22,9 @@
  *     E = -log(U)                              U <= 1/2  (top bit of k clear)
  *     E = -log1p(-(1-U))                       U >  1/2  (1-U formed exactly)
  *     G = -log(E)
- * Values the transform can return: E in [2^-65, 45.06] (both ends reached:
+ * Values the transform can return: E in [2^-65, 45.054] (both ends reached:
  * k = 2^64-1 gives E = 2^-65, k = 0 gives E = 65 log 2), so G is finite, in
- * [-3.808, 45.06]; never +-inf, never NaN. U's smallest value is
+ * [-3.808, 45.054] (below FLS_GUMBEL_MAX); never +-inf, never NaN. U's smallest value is
  * 2^-65, so the Gumbel tail is represented down to probability 2^-65.
  * Steps are computed in float after forming U or 1-U exactly in double and
  * rounding once to float; fls_logf_ is within 0.82 ulp on [2^-66, 64], E within
@@ -192,7 +192,7 @@ FLS_HD float fls_exponential_from_bits(uint64_t k)
     return -FLS_FMUL(fls_logf_(u), t);
 }
 
-/* Standard Gumbel variate of 64 random bits: G = -log(E), in [-3.808, 45.06]. */
+/* Standard Gumbel variate of 64 random bits: G = -log(E), in [-3.808, 45.054]. */
 FLS_HD float fls_gumbel_from_bits(uint64_t k)
 {
     return -fls_logf_(fls_exponential_from_bits(k));
