@@ -319,6 +319,13 @@ static double exact_epsilon_center(const xi *s, int64_t n, double m, int64_t L, 
     return eps;
 }
 
+/* Test builds' extra rules (meson -Dprobe_rule=true) bring their exact pmf. */
+#ifdef FLS_REGISTRY_EXTRA
+#define FLS_PROBE_EXACT 1
+#include FLS_REGISTRY_EXTRA
+#undef FLS_PROBE_EXACT
+#endif
+
 /* The table, by registry id: every filter of FLS_FILTERS needs its three
  * functions above (exact_<rule>_valid, _prefix, _center). */
 typedef struct exact_filter {

@@ -31,7 +31,16 @@
     X(TOP_K, top_k)                                                                                          \
     X(TOP_P, top_p)                                                                                          \
     X(TOP_NSIGMA, top_nsigma)                                                                                \
-    X(EPSILON, epsilon)
+    X(EPSILON, epsilon)                                                                                      \
+    FLS_FILTERS_EXTRA(X)
+
+/* Test builds only (meson -Dprobe_rule=true): a header that defines
+ * FLS_FILTERS_EXTRA(X) appends test rules (tests/probe/probe_rule.h). */
+#ifdef FLS_REGISTRY_EXTRA
+#include FLS_REGISTRY_EXTRA
+#else
+#define FLS_FILTERS_EXTRA(X)
+#endif
 
 #define FLS_FILTER_ENUM_(ID, rule) FLS_FILTER_##ID,
 typedef enum fls_filter_id { FLS_FILTERS(FLS_FILTER_ENUM_) FLS_FILTER_COUNT } fls_filter_id;
