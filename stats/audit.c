@@ -2,12 +2,14 @@
  * audit.c — fls_audit_run: every case of the run (quick or full, on one
  * engine), one row per test, at the level of the run's family. A failed test
  * is a row with pass = 0; a case that could not sample is reported as error
- * rows and the run goes on; only a failure to start (context, memory) is an
- * error status.
+ * rows and the run goes on; a row that could test nothing (a tail in which no
+ * deficit or excess can show) is marked not tested; only a failure to start
+ * (context, memory) is an error status.
  */
 #include "stats/fls_audit.h"
 #include "stats/fls_cases.h"
 #include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,14 @@ fls_status fls_audit_family_add(const fls_audit_options *o, fls_stats_family *f)
                                           : "quick",
              o->engine == FLS_ENGINE_CUDA ? "cuda" : "cpu", fls_audit_run_count(o->full, o->engine));
     return fls_stats_family_add(f, name, fls_audit_run_tests(o->full, o->engine));
+}
+
+size_t fls_audit_mark_untested(fls_audit_row *rows, size_t n)
+{
+    size_t marked = 0;
+    for (size_t k = 0; rows && k < n; k++)
+        marked += (size_t)fls_audit_tail_untested(&rows[k]);
+    return marked;
 }
 
 fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_t *n_rows)
@@ -74,6 +84,7 @@ fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_
     for (size_t k = 0; k < n_cases; k++) {
         size_t i = fls_audit_run_index(o->full, o->engine, k);
         (void)fls_audit_run_case(ctx, o, fam->alpha, i, &out[r]);
+        (void)fls_audit_mark_untested(&out[r], (size_t)fls_audit_case_tests(i));
         r += (size_t)fls_audit_case_tests(i);
     }
     fls_context_destroy(ctx);

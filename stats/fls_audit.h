@@ -32,10 +32,19 @@ fls_status fls_audit_family_add(const fls_audit_options *o, fls_stats_family *fa
  * or the audit's own family when NULL); *rows is malloc'ed (caller frees).
  * Failed tests are rows with pass = 0; a case that could not sample (or ran
  * out of memory) is reported as error rows (status != FLS_OK, pass = 0) and
- * the other cases still run. Returns an error status only if the run could
+ * the other cases still run; rows that tested nothing are marked untested
+ * (fls_audit_mark_untested: pass = 0, not a failure). Returns an error status only if the run could
  * not start (bad options, no context, no memory for the rows, or a family
  * smaller than this audit). */
 fls_status fls_audit_run(const fls_audit_options *o, fls_audit_row **rows, size_t *n_rows);
+
+/* Marks the rows of a case's run that tested nothing as not tested: its tail
+ * rows in which neither a deficit nor an excess could show
+ * (fls_audit_tail_untested, fls_tokens.h); the goodness-of-fit rows always
+ * test (a sample outside the support fails them). fls_audit_run does it for
+ * every case; a caller of fls_audit_run_case does it on the case's rows.
+ * Returns how many rows it marked. */
+size_t fls_audit_mark_untested(fls_audit_row *rows, size_t n);
 
 #ifdef __cplusplus
 }

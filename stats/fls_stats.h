@@ -451,9 +451,12 @@ typedef struct fls_audit_row {
     int64_t draws; /* total samples drawn */
     double chi2;   /* Pearson statistic (tail rows: (observed - expected)^2 / variance) */
     int dof;
-    double p;     /* the test's p-value (NaN on an error row) */
+    double p;     /* the test's p-value (NaN on an error row and on a row not tested) */
     double alpha; /* per-test level of the run's family */
-    int pass;     /* p >= alpha and no sample on a zero-probability token; 0 on an error row */
+    /* p >= alpha and no sample on a zero-probability token; 0 on an error row
+     * and on a row not tested (untested): pass = 0 is a failure only when
+     * untested = 0 (fls_audit_row_verdict, fls_tokens.h) */
+    int pass;
     /* Added in this version (zero-initialized rows stay valid): */
     fls_status status;     /* FLS_OK, or why the test could not run (then pass = 0) */
     char kind[12];         /* "gof", "tail", "pairs", "ties", "error" */
@@ -466,12 +469,21 @@ typedef struct fls_audit_row {
     double observed;       /* tail, ties: observed count */
     double deficit_caught; /* tail: smallest relative deficit caught with probability 0.999 (inf: none) */
     double excess_caught;  /* tail: smallest relative excess caught so (inf: none) */
-    char note[112];        /* what the test cannot see, or the error */
+    char note[112];        /* what the test cannot see, or the error; not tested: why */
+    /* 1: the test could not test anything with these inputs (no pair of draws
+     * or rows, no tie class sampled, no row whose rule cut a token, no position
+     * drawn beyond the first, tuples too many to enumerate, a tail in which
+     * neither a deficit nor an excess of any size could be detected with
+     * probability FLS_STATS_POWER, and no sample that fails it outright). Then
+     * pass = 0 and p = NaN, and the row is neither a pass nor a failure: "not
+     * tested" never counts as a pass (docs/AUDIT.md, "Rows not tested"). */
+    int untested;
 } fls_audit_row;
 
-/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, pass, and
- * what the test sees (gof: bins, smallest bin mass, TV caught; tail: mass,
- * expected and observed counts, deficit caught; error rows: the error). */
+/* One line per row: test, engine, V, draws, chi2, dof, p, alpha, the verdict
+ * (pass, FAIL, or untested: the row tested nothing), and what the test sees
+ * (gof: bins, smallest bin mass, TV caught; tail: mass, expected and observed
+ * counts, deficit caught; error rows: the error; rows not tested: why). */
 void fls_audit_print_header(FILE *f);
 void fls_audit_print_row(FILE *f, const fls_audit_row *row);
 /* Fills a row as an error: status st, pass 0, p and chi2 NaN, note. */

@@ -56,6 +56,11 @@
  *                       equal cells.
  * The global, tail, pairs and tie tests then look at position 1 (the first
  * token of each draw), whose distribution is the rule's pmf.
+ * A row that could not test anything with the inputs given (one draw per row:
+ * no pairs; no tie class sampled; no row whose rule cut a token; nothing
+ * beyond the first position; tuples too many to enumerate; a tail where no
+ * deficit or excess can show) is marked untested (fls_audit_row.untested,
+ * pass = 0, p = NaN): not a pass, and not a failure.
  * Each row states what its test can see at the size it ran: TV caught with
  * probability 0.999 on its bins (gof, pairs), the deficit and excess of the
  * tail mass caught so (tails), the smallest bin mass.
@@ -129,8 +134,48 @@ fls_status fls_audit_tokens(const float *logits, int64_t B, int64_t V, int64_t l
 /* The row of the test named `test` — the part of a row's name after its last
  * '/' ("gof", "tail15", "pairs-draws", ...) — or NULL. */
 const fls_audit_row *fls_audit_row_named(const fls_audit_row *rows, size_t n, const char *test);
-/* Whether a test failed: any row (test NULL) or a row named `test`. */
+/* Whether a test failed: any row (test NULL) or a row named `test`. A row
+ * not tested (untested) is not a failure: it is never flagged. */
 int fls_audit_rows_flagged(const fls_audit_row *rows, size_t n, const char *test);
+
+/* ---- Verdicts: a row passes, fails, or tested nothing ---- */
+
+typedef enum fls_audit_verdict {
+    FLS_AUDIT_PASS = 0,    /* tested, and passed */
+    FLS_AUDIT_FAIL = 1,    /* tested, and failed; or an error row (status != FLS_OK) */
+    FLS_AUDIT_UNTESTED = 2 /* the test could not test anything with these inputs */
+} fls_audit_verdict;
+
+/* A row's verdict: FAIL for an error row, UNTESTED for a row with untested
+ * set, else PASS or FAIL by its pass field. */
+fls_audit_verdict fls_audit_row_verdict(const fls_audit_row *row);
+/* "pass", "fail", "untested" (the JSON's verdict values). */
+const char *fls_audit_verdict_name(fls_audit_verdict v);
+/* Marks a row as not tested: untested = 1, pass = 0, p = NaN, the note says
+ * why ("not tested: " is not prepended; the printed row adds it). */
+void fls_audit_row_untested(fls_audit_row *row, const char *why);
+/* The rule for tail rows (and the one place it is written): a tail row that
+ * passed (no sample failed it outright, p >= alpha) while neither a deficit
+ * nor an excess of the tail mass of any size could be caught with probability
+ * FLS_STATS_POWER (deficit_caught and excess_caught both infinite: no tail
+ * mass, or too few draws for even m -> 0 or m -> 1 to show) tested nothing;
+ * it is marked untested. A tail that can see only an excess stays tested
+ * (it is a one-sided test). Returns whether the row was marked. Error rows
+ * and rows of another kind are left alone. */
+int fls_audit_tail_untested(fls_audit_row *row);
+
+/* Rows by verdict. */
+typedef struct fls_audit_tally {
+    size_t tests, passed, failed, untested;
+} fls_audit_tally;
+void fls_audit_tally_rows(const fls_audit_row *rows, size_t n, fls_audit_tally *t);
+/* The run's verdict: FAIL if any row failed (a tested test or an error row),
+ * else UNTESTED if no row tested anything (n = 0 included): an audit that
+ * tested nothing is not a success; else PASS (the rows not tested are said
+ * beside it, never counted as passes). */
+fls_audit_verdict fls_audit_tally_verdict(const fls_audit_tally *t);
+/* "12 tests: 9 passed, 1 failed, 2 not tested" into buf (cap bytes). */
+void fls_audit_tally_format(const fls_audit_tally *t, char *buf, size_t cap);
 /* The equal-cells test of counts on K cells (impossible: samples that fail
  * outright), Pearson (K >= 3) or exact binomial (K = 2), into row's chi2, dof,
  * p, pass, bins, min_mass and tv_caught (the TV it catches with probability

@@ -212,7 +212,8 @@ int fls_audit_rows_flagged(const fls_audit_row *rows, size_t n, const char *test
 {
     for (size_t k = 0; rows && k < n; k++) {
         const char *slash = strrchr(rows[k].test, '/');
-        if (!rows[k].pass && (!test || (slash && !strcmp(slash + 1, test))))
+        if (fls_audit_row_verdict(&rows[k]) == FLS_AUDIT_FAIL &&
+            (!test || (slash && !strcmp(slash + 1, test))))
             return 1;
     }
     return 0;
@@ -647,6 +648,7 @@ static fls_status ta_emit_tail(const tok_audit *a, int t, fls_audit_row *row)
     row->pass = !a->impossible && pv >= a->alpha;
     snprintf(row->note, sizeof row->note, "exact %s%s", B > 1 ? "sum of binomials over rows" : "binomial",
              bonf ? " (Bonferroni over rows: too many to convolve)" : "");
+    (void)fls_audit_tail_untested(row); /* nothing detectable: not tested */
     st = FLS_OK;
 done:
     free(kk);
@@ -655,7 +657,7 @@ done:
 }
 
 /* A pairs test: n_pairs pairs (imp failing outright) on a side x side grid;
- * none (have_pairs 0) is a pass that tests nothing. */
+ * none (have_pairs 0) tests nothing: the row is not tested. */
 static fls_status ta_emit_pairs(const tok_audit *a, const char *test, int have_pairs, const char *nothing,
                                 const int64_t *grid, int side, int64_t imp, int64_t n_pairs, const char *what,
                                 fls_audit_row *row)
@@ -663,9 +665,8 @@ static fls_status ta_emit_pairs(const tok_audit *a, const char *test, int have_p
     row_init(row, a->name, test, a->V, a->n_all, a->alpha);
     snprintf(row->kind, sizeof row->kind, "pairs");
     if (!have_pairs) {
-        row->p = 1.0;
-        row->pass = 1;
-        snprintf(row->note, sizeof row->note, "%s", nothing);
+        row->chi2 = NAN;
+        fls_audit_row_untested(row, nothing);
         return FLS_OK;
     }
     fls_status st = fls_audit_equal_cells(grid, side * side, imp, a->alpha, row);
@@ -691,12 +692,9 @@ static fls_status ta_emit_ties(const tok_audit *a, fls_audit_row *row)
     row->observed = obs;
     row->dof = 1;
     if (ties->len == 0) {
-        row->p = 1.0;
-        row->pass = 1;
-        row->chi2 = 0.0;
-        snprintf(row->note, sizeof row->note, "%s",
-                 a->tie_classes ? "tie classes never sampled: nothing tested"
-                                : "no tied logits: nothing tested");
+        row->chi2 = NAN;
+        fls_audit_row_untested(row, a->tie_classes ? "tie classes never sampled"
+                                                   : "no tied logits (at T > 0) in any row");
         return FLS_OK;
     }
     int bonf = 0;
@@ -720,10 +718,8 @@ static fls_status ta_emit_boundary(const tok_audit *a, fls_audit_row *row)
     row->observed = a->b_obs;
     row->dof = 1;
     if (a->b_rows == 0) {
-        row->p = 1.0;
-        row->pass = 1;
-        row->chi2 = 0.0;
-        snprintf(row->note, sizeof row->note, "no row's rule cut a token (or T = 0): nothing tested");
+        row->chi2 = NAN;
+        fls_audit_row_untested(row, "no row's rule cut a token (or T = 0)");
         return FLS_OK;
     }
     const bnd_list *bnd = &a->bnd;
@@ -754,9 +750,8 @@ static fls_status ta_emit_pl(const tok_audit *a, fls_audit_row *rows)
     row_init(row, a->name, "pl-cond", a->V, a->n_all, a->alpha);
     snprintf(row->kind, sizeof row->kind, "pl");
     if (a->n_cond == 0 && a->imp_pl == 0) {
-        row->p = 1.0;
-        row->pass = 1;
-        snprintf(row->note, sizeof row->note, "no support beyond the first position: nothing tested");
+        row->chi2 = NAN;
+        fls_audit_row_untested(row, "no support beyond the first position");
     } else {
         if ((st = fls_audit_equal_cells(a->ccount, a->Kc, a->imp_pl, a->alpha, row)) != FLS_OK)
             return st;
@@ -767,10 +762,8 @@ static fls_status ta_emit_pl(const tok_audit *a, fls_audit_row *rows)
     row_init(row, a->name, "pl-tuples", a->V, a->n_all, a->alpha);
     snprintf(row->kind, sizeof row->kind, "pl");
     if (!a->do_tuples) {
-        row->p = 1.0;
-        row->pass = 1;
-        snprintf(row->note, sizeof row->note,
-                 "(V + 1)^K > 65536 tuples: not enumerated (pl-cond tests them)");
+        row->chi2 = NAN;
+        fls_audit_row_untested(row, "(V + 1)^K > 65536 tuples: not enumerated (pl-cond tests them)");
         return FLS_OK;
     }
     if ((st = fls_audit_equal_cells(a->tcount, a->K, a->imp_pl, a->alpha, row)) != FLS_OK)
@@ -793,12 +786,11 @@ static fls_status ta_emit(const tok_audit *a, fls_audit_row *rows, size_t *n)
             if ((st = ta_emit_tail(a, t, &rows[r++])) != FLS_OK)
                 return st;
     if (o->pairs_draws &&
-        (st = ta_emit_pairs(a, "pairs-draws", a->N >= 2, "one draw per row: no pairs, nothing tested", a->cd,
-                            a->Kd, a->imp_d, a->n_pd, "draw 2k, 2k+1", &rows[r++])) != FLS_OK)
+        (st = ta_emit_pairs(a, "pairs-draws", a->N >= 2, "one draw per row: no pairs of draws", a->cd, a->Kd,
+                            a->imp_d, a->n_pd, "draw 2k, 2k+1", &rows[r++])) != FLS_OK)
         return st;
-    if (o->pairs_rows &&
-        (st = ta_emit_pairs(a, "pairs-rows", a->B >= 2, "one row: no pairs of rows, nothing tested", a->crw,
-                            a->Kr, a->imp_r, a->n_pr, "row 2i, 2i+1", &rows[r++])) != FLS_OK)
+    if (o->pairs_rows && (st = ta_emit_pairs(a, "pairs-rows", a->B >= 2, "one row: no pairs of rows", a->crw,
+                                             a->Kr, a->imp_r, a->n_pr, "row 2i, 2i+1", &rows[r++])) != FLS_OK)
         return st;
     if (o->ties && (st = ta_emit_ties(a, &rows[r++])) != FLS_OK)
         return st;

@@ -11,7 +11,10 @@ OUTDIR/report.md with three figures:
   fig_tail.png     the tail-mass curve: draws more than t nats below their row's
                    head, observed against the exact expectation, with 0.999
                    intervals, t = 0..30;
-  fig_pvalues.png  -log10 p of every test against -log10 alpha.
+  fig_pvalues.png  -log10 p of every test against -log10 alpha (rows not
+                   tested: a grey bar at 0, named so).
+A row that tested nothing (verdict "untested": e.g. one draw per row, no tied
+logits) is shown as "not tested", never as a pass (docs/AUDIT.md).
 Needs matplotlib (the tool checks for it before the audit runs); exits 1 with
 a message if it is missing or the JSON is not an audit of external tokens.
 """
@@ -32,6 +35,14 @@ def fmt(x, spec=".3g"):
     if isinstance(x, float) and math.isinf(x):
         return "inf"
     return format(x, spec)
+
+
+def verdict(r):
+    """A row's verdict: "pass", "fail" or "untested" (JSON of older tools: from "pass")."""
+    v = r.get("verdict")
+    if v in ("pass", "fail", "untested"):
+        return v
+    return "untested" if r.get("untested") else ("pass" if r.get("pass") else "fail")
 
 
 def main():
@@ -100,20 +111,23 @@ def main():
     for r in rows:
         p = r["p"]
         vals.append(0.0 if p is None else (16.0 if p <= 0 else min(16.0, -math.log10(p))))
-    colors = ["tab:green" if r["pass"] else "tab:red" for r in rows]
+    colors = [{"pass": "tab:green", "untested": "tab:gray"}.get(verdict(r), "tab:red") for r in rows]
     ax.bar(range(len(rows)), vals, color=colors)
     ax.axhline(-math.log10(alpha), color="k", ls="--", label=f"-log10 alpha ({alpha:.3g})")
     ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
+    ax.set_xticklabels([n + (" (not tested)" if verdict(r) == "untested" else "") for n, r in zip(names, rows)],
+                       rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("-log10 p (capped at 16)")
-    ax.set_title("every test (red: failed)")
+    ax.set_title("every test (red: failed; grey: not tested)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "fig_pvalues.png"), dpi=110)
     plt.close(fig)
 
     inp = a["inputs"]
-    failed = [r for r in rows if not r["pass"]]
+    failed = [r for r in rows if verdict(r) == "fail"]
+    untested = [r for r in rows if verdict(r) == "untested"]
+    tested = len(rows) - len(untested)
     md = []
     md.append("# Audit of external tokens\n")
     md.append(f"`flashsample audit` {a.get('version', '')}, {a.get('date', '')}\n")
@@ -123,8 +137,20 @@ def main():
     md.append(f"- temperature: {inp['temperature']}; rule: {inp['rule']}")
     md.append(f"- family: {a['family']['tests']} tests, budget {a['family']['budget']:g}, "
               f"alpha = {alpha:.4g} per test (Bonferroni)\n")
-    verdict = "**every test passes**" if a["all_pass"] else f"**{len(failed)} test(s) fail**"
-    md.append(f"Verdict: {verdict}.\n")
+    if failed:
+        overall = f"**{len(failed)} test(s) fail**"
+    elif tested == 0:
+        overall = "**nothing was tested** (every row is not tested: not a pass)"
+    elif untested:
+        overall = f"**every tested row passes** ({tested} of {len(rows)})"
+    else:
+        overall = "**every test passes**"
+    md.append(f"Verdict: {overall}.\n")
+    md.append(f"{len(rows)} tests: {len(rows) - len(failed) - len(untested)} passed, {len(failed)} failed, "
+              f"{len(untested)} not tested.\n")
+    if untested:
+        md.append("Not tested (these inputs gave the test nothing to test; never counted as passes): "
+                  + ", ".join(f"{r['test']} ({r.get('note', '')})" for r in untested) + ".\n")
     md.append("## What these draws can catch\n")
     for s in a.get("power", []):
         md.append(f"- {s}")
@@ -133,7 +159,9 @@ def main():
     md.append("| test | p | alpha | result | what it sees |")
     md.append("|---|---|---|---|---|")
     for r in rows:
-        if r["kind"] == "tail":
+        if verdict(r) == "untested":
+            sees = f"not tested: {r.get('note', '')}"
+        elif r["kind"] == "tail":
             d, e = r["deficit_caught"], r["excess_caught"]
             sees = (f"mass {fmt(r['tail_mass'])} below {fmt(r['tail_t'], 'g')} nats: expected "
                     f"{fmt(r['expected'], '.4g')}, observed {fmt(r['observed'], '.0f')}; deficit >= "
@@ -143,8 +171,8 @@ def main():
             sees = f"{r['bins']} bins, smallest mass {fmt(r['min_mass'])}; TV >= {fmt(r['tv_caught'])} caught"
         else:
             sees = r.get("note", "")
-        md.append(f"| {r['test']} | {fmt(r['p'], '.4g')} | {fmt(r['alpha'], '.3g')} | "
-                  f"{'pass' if r['pass'] else '**FAIL**'} | {sees} |")
+        result = {"pass": "pass", "untested": "not tested"}.get(verdict(r), "**FAIL**")
+        md.append(f"| {r['test']} | {fmt(r['p'], '.4g')} | {fmt(r['alpha'], '.3g')} | {result} | {sees} |")
     md.append("")
     md.append("## Figures\n")
     md.append("Observed against expected draws per bin of the global test (equal bins of the probability "

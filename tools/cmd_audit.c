@@ -2,7 +2,8 @@
  * flashsample audit — the goodness-of-fit audit (stats/fls_audit.h): each
  * case's samples against the exact categorical, Pearson chi-square on
  * equal-mass bins, per-test level from a family-wise budget. Exit status 0
- * only if every test passes.
+ * only if every tested row passes (rows not tested are said, never counted as
+ * passes), 1 if one fails, 3 if nothing was tested (cli_audit.h).
  */
 #include "tools/cli.h"
 #include "tools/cli_audit.h"
@@ -44,7 +45,7 @@ static void audit_help(void)
            "  outside fails), tuples without replacement the conditional (pl-cond) and whole-tuple\n"
            "  (pl-tuples) tests of Plackett-Luce\n"
            "%s"
-           "  (exit status here: 0 every test passed, 1 a test failed, 2 bad usage or input)\n"
+           "  (exit status here as below: 0, 1, 2 bad usage or input, 3)\n"
            "\n"
            "  --quick              a short audit (seconds; the default)\n"
            "  --full               the whole suite (minutes)\n"
@@ -55,8 +56,46 @@ static void audit_help(void)
            "  --simd PATH          CPU SIMD path: auto (the default; the only one the audit can\n"
            "                       use until the audit runner takes a path)\n"
            "\n"
-           "exit status: 0 every test passed, 1 a test failed or the audit could not run, 2 usage error\n",
+           "A row whose test could not test anything with these inputs (one draw per row: no pairs;\n"
+           "no tied logits; no row cut by the rule; a tail where no deficit or excess can show) is\n"
+           "reported \"untested\" (JSON verdict \"untested\"): never a pass, never a failure.\n"
+           "\n"
+           "exit status: 0 every tested row passed (rows not tested are listed, not counted as passes),\n"
+           "             1 a tested row failed or the audit could not run, 2 usage error,\n"
+           "             3 nothing was tested (every row untested): not a success\n",
            cli_rule_help);
+}
+
+int cli_audit_verdict(const fls_audit_row *rows, size_t n, double seconds, int digits)
+{
+    fls_audit_tally t;
+    fls_audit_tally_rows(rows, n, &t);
+    char line[160];
+    fls_audit_tally_format(&t, line, sizeof line);
+    const fls_audit_verdict v = fls_audit_tally_verdict(&t);
+    printf("%s, %.*f s: %s", line, digits, seconds,
+           v == FLS_AUDIT_FAIL       ? "FAILED"
+           : v == FLS_AUDIT_UNTESTED ? "NOTHING TESTED"
+           : t.untested              ? "every tested row passed"
+                                     : "all pass");
+    if (v != FLS_AUDIT_UNTESTED && t.untested)
+        printf(" (%zu not tested: not counted as passes)", t.untested);
+    printf("\n");
+    if (v == FLS_AUDIT_UNTESTED) {
+        cli_error("nothing was tested: %s (exit status %d)",
+                  n ? "no row could test anything with these inputs" : "the audit has no rows",
+                  CLI_AUDIT_UNTESTED);
+        return CLI_AUDIT_UNTESTED;
+    }
+    return v == FLS_AUDIT_PASS ? CLI_OK : CLI_FAIL;
+}
+
+void cli_audit_json_tally(FILE *fp, const fls_audit_row *rows, size_t n)
+{
+    fls_audit_tally t;
+    fls_audit_tally_rows(rows, n, &t);
+    fprintf(fp, "\"verdict\": \"%s\", \"passed\": %zu, \"failed\": %zu, \"untested\": %zu",
+            fls_audit_verdict_name(fls_audit_tally_verdict(&t)), t.passed, t.failed, t.untested);
 }
 
 static void write_json(FILE *fp, const fls_audit_options *ao, const fls_audit_row *rows, size_t n,
@@ -71,7 +110,9 @@ static void write_json(FILE *fp, const fls_audit_options *ao, const fls_audit_ro
             (unsigned long long)ao->seed);
     fprintf(fp, "  \"threads\": %d,\n  \"seconds\": ", ao->threads);
     cli_json_num(fp, seconds);
-    fprintf(fp, ",\n  \"tests\": %zu,\n  \"all_pass\": %s,\n  \"rows\": [", n, all_pass ? "true" : "false");
+    fprintf(fp, ",\n  \"tests\": %zu,\n  \"all_pass\": %s,\n  ", n, all_pass ? "true" : "false");
+    cli_audit_json_tally(fp, rows, n);
+    fputs(",\n  \"rows\": [", fp);
     for (size_t i = 0; i < n; i++) {
         const fls_audit_row *r = &rows[i];
         fprintf(fp, "%s\n    {\"test\": ", i ? "," : "");
@@ -84,7 +125,10 @@ static void write_json(FILE *fp, const fls_audit_options *ao, const fls_audit_ro
         cli_json_num(fp, r->p);
         fputs(", \"alpha\": ", fp);
         cli_json_num(fp, r->alpha);
-        fprintf(fp, ", \"pass\": %s}", r->pass ? "true" : "false");
+        fprintf(fp, ", \"pass\": %s, \"verdict\": \"%s\", \"note\": ", r->pass ? "true" : "false",
+                fls_audit_verdict_name(fls_audit_row_verdict(r)));
+        cli_json_str(fp, r->note, sizeof r->note);
+        fputc('}', fp);
     }
     fprintf(fp, "%s]\n}\n", n ? "\n  " : "");
 }
@@ -202,24 +246,22 @@ int cli_audit(int argc, char **argv)
         return CLI_FAIL;
     }
 
-    size_t failed = 0;
     printf("%-28s %-6s %10s %12s %12s %6s %11s %11s  %s\n", "test", "engine", "V", "draws", "chi2", "dof",
            "p", "alpha", "result");
     for (size_t i = 0; i < n; i++) {
         const fls_audit_row *r = &rows[i];
-        failed += !r->pass;
-        printf("%-28.64s %-6.8s %10lld %12lld %12.3f %6d %11.3e %11.3e  %s\n", r->test, r->engine,
+        const fls_audit_verdict v = fls_audit_row_verdict(r);
+        printf("%-28.64s %-6.8s %10lld %12lld %12.3f %6d %11.3e %11.3e  %s", r->test, r->engine,
                (long long)r->V, (long long)r->draws, r->chi2, r->dof, r->p, r->alpha,
-               r->pass ? "pass" : "FAIL");
+               v == FLS_AUDIT_PASS       ? "pass"
+               : v == FLS_AUDIT_UNTESTED ? "untested"
+                                         : "FAIL");
+        if (v == FLS_AUDIT_UNTESTED)
+            printf("  (not tested: %s)", r->note);
+        printf("\n");
     }
-    int all_pass = n > 0 && failed == 0;
-    if (n == 0)
-        printf("no tests ran\n");
-    else
-        printf("%zu test%s, %zu failed, %.1f s: %s\n", n, n == 1 ? "" : "s", failed, seconds,
-               all_pass ? "all pass" : "FAILED");
-
-    int rc = all_pass ? CLI_OK : CLI_FAIL;
+    int rc = cli_audit_verdict(rows, n, seconds, 1);
+    int all_pass = rc == CLI_OK;
     if (json) {
         if (cli_out_begin(&fj, json) != 0) {
             rc = CLI_FAIL;

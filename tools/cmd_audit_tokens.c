@@ -14,8 +14,10 @@
  * test's transform and the tail-mass curve, from the same exact pmf) for
  * --json and --report.
  *
- * Exit status: 0 every test passes, 1 a test fails, 2 bad usage or input
- * (including a report that cannot be made).
+ * Exit status: 0 every tested row passes (rows not tested are listed as
+ * "untested", never counted as passes), 1 a tested row fails, 2 bad usage or
+ * input (including a report that cannot be made), 3 nothing was tested
+ * (cli_audit.h).
  */
 #include "tools/cli.h"
 #include "tools/cli_audit.h"
@@ -361,7 +363,9 @@ static void json_row(FILE *fp, const fls_audit_row *r)
     cli_json_num(fp, r->p);
     fputs(", \"alpha\": ", fp);
     cli_json_num(fp, r->alpha);
-    fprintf(fp, ", \"pass\": %s, \"bins\": %d, \"min_mass\": ", r->pass ? "true" : "false", r->bins);
+    fprintf(fp, ", \"pass\": %s, \"verdict\": \"%s\", \"untested\": %s, \"bins\": %d, \"min_mass\": ",
+            r->pass ? "true" : "false", fls_audit_verdict_name(fls_audit_row_verdict(r)),
+            r->untested ? "true" : "false", r->bins);
     cli_json_num(fp, r->min_mass);
     fputs(", \"tv_caught\": ", fp);
     cli_json_num(fp, r->tv_caught);
@@ -431,7 +435,9 @@ static void write_json(FILE *fp, const report_in *ri)
     cli_json_num(fp, FLS_STATS_POWER);
     fprintf(fp, ",\n  \"seconds\": ");
     cli_json_num(fp, ri->seconds);
-    fprintf(fp, ",\n  \"all_pass\": %s,\n  \"power\": [", ri->all_pass ? "true" : "false");
+    fprintf(fp, ",\n  \"all_pass\": %s,\n  ", ri->all_pass ? "true" : "false");
+    cli_audit_json_tally(fp, ri->rows, ri->nrows);
+    fputs(",\n  \"power\": [", fp);
     for (int k = 0; k < ri->npower; k++) {
         fputs(k ? ",\n    " : "\n    ", fp);
         cli_json_str(fp, ri->power[k], sizeof ri->power[k]);
@@ -756,8 +762,10 @@ static void ext_power(const ext_audit *ea, report_in *ri)
                 snprintf(s, sizeof ri->power[0],
                          "the mass more than 15 nats below the head (%.3g of the draws) is too small for any "
                          "deficit to show at this N%s",
-                         r->tail_mass, isfinite(r->excess_caught) ? "; only an excess would" : "");
-        } else if (strstr(r->test, "/pl-cond") && r->kind[0] != 'e') {
+                         r->tail_mass,
+                         isfinite(r->excess_caught) ? "; only an excess would"
+                                                    : "; nor an excess: tail15 is not tested");
+        } else if (strstr(r->test, "/pl-cond") && r->kind[0] != 'e' && !r->untested) {
             snprintf(
                 s, sizeof ri->power[0],
                 "positions 2..K given the earlier ones (pl-cond): a total-variation error >= %.3g in its "
@@ -776,21 +784,19 @@ static void ext_power(const ext_audit *ea, report_in *ri)
     }
 }
 
-/* The table, the power and the verdict on stdout; ri filled for the JSON. Whether every test passed. */
+/* The table, the power and the verdict on stdout; ri filled for the JSON. The exit status of the
+ * verdict (CLI_OK every tested row passed, CLI_FAIL, CLI_AUDIT_UNTESTED nothing tested). */
 static int ext_print(const ext_audit *ea, report_in *ri)
 {
-    size_t failed = 0;
     printf("\n");
     fls_audit_print_header(stdout);
-    for (size_t i = 0; i < ea->nrows; i++) {
+    for (size_t i = 0; i < ea->nrows; i++)
         fls_audit_print_row(stdout, &ea->rows[i]);
-        failed += !ea->rows[i].pass;
-    }
     memset(ri, 0, sizeof *ri);
     ext_power(ea, ri);
-    const int all_pass = ea->nrows > 0 && failed == 0;
-    printf("\n%zu test%s, %zu failed, %.2f s: %s\n", ea->nrows, ea->nrows == 1 ? "" : "s", failed,
-           ea->seconds, all_pass ? "all pass" : "FAILED");
+    printf("\n");
+    const int verdict = cli_audit_verdict(ea->rows, ea->nrows, ea->seconds, 2);
+    const int all_pass = verdict == CLI_OK;
     ri->o = ea->o;
     ri->B = ea->B;
     ri->V = ea->V;
@@ -805,7 +811,7 @@ static int ext_print(const ext_audit *ea, report_in *ri)
     ri->nrows = ea->nrows;
     ri->groups = ea->groups;
     ri->ngroups = ea->ngroups;
-    return all_pass;
+    return verdict;
 }
 
 /* --json and --report. 0 or -1 after a message. */
@@ -858,9 +864,9 @@ int cli_audit_external(const audit_ext_opts *o)
     }
     report_in ri;
     if (ext_read_inputs(ea) == 0 && ext_run(ea) == 0) {
-        const int all_pass = ext_print(ea, &ri);
+        const int verdict = ext_print(ea, &ri);
         if (ext_outputs(ea, &ri) == 0)
-            rc = all_pass ? CLI_OK : CLI_FAIL;
+            rc = verdict;
     }
     cli_progress_done();
     for (int g = 0; g < ea->ngroups; g++)

@@ -76,6 +76,11 @@ class AuditRow:
     caught with probability 0.999); for tail tests tail_t (nats below the head), tail_mass,
     expected, observed, deficit_caught, excess_caught (relative; None: none can be caught);
     note. Values the tool writes as non-finite are None.
+
+    verdict: "pass", "fail" or "untested"; untested: the test could not test anything with these
+    inputs (one draw per row: no pairs; no tied logits; a tail where no deficit or excess can
+    show; ...; the note says why). A row not tested has passed False and p_value None, and is not
+    a failure either: it is never counted as a pass (docs/AUDIT.md, "Rows not tested").
     """
 
     name: str
@@ -97,9 +102,14 @@ class AuditRow:
     deficit_caught: Optional[float]
     excess_caught: Optional[float]
     note: str
+    verdict: str = ""
+    untested: bool = False
 
     @classmethod
     def from_json(cls, r: dict) -> "AuditRow":
+        verdict = r.get("verdict")
+        if verdict not in ("pass", "fail", "untested"):  # the JSON of a tool without verdicts
+            verdict = "untested" if r.get("untested") else ("pass" if r.get("pass") else "fail")
         return cls(
             name=r.get("test", ""),
             kind=r.get("kind", ""),
@@ -120,6 +130,8 @@ class AuditRow:
             deficit_caught=r.get("deficit_caught"),
             excess_caught=r.get("excess_caught"),
             note=r.get("note", ""),
+            verdict=verdict,
+            untested=verdict == "untested",
         )
 
 
@@ -127,8 +139,11 @@ class AuditRow:
 class AuditResult:
     """What audit_tokens returns.
 
-    passed: every test passed (exit status 0); exit_status: 0, or 1 when a test failed;
-    rows: the tests (AuditRow), failed: those that did not pass; power: the power statement
+    passed: every tested row passed and at least one row was tested (exit status 0); rows not
+    tested are in `untested`, never counted as passes, so an audit that tested nothing has passed
+    False (exit status 3); exit_status: 0, 1 when a test failed, 3 when nothing was tested;
+    rows: the tests (AuditRow), failed: the tested rows that failed, untested: the rows that
+    tested nothing (verdict "untested"; not failures); power: the power statement
     (what these draws can catch, one sentence per line); alpha: the level of each test (the
     family-wise budget 1e-4 shared by the tests); report: the path of report.md (report_dir), else
     None; output: the table as the command line printed it (also str(result)); json: the whole
@@ -147,7 +162,11 @@ class AuditResult:
 
     @property
     def failed(self) -> List[AuditRow]:
-        return [r for r in self.rows if not r.passed]
+        return [r for r in self.rows if r.verdict == "fail"]
+
+    @property
+    def untested(self) -> List[AuditRow]:
+        return [r for r in self.rows if r.verdict == "untested"]
 
     def row(self, name: str) -> AuditRow:
         """The row whose name is `name` or ends with '/' + name (row('gof'), row('tail15'))."""
@@ -555,7 +574,8 @@ def audit_tokens(
     tool: the flashsample command line; default $FLASHSAMPLE_TOOL, else `flashsample` on PATH.
 
     Returns an AuditResult (passed, rows, power, ...): a failed test is passed=False, not an
-    exception. Raises FlashSampleValueError / FlashSampleTypeError for inputs refused here (before
+    exception; a test that could not test anything with these inputs is in result.untested (not
+    a pass, not a failure), and an audit in which nothing was tested is passed=False. Raises FlashSampleValueError / FlashSampleTypeError for inputs refused here (before
     any file is written) and FlashSampleAuditError when the tool is missing or refuses the input.
     """
     L, one_row = _logits(logits)
@@ -631,7 +651,7 @@ def audit_tokens(
                 command=cmd,
             )
         doc = None
-        if r.returncode in (0, 1) and os.path.exists(jp):
+        if r.returncode in (0, 1, 3) and os.path.exists(jp):
             try:
                 with open(jp) as f:
                     doc = json.load(f)
@@ -647,7 +667,14 @@ def audit_tokens(
                 command=cmd,
             )
     rows = [AuditRow.from_json(x) for x in doc.get("rows", [])]
-    passed = r.returncode == 0 and bool(doc.get("all_pass")) and all(x.passed for x in rows)
+    # a tested row that failed, or nothing tested at all: not passed (untested rows are not passes)
+    tested = [x for x in rows if x.verdict != "untested"]
+    passed = (
+        r.returncode == 0
+        and bool(doc.get("all_pass"))
+        and bool(tested)
+        and all(x.passed for x in tested)
+    )
     return AuditResult(
         passed=passed,
         exit_status=r.returncode,

@@ -5,7 +5,9 @@ checkout, as test_cli_identity.py finds it) and skip, saying why, without one; t
 and the missing-tool errors run everywhere. Every audit here runs at the audit's own family-wise
 budget (1e-4) with fixed seeds, so the outcomes are deterministic."""
 
+import json
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -63,7 +65,73 @@ def test_library_tokens_pass(tool, ctx, rng, tmp_clean):
     assert 0 < r.alpha < 1e-4 and all(x.alpha == r.alpha for x in r.rows)
     assert r.power and "total-variation" in r.power[0]
     assert r.json["inputs"]["B"] == 4 and r.json["inputs"]["V"] == 1000
-    assert "all pass" in str(r) and r.report is None
+    # rows that tested nothing (a tail with no mass at these logits, no tied logits) are listed as
+    # not tested, never as passes: the verdict is then "every tested row passed", not "all pass"
+    assert (" 0 failed" in str(r)) and r.report is None
+    assert ("all pass" in str(r)) == (r.untested == [])
+    assert all(not x.passed and x.p_value is None and x not in r.failed for x in r.untested)
+
+
+def test_one_draw_per_row_leaves_pairs_not_tested(tool, ctx, rng, tmp_clean):
+    """With one draw per row there is no pair of draws: pairs-draws tested nothing. It is in
+    `untested`, not a pass and not a failure; the audit passes on the rows that were tested."""
+    L = logits(rng, 4, 300)
+    s = ctx.sample_logits(L, temperature=0.7, seed=5, draws=1)
+    r = fs.audit_tokens(L, s.tokens, temperature=0.7, tool=tool)
+    pd = r.row("pairs-draws")
+    assert pd.verdict == "untested" and pd.untested and not pd.passed and pd.p_value is None
+    assert "no pairs" in pd.note
+    assert pd in r.untested and pd not in r.failed
+    assert r.row("gof").verdict == "pass" and r.row("gof") not in r.untested
+    assert r.passed and r.exit_status == 0 and r.failed == []
+    assert r.json["verdict"] == "pass" and r.json["untested"] == len(r.untested) >= 1
+    assert "not tested" in str(r) and "all pass" not in str(r)
+    # a token outside the support: the gof fails; pairs-draws is still not tested, not failed
+    bad = s.tokens.copy()
+    bad[0, 0] = 300
+    r = fs.audit_tokens(L, bad, temperature=0.7, tool=tool)
+    assert not r.passed and r.exit_status == 1 and r.row("gof") in r.failed
+    assert r.row("pairs-draws") in r.untested and r.row("pairs-draws") not in r.failed
+
+
+def _fake_tool(tmp_path, rows, exit_status):
+    """A stand-in for the command line that writes an audit JSON with these rows and exits so."""
+    doc = {
+        "tool": "flashsample audit",
+        "mode": "external",
+        "all_pass": exit_status == 0,
+        "verdict": {0: "pass", 1: "fail", 3: "untested"}[exit_status],
+        "family": {"tests": len(rows), "budget": 1e-4, "alpha": 1e-4 / len(rows)},
+        "power": [],
+        "rows": rows,
+    }
+    script = tmp_path / "fake-flashsample"
+    script.write_text(
+        "#!%s\nimport sys\nargs = sys.argv\nopen(args[args.index('--json') + 1], 'w').write(%r)\n"
+        "print('fake audit')\nsys.exit(%d)\n" % (sys.executable, json.dumps(doc), exit_status)
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_nothing_tested_is_not_a_pass(rng, tmp_path, tmp_clean):
+    """An audit in which no row tested anything is not a success: the tool exits 3 and the result
+    has passed False (and even a report whose rows are all untested with exit 0 is not passed)."""
+    L = logits(rng, 2, 10)
+    t = np.zeros((2, 1), dtype=np.int64)
+    untested = [
+        {"test": "tokens/" + name, "kind": kind, "pass": False, "verdict": "untested", "p": None}
+        for name, kind in (("pairs-draws", "pairs"), ("ties", "ties"))
+    ]
+    r = fs.audit_tokens(L, t, tool=_fake_tool(tmp_path, untested, 3))
+    assert not r.passed and r.exit_status == 3
+    assert len(r.untested) == 2 and r.failed == []
+    r = fs.audit_tokens(L, t, tool=_fake_tool(tmp_path, untested, 0))
+    assert not r.passed, "nothing tested is never a pass"
+    # a JSON without verdicts (an older tool): a row that did not pass is a failure
+    old = [{"test": "tokens/gof", "kind": "gof", "pass": False, "p": 0.0}]
+    r = fs.audit_tokens(L, t, tool=_fake_tool(tmp_path, old, 1))
+    assert not r.passed and [x.name for x in r.failed] == ["tokens/gof"] and r.untested == []
 
 
 def test_per_row_temperature_one_row_and_pairs_rows(tool, ctx, rng, tmp_clean):

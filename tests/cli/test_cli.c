@@ -662,10 +662,14 @@ Test(cli, audit_quick_reports_and_exit_status_agrees)
     cr_expect(strstr(text, "\"test\": ") && strstr(text, "\"chi2\": ") && strstr(text, "\"alpha\": ") &&
                   strstr(text, "\"pass\": "),
               "%s", text);
+    /* a row not tested has "pass": false without being a failure: the verdict says which */
     if (rc == 0)
-        cr_expect(strstr(text, "\"all_pass\": true") && !strstr(text, "\"pass\": false"), "%s", text);
+        cr_expect(strstr(text, "\"all_pass\": true") && !strstr(text, "\"verdict\": \"fail\"") &&
+                      strstr(text, "\"verdict\": \"pass\", \"passed\": "),
+                  "%s", text);
     else
-        cr_expect(strstr(text, "\"all_pass\": false"), "%s", text);
+        cr_expect(strstr(text, "\"all_pass\": false") && strstr(text, "\"verdict\": \"fail\""), "%s", text);
+    cr_expect(strstr(text, "\"untested\": ") && strstr(out_text, " not tested"), "%s", out_text);
     cr_expect(strstr(out_text, "chi2") && strstr(out_text, "alpha"), "%s", out_text);
     cr_expect_eq(dir_entries(), 1);
 }
@@ -1043,6 +1047,8 @@ Test(cli, help_lists_every_option)
                            "--without-replacement"};
     for (size_t k = 0; k < sizeof audit / sizeof *audit; k++)
         cr_expect(strstr(out_text, audit[k]), "audit --help lacks %s", audit[k]);
+    /* rows not tested, and the exit status when nothing was tested, are documented */
+    cr_expect(strstr(out_text, "untested") && strstr(out_text, "3 nothing was tested"), "%s", out_text);
 
     /* --version: built without CUDA, or with it and whether a GPU is there */
     cr_assert_eq(run_tool("--version", NULL), 0);
@@ -1544,7 +1550,11 @@ Test(cli, audit_of_external_tokens_passes_exact_and_fails_wrong_samplers)
     cr_expect(strstr(out_text, "with these 80000 draws, a total-variation error >= ") &&
                   strstr(out_text, "would be caught with probability 0.999"),
               "%s", out_text);
-    cr_expect(strstr(out_text, "all pass"), "%s", out_text);
+    /* (rows that tested nothing here, tails with no mass and ties with no tied logits, are
+     * listed as not tested: the verdict is "every tested row passed", not "all pass") */
+    cr_expect(strstr(out_text, " 0 failed") &&
+                  (strstr(out_text, "all pass") || strstr(out_text, "every tested row passed")),
+              "%s", out_text);
     static char text[1 << 18];
     slurp(js, text, sizeof text);
     cr_expect(strstr(text, "\"all_pass\": true") && strstr(text, "\"power\": [") &&
@@ -1588,6 +1598,72 @@ Test(cli, audit_of_external_tokens_passes_exact_and_fails_wrong_samplers)
     free(w);
     cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", wp, NULL), 0, "%s%s", out_text, err_text);
     free(Lt);
+    free(L);
+}
+
+/* Rows that test nothing are "untested", never passes: one draw per row has no pairs of draws,
+ * logits without ties no tie class, a tail with no token below it nothing to count. The exit
+ * status is 0 while every tested row passes, 1 when one fails; the JSON gives each row's verdict. */
+Test(cli, audit_rows_that_test_nothing_are_not_passes)
+{
+    const int64_t B = 4, V = 64, N = 1, ls[2] = {B, V}, ts[2] = {B, N};
+    float *L = malloc((size_t)(B * V) * sizeof *L);
+    for (int64_t i = 0; i < B * V; i++)
+        L[i] = -0.05f * (float)(i % V); /* distinct logits, 3.15 nats from head to last: no tail, no ties */
+    const char *lp = tpath("L.npy"), *tp = tpath("t.npy"), *js = tpath("a.json");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    int64_t tok[4] = {0, 5, 17, 63};
+    save(tp, FLS_NPY_I64, 2, ts, tok);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--json", js, NULL), 0, "%s%s", out_text,
+                 err_text);
+    const char *untested[6] = {"tokens/pairs-draws", "tokens/ties",   "tokens/tail10",
+                               "tokens/tail15",      "tokens/tail20", "tokens/tail25"};
+    for (int k = 0; k < 6; k++) {
+        const char *line = strstr(out_text, untested[k]);
+        cr_assert(line, "%s missing: %s", untested[k], out_text);
+        const char *eol = strchr(line, '\n');
+        char buf[512];
+        snprintf(buf, sizeof buf, "%.*s", (int)(eol ? eol - line : 200), line);
+        cr_expect(strstr(buf, " untested ") && strstr(buf, "not tested: ") && !strstr(buf, " pass "), "%s",
+                  buf);
+    }
+    cr_expect(strstr(out_text, "7 tests: 1 passed, 0 failed, 6 not tested") &&
+                  strstr(out_text, "every tested row passed (6 not tested: not counted as passes)") &&
+                  !strstr(out_text, "all pass"),
+              "%s", out_text);
+    static char text[1 << 18];
+    slurp(js, text, sizeof text);
+    cr_expect(strstr(text, "\"verdict\": \"pass\", \"passed\": 1, \"failed\": 0, \"untested\": 6"), "%s",
+              text);
+    const char *pd = strstr(text, "{\"test\": \"tokens/pairs-draws\"");
+    cr_assert(pd, "%s", text);
+    cr_expect(!strncmp(strstr(pd, "\"pass\": "),
+                       "\"pass\": false, \"verdict\": \"untested\", \"untested\": true", 52),
+              "%s", pd);
+    cr_expect(strstr(pd, "\"p\": null"), "p is NaN: %s", pd);
+    const char *gof = strstr(text, "{\"test\": \"tokens/gof\"");
+    cr_expect(gof && strstr(gof, "\"pass\": true, \"verdict\": \"pass\", \"untested\": false"), "%s", text);
+
+    /* a token outside the support fails every row that counts samples (gof, and the tails: a
+     * sample that fails outright fails them whatever their mass); pairs and ties stay untested */
+    tok[2] = 64;
+    save(tp, FLS_NPY_I64, 2, ts, tok);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--json", js, NULL), 1, "%s%s", out_text,
+                 err_text);
+    cr_expect(strstr(out_text, "7 tests: 0 passed, 5 failed, 2 not tested") && strstr(out_text, "FAILED"),
+              "%s", out_text);
+    slurp(js, text, sizeof text);
+    cr_expect(strstr(text, "\"verdict\": \"fail\", \"passed\": 0, \"failed\": 5, \"untested\": 2") &&
+                  strstr(text, "\"all_pass\": false"),
+              "%s", text);
+
+    /* two draws per row: pairs-draws is tested */
+    const int64_t ts2[2] = {B, 2};
+    int64_t tok2[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    save(tp, FLS_NPY_I64, 2, ts2, tok2);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, NULL), 0, "%s%s", out_text, err_text);
+    const char *line = strstr(out_text, "tokens/pairs-draws");
+    cr_expect(line && !strncmp(strstr(line, "e-05 ") + 5, "pass ", 5), "%s", out_text);
     free(L);
 }
 

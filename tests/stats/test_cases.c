@@ -17,6 +17,7 @@
 #include "stats/fls_audit.h"
 #include "stats/fls_cases.h"
 #include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
 #include "tests/stats/suite_family.h"
 
 #define MAX_CASES 96
@@ -40,9 +41,21 @@ static void check_rows(const fls_audit_case *c, const fls_audit_row *rows, int n
             cr_expect(row->tv_caught <= FLS_STATS_TV * (1 + 1e-6), "%s: sees only TV %g", row->test,
                       row->tv_caught);
         }
-        if (r == 1 && c->tail_deficit > 0.0) /* tail15: resolves the designed deficit */
+        if (r == 1 && c->tail_deficit > 0.0) { /* tail15: resolves the designed deficit */
             cr_expect(row->deficit_caught <= c->tail_deficit * (1 + 1e-6),
                       "%s: resolves a deficit of %g only", row->test, row->deficit_caught);
+            cr_expect(!row->untested, "%s: a designed tail is tested", row->test);
+        }
+        /* the goodness of fit always tests (a sample outside the support fails it) */
+        if (r == 0)
+            cr_expect(!row->untested, "%s: the goodness of fit is never untested", row->test);
+        /* a row not tested is not a pass: pass 0, p NaN, a tail where nothing can show */
+        if (row->untested) {
+            cr_expect(!row->pass && isnan(row->p) && !strcmp(row->kind, "tail"), "%s", row->test);
+            cr_expect(isinf(row->deficit_caught) && isinf(row->excess_caught), "%s", row->test);
+            cr_expect_eq(fls_audit_row_verdict(row), FLS_AUDIT_UNTESTED, "%s", row->test);
+            continue;
+        }
         cr_expect(row->pass, "%s: p %g < alpha %g", row->test, row->p, row->alpha);
     }
 }
@@ -73,6 +86,7 @@ ParameterizedTest(size_t *i, cases, cpu, .timeout = 900)
     const double alpha = suite_alpha();
     fls_status st = fls_audit_run_case(ctx, &o, alpha, *i, rows);
     fls_context_destroy(ctx);
+    (void)fls_audit_mark_untested(rows, (size_t)n); /* as fls_audit_run does */
     for (int r = 0; r < n; r++)
         fls_audit_print_row(stdout, &rows[r]);
     fflush(stdout);

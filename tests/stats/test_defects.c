@@ -158,8 +158,9 @@ static void exact_case(gal_scenario s, int64_t N)
     for (int k = 0; k < 2; k++) {
         size_t n = audit(s, fs[k], names[k], N, 4242 + (uint64_t)s, rows);
         for (size_t r = 0; r < n; r++)
-            cr_expect(rows[r].pass, "%s on %s: %s failed (p %g, alpha %g)", names[k], gal_scenario_name[s],
-                      rows[r].test, rows[r].p, rows[r].alpha);
+            /* a row that tested nothing (no tied logits, no tail mass) is not a pass, nor a failure */
+            cr_expect(rows[r].pass || rows[r].untested, "%s on %s: %s failed (p %g, alpha %g)", names[k],
+                      gal_scenario_name[s], rows[r].test, rows[r].p, rows[r].alpha);
     }
 }
 

@@ -20,6 +20,7 @@
 #include "stats/fls_audit.h"
 #include "stats/fls_cases.h"
 #include "stats/fls_stats.h"
+#include "stats/fls_tokens.h"
 #include "tests/stats/suite_family.h"
 
 /* ---- helpers ---- */
@@ -898,4 +899,116 @@ Test(tail, power_of_the_tail_test, .timeout = 300)
     free(in);
     free(p);
     free(q);
+}
+
+/* ---- rows that test nothing are not tested, never passes (deterministic) ---- */
+
+/* The token audit's rows that cannot test anything with their inputs: pass 0,
+ * p NaN, untested 1, neither counted as a pass nor flagged as a failure. */
+Test(verdicts, rows_that_test_nothing_are_not_tested)
+{
+    /* 2 rows, V = 8, distinct logits 0..-3.5 (no ties, nothing 10 nats below), one draw per row */
+    float l[2 * 8];
+    for (int b = 0; b < 2; b++)
+        for (int v = 0; v < 8; v++)
+            l[b * 8 + v] = -0.5f * (float)v;
+    int64_t t[2] = {0, 1};
+    fls_tokens_options o;
+    fls_tokens_options_default(&o);
+    o.pairs_rows = 1;
+    fls_audit_row rows[16];
+    size_t n = 0;
+    cr_assert_eq(fls_audit_tokens(l, 2, 8, 8, NULL, 1.0f, t, 1, &o, rows, &n), FLS_OK);
+    cr_assert_eq(n, 8);
+    const char *none[6] = {"tail10", "tail15", "tail20", "tail25", "pairs-draws", "ties"};
+    for (int k = 0; k < 6; k++) {
+        const fls_audit_row *r = fls_audit_row_named(rows, n, none[k]);
+        cr_assert(r, "%s", none[k]);
+        cr_expect(r->untested && !r->pass && isnan(r->p), "%s: untested %d pass %d p %g", r->test,
+                  r->untested, r->pass, r->p);
+        cr_expect_eq(fls_audit_row_verdict(r), FLS_AUDIT_UNTESTED, "%s", r->test);
+        cr_expect(r->note[0], "%s says why", r->test);
+        fls_audit_print_row(stdout, r);
+    }
+    /* the goodness of fit always tests (the support); pairs-rows has a pair of rows */
+    cr_expect(!rows[0].untested && rows[0].pass);
+    const fls_audit_row *pr = fls_audit_row_named(rows, n, "pairs-rows");
+    cr_expect(pr && !pr->untested && pr->pass);
+    cr_expect(!fls_audit_rows_flagged(rows, n, NULL), "a row not tested is not a failure");
+    fls_audit_tally tally;
+    fls_audit_tally_rows(rows, n, &tally);
+    cr_expect(tally.tests == 8 && tally.passed == 2 && tally.failed == 0 && tally.untested == 6);
+    cr_expect_eq(fls_audit_tally_verdict(&tally), FLS_AUDIT_PASS);
+    char line[128];
+    fls_audit_tally_format(&tally, line, sizeof line);
+    cr_expect_str_eq(line, "8 tests: 2 passed, 0 failed, 6 not tested");
+
+    /* a token outside the support still fails the tested rows (and is flagged) */
+    t[1] = 9;
+    cr_assert_eq(fls_audit_tokens(l, 2, 8, 8, NULL, 1.0f, t, 1, &o, rows, &n), FLS_OK);
+    cr_expect(!rows[0].pass && !rows[0].untested && fls_audit_rows_flagged(rows, n, "gof"));
+    cr_expect(!fls_audit_rows_flagged(rows, n, "pairs-draws"), "not tested, not flagged");
+    fls_audit_tally_rows(rows, n, &tally);
+    cr_expect_eq(fls_audit_tally_verdict(&tally), FLS_AUDIT_FAIL);
+
+    /* one row: no pairs of rows; two draws: pairs-draws is tested */
+    int64_t t2[2] = {0, 1};
+    cr_assert_eq(fls_audit_tokens(l, 1, 8, 8, NULL, 1.0f, t2, 2, &o, rows, &n), FLS_OK);
+    cr_expect(fls_audit_row_named(rows, n, "pairs-rows")->untested);
+    cr_expect(!fls_audit_row_named(rows, n, "pairs-draws")->untested);
+
+    /* a rule that cuts nothing: boundary not tested; without replacement with a support of 1:
+     * pl-cond not tested; V = 300, K = 2: (V + 1)^K > 65536, pl-tuples not enumerated */
+    fls_params rule;
+    fls_params_default(&rule);
+    rule.top_k = 8;
+    o.rule = &rule;
+    o.pairs_rows = 0;
+    cr_assert_eq(fls_audit_tokens(l, 1, 8, 8, NULL, 1.0f, t2, 2, &o, rows, &n), FLS_OK);
+    cr_expect(fls_audit_row_named(rows, n, "boundary")->untested);
+    rule.top_k = 1;
+    rule.without_replacement_k = 2;
+    int64_t w[4] = {0, -1, 0, -1};
+    cr_assert_eq(fls_audit_tokens(l, 1, 8, 8, NULL, 1.0f, w, 2, &o, rows, &n), FLS_OK);
+    cr_expect(fls_audit_row_named(rows, n, "pl-cond")->untested);
+    cr_expect(!fls_audit_row_named(rows, n, "pl-tuples")->untested && rows[0].pass);
+    float *big = malloc(300 * sizeof *big);
+    for (int v = 0; v < 300; v++)
+        big[v] = -0.01f * (float)v;
+    rule.top_k = 0;
+    int64_t wb[4] = {0, 1, 2, 3};
+    cr_assert_eq(fls_audit_tokens(big, 1, 300, 300, NULL, 1.0f, wb, 2, &o, rows, &n), FLS_OK);
+    cr_expect(fls_audit_row_named(rows, n, "pl-tuples")->untested);
+    cr_expect(!fls_audit_row_named(rows, n, "pl-cond")->untested);
+    free(big);
+
+    /* a tail with mass: tested, and one where only an excess can show stays tested */
+    fls_audit_row tail;
+    memset(&tail, 0, sizeof tail);
+    snprintf(tail.kind, sizeof tail.kind, "tail");
+    tail.pass = 1;
+    tail.p = 0.5;
+    tail.tail_mass = 1e-6;
+    tail.deficit_caught = INFINITY;
+    tail.excess_caught = 3.0;
+    cr_expect(!fls_audit_tail_untested(&tail) && tail.pass && !tail.untested);
+    tail.excess_caught = INFINITY;
+    tail.pass = 0; /* it failed (a sample outside the support): a failure, not "not tested" */
+    cr_expect(!fls_audit_tail_untested(&tail) && !tail.untested);
+    tail.pass = 1;
+    cr_expect(fls_audit_tail_untested(&tail) && tail.untested && !tail.pass && isnan(tail.p));
+    cr_expect_eq(fls_audit_mark_untested(&tail, 1), 0, "already marked");
+
+    /* nothing tested at all: the run's verdict is not a pass */
+    fls_audit_tally_rows(&tail, 1, &tally);
+    cr_expect(tally.untested == 1 && tally.passed == 0);
+    cr_expect_eq(fls_audit_tally_verdict(&tally), FLS_AUDIT_UNTESTED);
+    fls_audit_tally_rows(NULL, 0, &tally);
+    cr_expect_eq(fls_audit_tally_verdict(&tally), FLS_AUDIT_UNTESTED, "no rows: nothing tested");
+    /* an error row is a failure, whatever untested says */
+    fls_audit_row_error(&tail, FLS_ERR_INTERNAL, "x");
+    cr_expect_eq(fls_audit_row_verdict(&tail), FLS_AUDIT_FAIL);
+    cr_expect_str_eq(fls_audit_verdict_name(FLS_AUDIT_UNTESTED), "untested");
+    cr_expect_str_eq(fls_audit_verdict_name(FLS_AUDIT_PASS), "pass");
+    cr_expect_str_eq(fls_audit_verdict_name(FLS_AUDIT_FAIL), "fail");
 }

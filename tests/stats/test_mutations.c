@@ -209,8 +209,10 @@ static void exact_scenario(mut_scenario s)
         fls_audit_row rows[MAX_ROWS];
         size_t n = audit(s, k_exact[i].f, k_exact[i].who, N, 4242 + (uint64_t)s, rows);
         for (size_t r = 0; r < n; r++)
-            cr_expect(rows[r].pass, "%s on %s: %s failed (p %g, alpha %g): %s", k_exact[i].who,
-                      mut_scenario_name[s], rows[r].test, rows[r].p, rows[r].alpha, rows[r].note);
+            /* a row that tested nothing (no tied logits, no tail mass) is not a pass, nor a failure */
+            cr_expect(rows[r].pass || rows[r].untested, "%s on %s: %s failed (p %g, alpha %g): %s",
+                      k_exact[i].who, mut_scenario_name[s], rows[r].test, rows[r].p, rows[r].alpha,
+                      rows[r].note);
     }
 }
 
@@ -365,7 +367,7 @@ Test(tokens, rule_parameters_rows_and_impossible_samples)
     cr_expect_str_eq(rows[8].test, "tokens/pl-cond");
     cr_expect_str_eq(rows[9].test, "tokens/pl-tuples");
     for (size_t k = 0; k < n; k++)
-        cr_expect(rows[k].pass, "%s", rows[k].test);
+        cr_expect(rows[k].pass || rows[k].untested, "%s", rows[k].test);
     w[1] = 0; /* a repeat */
     cr_assert_eq(fls_audit_tokens(l, 2, 6, 6, NULL, 1.0f, w, 2, &o, rows, &n), FLS_OK);
     cr_expect(!rows[8].pass && !rows[9].pass, "a repeated token fails pl-cond and pl-tuples");
