@@ -580,6 +580,32 @@ static int ext_args(ext_audit *ea)
 }
 
 /* --tokens: int64, (B, N) or (N,) for one row, (B, N, K) without replacement. 0 or -1 after a message. */
+/* Every token in [0, V) (or -1, a position past the support, without
+ * replacement): a token out of range is bad input, not a sample the tests
+ * could judge, so the audit stops before any test with the first one (row,
+ * draw, position, value) and how many there are. 0, or -1 after a message. */
+static int ext_check_token_range(const ext_audit *ea)
+{
+    const int64_t B = ea->B, N = ea->N, K = ea->K, V = ea->V, n = B * N * K;
+    const int64_t *t = ea->tok;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!((t[i] >= 0 && t[i] < V) || (t[i] == -1 && ea->rule.wr_k > 0)))
+            first = bad++ == 0 ? i : first;
+    if (bad == 0)
+        return 0;
+    const int64_t b = first / (N * K), j = (first / K) % N, k = first % K;
+    char pos[48] = "";
+    if (ea->rule.wr_k > 0)
+        snprintf(pos, sizeof pos, ", position %lld", (long long)k);
+    cli_error("--tokens %s: %lld token(s) out of range [0, V = %lld)%s; the first at row %lld, draw %lld%s: "
+              "%lld. Nothing audited: an index outside the vocabulary is not a sample of it",
+              ea->o->tokens, (long long)bad, (long long)V,
+              ea->rule.wr_k > 0 ? " (or -1 past the support)" : "", (long long)b, (long long)j, pos,
+              (long long)t[first]);
+    return -1;
+}
+
 static int ext_read_tokens(ext_audit *ea)
 {
     const audit_ext_opts *o = ea->o;
@@ -631,7 +657,7 @@ static int ext_read_tokens(ext_audit *ea)
         return -1;
     }
     ea->tok = ta->data;
-    return 0;
+    return ext_check_token_range(ea);
 }
 
 /* The inputs: logits, tokens, per-row temperatures and rule arrays, checked. 0 or -1 after a message. */

@@ -86,12 +86,18 @@ def test_one_draw_per_row_leaves_pairs_not_tested(tool, ctx, rng, tmp_clean):
     assert r.passed and r.exit_status == 0 and r.failed == []
     assert r.json["verdict"] == "pass" and r.json["untested"] == len(r.untested) >= 1
     assert "not tested" in str(r) and "all pass" not in str(r)
-    # a token outside the support: the gof fails; pairs-draws is still not tested, not failed
+    # a token outside the support (masked): the gof fails; pairs-draws is still not tested, not failed
     bad = s.tokens.copy()
-    bad[0, 0] = 300
-    r = fs.audit_tokens(L, bad, temperature=0.7, tool=tool)
+    bad[0, 0] = 17
+    L2 = L.copy()
+    L2[0, 17] = -np.inf
+    r = fs.audit_tokens(L2, bad, temperature=0.7, tool=tool)
     assert not r.passed and r.exit_status == 1 and r.row("gof") in r.failed
     assert r.row("pairs-draws") in r.untested and r.row("pairs-draws") not in r.failed
+    # a token outside [0, V) is bad input: refused (exit 2) with the first one, nothing audited
+    bad[0, 0] = 300
+    with pytest.raises(fs.FlashSampleError, match="out of range"):
+        fs.audit_tokens(L, bad, temperature=0.7, tool=tool)
 
 
 def _fake_tool(tmp_path, rows, exit_status):

@@ -1644,9 +1644,12 @@ Test(cli, audit_rows_that_test_nothing_are_not_passes)
     const char *gof = strstr(text, "{\"test\": \"tokens/gof\"");
     cr_expect(gof && strstr(gof, "\"pass\": true, \"verdict\": \"pass\", \"untested\": false"), "%s", text);
 
-    /* a token outside the support fails every row that counts samples (gof, and the tails: a
-     * sample that fails outright fails them whatever their mass); pairs and ties stay untested */
-    tok[2] = 64;
+    /* a token outside the support (a masked one) fails every row that counts samples (gof, and
+     * the tails: a sample that fails outright fails them whatever their mass); pairs and ties stay
+     * untested */
+    L[2 * V + 40] = -INFINITY;
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    tok[2] = 40;
     save(tp, FLS_NPY_I64, 2, ts, tok);
     cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, "--json", js, NULL), 1, "%s%s", out_text,
                  err_text);
@@ -1656,6 +1659,18 @@ Test(cli, audit_rows_that_test_nothing_are_not_passes)
     cr_expect(strstr(text, "\"verdict\": \"fail\", \"passed\": 0, \"failed\": 5, \"untested\": 2") &&
                   strstr(text, "\"all_pass\": false"),
               "%s", text);
+
+    /* a token outside [0, V) is bad input, not a sample: exit 2 naming the first (row, draw,
+     * value) and how many, and no test reported */
+    tok[2] = 64;
+    tok[3] = -1;
+    save(tp, FLS_NPY_I64, 2, ts, tok);
+    cr_expect_eq(run_tool("audit", "--logits", lp, "--tokens", tp, NULL), 2, "%s%s", out_text, err_text);
+    cr_expect(strstr(err_text, "2 token(s) out of range [0, V = 64)") &&
+                  strstr(err_text, "the first at row 2, draw 0: 64"),
+              "%s", err_text);
+    cr_expect(!strstr(out_text, "tests:"), "tests reported on invalid tokens: %s", out_text);
+    tok[3] = 63;
 
     /* two draws per row: pairs-draws is tested */
     const int64_t ts2[2] = {B, 2};
