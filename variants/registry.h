@@ -26,13 +26,13 @@
 /* X(ID, rule): FLS_FILTER_<ID> is the rule's id, fls_<rule>_* its functions
  * and FLS_<ID>_* its descriptor's macros. The order is the order of
  * application. */
-#define FLS_FILTERS(X)                                                                                       \
+#define FLS_FILTERS_PRODUCT(X)                                                                               \
     X(MIN_P, min_p)                                                                                          \
     X(TOP_K, top_k)                                                                                          \
     X(TOP_P, top_p)                                                                                          \
     X(TOP_NSIGMA, top_nsigma)                                                                                \
-    X(EPSILON, epsilon)                                                                                      \
-    FLS_FILTERS_EXTRA(X)
+    X(EPSILON, epsilon)
+#define FLS_FILTERS(X) FLS_FILTERS_PRODUCT(X) FLS_FILTERS_EXTRA(X)
 
 /* Test builds only (meson -Dprobe_rule=true): a header that defines
  * FLS_FILTERS_EXTRA(X) appends test rules (tests/probe/probe_rule.h). */
@@ -45,6 +45,12 @@
 #define FLS_FILTER_ENUM_(ID, rule) FLS_FILTER_##ID,
 typedef enum fls_filter_id { FLS_FILTERS(FLS_FILTER_ENUM_) FLS_FILTER_COUNT } fls_filter_id;
 #undef FLS_FILTER_ENUM_
+
+/* The product's rules: ids 0 .. FLS_FILTER_PRODUCT_COUNT - 1 (a test build's
+ * extra rules follow them). Tests with a table per rule size it by this. */
+#define FLS_FILTER_ONE_(ID, rule) +1
+enum { FLS_FILTER_PRODUCT_COUNT = 0 FLS_FILTERS_PRODUCT(FLS_FILTER_ONE_) };
+#undef FLS_FILTER_ONE_
 
 typedef struct fls_filter_desc {
     const char *name;  /* fls_params.filter / `--filter NAME=VALUE` */

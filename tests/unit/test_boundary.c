@@ -792,14 +792,14 @@ static const bnd_rule bnd_rules[] = {
     {"top-p", gen_top_p, bf_top_p},       {"top-nsigma", gen_top_nsigma, bf_top_nsigma},
     {"epsilon", gen_epsilon, bf_epsilon},
 };
-_Static_assert(sizeof bnd_rules / sizeof bnd_rules[0] == FLS_FILTER_COUNT,
+_Static_assert(sizeof bnd_rules / sizeof bnd_rules[0] == FLS_FILTER_PRODUCT_COUNT,
                "every rule of variants/registry.h needs a boundary generator and a brute force in "
                "tests/unit/test_boundary.c");
 
 /* Whether the table's names are the registry's, in its order. */
 static int bnd_table_matches_registry(void)
 {
-    for (int id = 0; id < FLS_FILTER_COUNT; id++)
+    for (int id = 0; id < FLS_FILTER_PRODUCT_COUNT; id++)
         if (strcmp(bnd_rules[id].name, fls_filters[id].name))
             return 0;
     return 1;
@@ -963,7 +963,7 @@ Test(boundary, every_rule_every_side, .timeout = 120)
     const int64_t draws = shift > 0 ? 48 : 384;
     fls_context_t *ctx = ctx_make(0, FLS_SIMD_AUTO, 0);
     int64_t total = 0, failed = 0, exact_cases = 0;
-    for (int id = 0; id < FLS_FILTER_COUNT; id++) {
+    for (int id = 0; id < FLS_FILTER_PRODUCT_COUNT; id++) {
         int64_t rule_cases = 0, rule_failed = 0;
         for (int ti = 0; ti < BND_NTEMPS; ti++) {
             if (shift > 0 && ti >= 2)
@@ -1003,7 +1003,7 @@ Test(boundary, every_rule_every_side, .timeout = 120)
  * table for every rule whose decision is a comparison of doubles. */
 Test(boundary, exact_ties_are_built)
 {
-    for (int id = 0; id < FLS_FILTER_COUNT; id++) {
+    for (int id = 0; id < FLS_FILTER_PRODUCT_COUNT; id++) {
         bnd_list L = {0};
         bnd_cases(id, 1.0f, &L);
         int exact = 0;
