@@ -651,6 +651,35 @@ Test(cli, bench_quick_writes_long_csv)
     cr_expect_eq(dir_entries(), 1);
 }
 
+/* --csv replaces a CSV the bench wrote, but no other file unless --force
+ * (checked before any work, on both devices); the refused file is unchanged. */
+Test(cli, bench_csv_refuses_to_replace_other_files)
+{
+    const char *npy = tpath("L.npy");
+    const float x[2] = {1.0f, 2.0f};
+    const int64_t shape[1] = {2};
+    save(npy, FLS_NPY_F32, 1, shape, x);
+    static char before[4096], after[4096];
+    slurp(npy, before, sizeof before);
+    cr_expect_eq(run_tool("bench", "--quick", "--reps", "1", "--csv", npy, NULL), 2, "%s", err_text);
+    cr_expect(strstr(err_text, "not a CSV written by flashsample bench") && strstr(err_text, "--force"), "%s",
+              err_text);
+    cr_expect_eq(run_tool("bench", "--device", "cuda", "--csv", npy, NULL), 2, "%s", err_text);
+    cr_expect(strstr(err_text, "refusing to replace it"), "%s", err_text);
+    slurp(npy, after, sizeof after);
+    cr_expect(memcmp(before, after, sizeof before) == 0, "the refused file changed");
+    /* its own CSV it may replace; with --force, anything */
+    const char *csv = tpath("own.csv");
+    cr_assert_eq(run_tool("bench", "--quick", "--reps", "1", "--threads", "2", "--csv", csv, NULL), 0, "%s",
+                 err_text);
+    cr_expect_eq(run_tool("bench", "--quick", "--reps", "1", "--threads", "2", "--csv", csv, NULL), 0, "%s",
+                 err_text);
+    cr_expect_eq(run_tool("bench", "--quick", "--reps", "1", "--threads", "2", "--force", "--csv", npy, NULL),
+                 0, "%s", err_text);
+    slurp(npy, after, sizeof after);
+    cr_expect(strncmp(after, "device,engine,", 14) == 0, "--force did not replace the file");
+}
+
 Test(cli, audit_quick_reports_and_exit_status_agrees)
 {
     const char *js = tpath("audit.json");
