@@ -65,8 +65,15 @@ void fls_audit_print_row(FILE *f, const fls_audit_row *r)
     } else if (r->kind[0]) {
         snprintf(sees, sizeof sees, "%s", r->note);
     }
-    fprintf(f, "%-28s %-6s %8lld %10lld %12.4f %5d %10.4g %10.3g %-8s  %s\n", r->test, r->engine,
-            (long long)r->V, (long long)r->draws, r->chi2, r->dof, r->p, r->alpha,
+    /* a chi-square p-value is kappa times the tail probability (and Bonferroni
+     * over its components), capped at 1: shown as such, not as a certainty */
+    char pv[16];
+    if ((!strcmp(r->kind, "gof") || !strcmp(r->kind, "pairs")) && r->p >= 1.0)
+        snprintf(pv, sizeof pv, "1 (cap)");
+    else
+        snprintf(pv, sizeof pv, "%.4g", r->p);
+    fprintf(f, "%-28s %-6s %8lld %10lld %12.4f %5d %10s %10.3g %-8s  %s\n", r->test, r->engine,
+            (long long)r->V, (long long)r->draws, r->chi2, r->dof, pv, r->alpha,
             v == FLS_AUDIT_PASS       ? "pass"
             : v == FLS_AUDIT_UNTESTED ? "untested"
                                       : "FAIL",

@@ -816,8 +816,22 @@ static int ext_print(const ext_audit *ea, report_in *ri)
 {
     printf("\n");
     fls_audit_print_header(stdout);
-    for (size_t i = 0; i < ea->nrows; i++)
-        fls_audit_print_row(stdout, &ea->rows[i]);
+    int joint = 0, capped = 0;
+    for (size_t i = 0; i < ea->nrows; i++) {
+        const fls_audit_row *r = &ea->rows[i];
+        fls_audit_print_row(stdout, r);
+        joint |= !r->untested && (!strcmp(r->kind, "pairs") || !strcmp(r->kind, "ties"));
+        capped |= (!strcmp(r->kind, "gof") || !strcmp(r->kind, "pairs")) && r->p >= 1.0;
+    }
+    if (joint)
+        printf("\nreading the table: pairs-* and ties test the joint law of two draws (or rows, or tied\n"
+               "tokens) built from the exact marginal, so a wrong marginal alone (a temperature error, a\n"
+               "wrong rule) fails them too, not only dependent draws; gof and the tails test the marginal:\n"
+               "read the joint rows as evidence of dependence only when those pass.\n");
+    if (capped)
+        printf("%sp shown as 1 (cap): a chi-square p-value is %.2f times its tail probability (the\n"
+               "calibration factor of docs/STATS.md) and Bonferroni over its bin groups, capped at 1.\n",
+               joint ? "" : "\n", FLS_STATS_CHI2_KAPPA);
     memset(ri, 0, sizeof *ri);
     ext_power(ea, ri);
     printf("\n");
