@@ -18,6 +18,8 @@
 #     line's argument parsing, FLS_FUZZ_SECONDS (default 60) per target, from
 #     the committed corpora (tests/fuzz/run.sh; their replay on every build is
 #     in the unit suite).
+# FLS_TEST_CUDA=auto|enabled|disabled: whether the release build compiles the
+# CUDA engine (auto: where nvcc is found; the other builds are CPU-only).
 # Build folders: build-ci, build-asan, build-vg, build-fuzz and the venv
 # build-pyvenv (FLS_BUILD_PREFIX=x uses x-ci, x-asan, x-vg, x-fuzz, x-pyvenv
 # instead). A skipped test prints its reason: a test meson skips (exit 77) and
@@ -101,7 +103,18 @@ else
 fi
 
 stage "release build, warnings are errors ($prefix-ci)"
-[ -f "$prefix-ci/build.ninja" ] || meson setup "$prefix-ci" --buildtype=release --werror
+# FLS_TEST_CUDA=auto (default: the CUDA engine is built where nvcc is found,
+# once, in this build), enabled (fail without nvcc) or disabled (a CPU-only run)
+case "${FLS_TEST_CUDA:-auto}" in
+auto | enabled | disabled) ;;
+*) echo "run-tests: FLS_TEST_CUDA must be auto, enabled or disabled" >&2; exit 2 ;;
+esac
+[ -f "$prefix-ci/build.ninja" ] || meson setup "$prefix-ci" --buildtype=release --werror -Dcuda="${FLS_TEST_CUDA:-auto}"
+if grep "CUDA engine" "$prefix-ci/meson-logs/meson-log.txt" 2>/dev/null | tail -n 1 | grep -q True; then
+    echo "CUDA engine: built, once, here (nvcc found; FLS_TEST_CUDA=disabled skips it)"
+else
+    echo "CUDA engine: not built (no nvcc, or FLS_TEST_CUDA=disabled); the gpu suite will skip"
+fi
 ninja -C "$prefix-ci"
 
 stage "suites unit, cli, gpu; Python bindings and notebooks"
