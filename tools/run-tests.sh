@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start 2: set everything up and run every test suite. About 12 minutes
-# on 2 cores (741 s measured with nvcc present; the statistical suite is about
-# 4 of them); each stage prints a
+# on 2 cores (733-741 s measured with nvcc present, 709 s without; the
+# statistical suite is about 4 of them); each stage prints a
 # heading and its elapsed time, the statistical suite one line per test.
 #  1. formatting check (clang-format 14, the version .clang-format is written
 #     for; skipped, saying so, with another version);
