@@ -409,6 +409,29 @@ static fls_status resolve_rules(const fls_params *p, int64_t B, int64_t K, fls_r
     return FLS_OK;
 }
 
+/* What a call checks of params alone, in the calls' order (method, group
+ * size, the rule family, draws), with why (may be NULL) in words; the
+ * sampling calls and fls_params_explain share it, so they refuse alike. */
+static fls_status check_params(const fls_params *p, int64_t B, int64_t V, char *why, size_t cap)
+{
+    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_GROUPED)
+        return refuse(FLS_ERR_PARAM, why, cap, "method = %d is no fls_method", (int)p->method);
+    const int64_t gs = p->group_size ? p->group_size : FLS_GROUP_SIZE_DEFAULT;
+    if (p->group_size < 0 || gs < 2 || gs > ((int64_t)1 << 20) || (gs & (gs - 1)))
+        return refuse(FLS_ERR_PARAM, why, cap,
+                      "group_size = %lld is out of range: a power of two in [2, 2^20], or 0 (the default)",
+                      (long long)p->group_size);
+    const fls_status rst = check_rule_params(p, B, V, why, cap);
+    if (rst != FLS_OK)
+        return rst;
+    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
+        p->first_draw > (int64_t)UINT32_MAX - p->draws)
+        return refuse(FLS_ERR_SIZE, why, cap,
+                      "draws = %lld, first_draw = %lld: need 1 <= draws and first_draw + draws < 2^32",
+                      (long long)p->draws, (long long)p->first_draw);
+    return FLS_OK;
+}
+
 fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, char *message, size_t size)
 {
     if (message && size)
@@ -425,18 +448,9 @@ fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, ch
                       "fls_params_default)",
                       params->struct_size);
     const fls_params *p = &pv;
-    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_GROUPED)
-        return refuse(FLS_ERR_PARAM, message, size, "method = %d is no fls_method", (int)p->method);
-    const int64_t gs = p->group_size ? p->group_size : FLS_GROUP_SIZE_DEFAULT;
-    if (p->group_size < 0 || gs < 2 || gs > ((int64_t)1 << 20) || (gs & (gs - 1)))
-        return refuse(FLS_ERR_PARAM, message, size,
-                      "group_size = %lld is out of range: a power of two in [2, 2^20], or 0 (the default)",
-                      (long long)p->group_size);
-    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
-        p->first_draw > (int64_t)UINT32_MAX - p->draws)
-        return refuse(FLS_ERR_SIZE, message, size,
-                      "draws = %lld, first_draw = %lld: need 1 <= draws and first_draw + draws < 2^32",
-                      (long long)p->draws, (long long)p->first_draw);
+    const fls_status st = check_params(p, B, V, message, size);
+    if (st != FLS_OK)
+        return st;
     if (!p->params_on_device && !p->temperature &&
         !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
         return refuse(FLS_ERR_TEMPERATURE, message, size, "temperature_value = %g: must be finite and >= 0",
@@ -447,7 +461,7 @@ fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, ch
                 return refuse(FLS_ERR_TEMPERATURE, message, size,
                               "temperature = %g (row %lld): must be finite and >= 0",
                               (double)p->temperature[b], (long long)b);
-    return check_rule_params(p, B, V, message, size);
+    return FLS_OK;
 }
 
 /* Validates params and outputs for a (B, V) request and resolves the rows.
@@ -472,17 +486,10 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         (p->row_seeds && !ptr_aligned(p->row_seeds, sizeof(uint64_t))) ||
         (p->row_offsets && !ptr_aligned(p->row_offsets, sizeof(uint64_t))))
         return FLS_ERR_ALIGN;
-    if (p->method < FLS_METHOD_FUSED || p->method > FLS_METHOD_GROUPED)
-        return FLS_ERR_PARAM;
+    const fls_status pst = check_params(p, B, V, NULL, 0);
+    if (pst != FLS_OK)
+        return pst;
     const int64_t gs = p->group_size ? p->group_size : FLS_GROUP_SIZE_DEFAULT;
-    if (p->group_size < 0 || gs < 2 || gs > ((int64_t)1 << 20) || (gs & (gs - 1)))
-        return FLS_ERR_PARAM;
-    fls_status rst = check_rule_params(p, B, V, NULL, 0);
-    if (rst != FLS_OK)
-        return rst;
-    if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
-        p->first_draw > (int64_t)UINT32_MAX - p->draws)
-        return FLS_ERR_SIZE;
     if (V >= ((int64_t)1 << 33) - 1)
         return FLS_ERR_SIZE;
     const int64_t K = p->without_replacement_k > 0 ? p->without_replacement_k : 1;
