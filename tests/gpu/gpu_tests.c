@@ -1593,12 +1593,8 @@ done:
  * row kernel) and the wgmma kernel through the statistics pass all give the
  * CPU engine's tokens, for every rule, at B = 1, 5, 64 and 130 (two batch
  * tiles of 128; V = 3001: a tail tile and a partial group of 64). */
-/* the matmuls a rule call may take; the wgmma kernel (the second) with the
- * row kernel's draws turned on (FLS_CUDA_ROW_DRAW_CAP=256; off by default);
- * the fourth: the wgmma kernel with the list kernel's draws and its own keys
- * off (FLS_CUDA_LIST_DRAW=0, FLS_CUDA_RULE_KEYS=0) and the row kernel's on
- * at a cap of 1 group (FLS_CUDA_ROW_DRAW_CAP=1: it passes nearly every row
- * on to the select and final kernels) */
+/* the matmuls a rule call may take; the fourth: the wgmma kernel with the
+ * list kernel's draws and its own keys off (rule_list_draw = rule_keys = -1) */
 /* Integer-valued W (V x D) and H (Bmax x D) on host and device, and token
  * buffers for Bmax rows of `draws` draws of up to 4 tokens: the rule
  * matmul tests' inputs (every path computes the same floats). */
