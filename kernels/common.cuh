@@ -74,6 +74,8 @@ struct fls_ws {
     float *xw;                /* same index: the winner's tempered logit */
     float *m, *s;             /* [b * nent + e] log-sum-exp partials (max, sum exp(x - max)) */
     unsigned *finite;         /* [B]: == epoch when the row has a logit > -inf */
+    unsigned *shallow;        /* [B]: == epoch when the row's draw-0 winner is within the key
+                                 resolution (fls_key_marks); NULL: not checked (no keys) */
     unsigned *nanflag;        /* [1]: == epoch when some logit is NaN */
     unsigned *tempflag;       /* [1]: == epoch when a finite logit's l / T overflowed (the CPU
                                  engine's FLS_ERR_TEMPERATURE) */
@@ -337,6 +339,22 @@ __device__ __forceinline__ void fls_row_marks(const fls_ws &ws, int b, bool nan,
     }
 }
 
+/* The key-resolution marks (variants/rule.h, fls_key_unresolved) of a
+ * partial winner of row b, draw j of the pass, with key k (-inf: none):
+ * only the call's draw 0 counts. Its winning key is the max of the
+ * partials' keys, so "some partial >= the limit" (the temperature mark)
+ * and "some partial above -limit" (the shallow mark; any finite key of a
+ * greedy row) decide it exactly whatever the tiling. */
+__device__ __forceinline__ void fls_key_marks(const fls_ws &ws, int b, int j, double k, bool noisy)
+{
+    if (!ws.shallow || ws.draw_base + (uint32_t)j != 0 || !(k > -INFINITY))
+        return;
+    if (!noisy || k > -FLS_KEY_LIMIT)
+        ws.shallow[b] = ws.epoch;
+    if (noisy && k >= FLS_KEY_LIMIT)
+        *ws.tempflag = ws.epoch;
+}
+
 /* Warp-collective: the warp's winner (max of the lanes' packed best), the
  * lowest lane holding it (src) and its x (wx). */
 __device__ __forceinline__ unsigned long long fls_warp_winner(unsigned long long best, float bx, int &src,
@@ -353,7 +371,7 @@ __device__ __forceinline__ unsigned long long fls_warp_winner(unsigned long long
  * lane holding it. */
 __device__ __forceinline__ unsigned long long fls_warp_put_winner(unsigned long long best, float bx,
                                                                   const fls_ws &ws, int b, int j, int e,
-                                                                  int lane, int &src)
+                                                                  bool noisy, int lane, int &src)
 {
     float wx;
     const unsigned long long w = fls_warp_winner(best, bx, src, wx);
@@ -361,6 +379,7 @@ __device__ __forceinline__ unsigned long long fls_warp_put_winner(unsigned long 
         const int64_t idx = ((int64_t)b * ws.nd + j) * ws.nent + e;
         ws.best[idx] = w;
         ws.xw[idx] = wx;
+        fls_key_marks(ws, b, j, fls_key_of(w), noisy);
     }
     return w;
 }
@@ -485,7 +504,7 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
             }
         }
         int src;
-        (void)fls_warp_put_winner(best, bx, ws, b, j, e, lane, src);
+        (void)fls_warp_put_winner(best, bx, ws, b, j, e, Rule::noisy(T), lane, src);
     }
 }
 
@@ -637,6 +656,8 @@ __device__ __forceinline__ void fls_warp_segment_grouped(const float *S, int n, 
             ws.gk[idx] = bk[j];
             ws.best[idx] = bw[j];
             ws.xw[idx] = bx[j];
+            fls_key_marks(ws, b, j, bw[j] == ~0ull ? -INFINITY : bk[j],
+                          fls_temperature_noisy(rp.temperature));
         }
     }
 }
@@ -709,9 +730,16 @@ __device__ __forceinline__ unsigned fls_finalize_status(int B, const fls_ws &ws,
         return FLS_SC_NAN;
     if (__ldcg(ws.tempflag) == ws.epoch)
         return FLS_SC_TEMPERATURE;
-    bool m = false;
-    for (int b = lane; b < B; b += 32)
-        m |= __ldcg(ws.finite + b) != ws.epoch;
+    bool m = false, deep = false;
+    for (int b = lane; b < B; b += 32) {
+        const bool fin = __ldcg(ws.finite + b) == ws.epoch;
+        m |= !fin;
+        /* a row with a finite key whose draw-0 winner is beyond the key
+         * resolution (fls_key_marks; a pass without draws marks nothing) */
+        deep |= fin && ws.shallow && ws.nd > 0 && __ldcg(ws.shallow + b) != ws.epoch;
+    }
+    if (__any_sync(FLS_FULL_MASK, deep))
+        return FLS_SC_TEMPERATURE;
     return __any_sync(FLS_FULL_MASK, m) ? FLS_SC_ALL_MASKED : FLS_SC_OK;
 }
 

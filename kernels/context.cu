@@ -305,10 +305,10 @@ fls_status fls_ensure_flags(fls_cuda_state *s, int64_t B)
     s->flags_rows = 0;
     int64_t cap = B < 1024 ? 1024 : B;
     /* [0..1] status, [2] NaN mark, [3] temperature-overflow mark,
-     * [4, 4 + cap) finite marks */
-    e = cudaMalloc((void **)&s->flags, (size_t)(cap + 4) * sizeof(unsigned));
+     * [4, 4 + cap) finite marks, [4 + cap, 4 + 2 cap) shallow marks */
+    e = cudaMalloc((void **)&s->flags, (size_t)(2 * cap + 4) * sizeof(unsigned));
     if (e == cudaSuccess)
-        e = cudaMemset(s->flags, 0, (size_t)(cap + 4) * sizeof(unsigned));
+        e = cudaMemset(s->flags, 0, (size_t)(2 * cap + 4) * sizeof(unsigned));
     if (e != cudaSuccess) {
         cudaFree(s->flags);
         s->flags = NULL;

@@ -63,6 +63,7 @@ static fls_ws fls_ws_view(const fls_cuda_state *s, unsigned epoch, unsigned long
     ws.nanflag = s->flags + 2;
     ws.tempflag = s->flags + 3;
     ws.finite = s->flags + 4;
+    ws.shallow = NULL; /* set by calls that check the key resolution */
     ws.epoch = epoch;
     ws.first_draw = first_draw;
     ws.nent = (int)nent;
@@ -255,6 +256,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     const unsigned epoch = capturing ? 1u : ++s->epoch;
     if (capturing) {
         ce = cudaMemsetAsync(s->flags, 0, (size_t)(4 + B) * sizeof(unsigned), str);
+        if (ce == cudaSuccess)
+            ce = cudaMemsetAsync(s->flags + 4 + s->flags_rows, 0, (size_t)B * sizeof(unsigned), str);
         if (ce != cudaSuccess)
             return fls_from_cuda(ce);
     }
@@ -265,6 +268,9 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
             return fls_from_cuda(ce);
     }
     fls_ws ws = fls_ws_view(s, epoch, best, xw, pm, ps, req->first_draw, nent, want_lse);
+    /* every sampler with keys marks the key resolution (the multinomial has none) */
+    if (kind != K_MULTINOMIAL)
+        ws.shallow = s->flags + 4 + s->flags_rows;
     /* Skipping (exact, common.cuh) on the chunked and from-logits samplers
      * with segments long enough for it and on the wgmma kernel (its own
      * per-row running bound, fused_wgmma.cu); the unfused Gumbel baseline

@@ -37,7 +37,8 @@ struct fls_cuda_state {
     char *ws; /* growable workspace */
     size_t ws_bytes;
     unsigned *flags;    /* [0..1] status (epoch, code), [2] NaN mark, [3] temperature-overflow
-                           mark, [4, 4 + flags_rows) finite marks per row */
+                           mark, [4, 4 + flags_rows) finite marks per row, then as many
+                           shallow marks (common.cuh, fls_key_marks) */
     int64_t flags_rows; /* capacity of the finite marks */
     unsigned epoch;
     unsigned long long *gthr; /* [gthr_rows * FLS_GTHR_DRAWS]: the wgmma kernel's shared row

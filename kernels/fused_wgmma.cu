@@ -1042,6 +1042,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                         a.ws.gk[idx] = gs.gk[bl * nd + j];
                         a.ws.best[idx] = gs.w[bl * nd + j];
                         a.ws.xw[idx] = gs.x[bl * nd + j];
+                        fls_key_marks(a.ws, b, j, gs.w[bl * nd + j] == ~0ull ? -INFINITY : gs.gk[bl * nd + j],
+                                      fls_temperature_noisy(gs.T[bl]));
                     }
                     if (sub == 0) {
                         if (gs.w[bl * nd] != ~0ull)
@@ -1133,6 +1135,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                 const int64_t idx = ((int64_t)b * nd + j) * a.ws.nent + slot;
                 a.ws.best[idx] = st.best[bl * nd + j];
                 a.ws.xw[idx] = st.bx[bl * nd + j];
+                fls_key_marks(a.ws, b, j, fls_key_of(st.best[bl * nd + j]), fls_temperature_noisy(st.T[bl]));
             }
             if (lane == 0) {
                 if (fls_key_of(st.best[bl * nd]) > -INFINITY)

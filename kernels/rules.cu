@@ -492,7 +492,8 @@ __global__ void fls_rule_select_kernel(fls_rule_dev d)
     const size_t o = ((size_t)b * d.draws + d.draw0 + j) * d.K;
     const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
     /* positions from n (<= the row's K) to K: -1 and 0 */
-    fls_write_draw(px, pv, n, d.K, greedy, d.part[(int64_t)i * d.P].lse_m, d.lse[b], d.tok + o, d.lp + o);
+    if (fls_write_draw(px, pv, n, d.K, greedy, d.part[(int64_t)i * d.P].lse_m, d.lse[b], d.tok + o, d.lp + o))
+        d.code[b] = FLS_RC_TEMP; /* beyond the key resolution (rule.h): the commit writes nothing */
 }
 
 __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n)
@@ -1395,7 +1396,9 @@ __device__ void fls_fwarp_write(const fls_rule_dev &d, int b, int j, int Kb, fls
     }
     const size_t o = ((size_t)b * d.draws + j) * d.K;
     const bool greedy = !fls_temperature_noisy(d.rows[b].temperature);
-    fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o); /* from got to K: -1 and 0 */
+    /* from got to K: -1 and 0; beyond the key resolution (rule.h): the commit writes nothing */
+    if (fls_write_draw(px, pv, got, d.K, greedy, m, lse, d.tok + o, d.lp + o))
+        d.code[b] = FLS_RC_TEMP;
 }
 
 /* The lane's share of the support's keys of row i, draw j, from the row's

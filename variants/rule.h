@@ -265,6 +265,23 @@ FLS_HD FLS_BOOL fls_bad_logit(float l)
     return !(l <= 3.40282347e38f); /* one compare: true for NaN and +inf */
 }
 
+/* ---- Key resolution (docs/NOISE.md, "Exactness") ----
+ * An fp32 key x + G keeps the noise only to ulp(|x|): once the keys that
+ * decide a draw reach magnitude 2^12, the rounding moves a tie's odds by
+ * more than 2^-15. A noisy row whose deciding value reaches FLS_KEY_LIMIT
+ * is refused (FLS_ERR_TEMPERATURE), on every engine alike; below it the
+ * contenders' keys and tempered logits stay under 2^12 + 2^7, whose
+ * rounding moves any decision by at most 2^-14. The deciding value is, per
+ * row, the key of the winner of the call's draw 0 (flat Gumbel-max: x + G;
+ * grouped: the group key L_k + G'_k) or, with a rule, the tempered logit
+ * of every token drawn. Greedy rows (T = 0) have no noise: never refused. */
+#define FLS_KEY_LIMIT 4096.0
+
+FLS_HD FLS_BOOL fls_key_unresolved(double k)
+{
+    return k >= FLS_KEY_LIMIT || (k <= -FLS_KEY_LIMIT && k > -INFINITY);
+}
+
 /* A finite logit whose tempered value x is infinite: FLS_ERR_TEMPERATURE. */
 FLS_HD FLS_BOOL fls_temper_overflows(float l, float x)
 {

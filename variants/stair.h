@@ -200,10 +200,13 @@ FLS_HD int32_t fls_stair_select(const fls_stair *s, float c, int32_t k, int32_t 
 /* The outputs of one draw from the picked support tokens (x, v), best key
  * first (the selection above): tokens, and each position's log-probability
  * given the positions before it (0 for greedy rows; positions past the
- * picks: -1 and 0). m is the row's max, lse its support's log-sum-exp. */
-FLS_HD void fls_write_draw(const float *px, const int64_t *pv, int32_t n, int64_t K, int greedy, double m,
-                           double lse, int64_t *tok, float *lp)
+ * picks: -1 and 0). m is the row's max, lse its support's log-sum-exp.
+ * Returns whether a noisy row drew a token beyond the key resolution
+ * (fls_key_unresolved: the caller refuses the row, FLS_ERR_TEMPERATURE). */
+FLS_HD int fls_write_draw(const float *px, const int64_t *pv, int32_t n, int64_t K, int greedy, double m,
+                          double lse, int64_t *tok, float *lp)
 {
+    int unresolved = 0;
     double removed = 0.0;
     const double Z = exp(lse - m);
     for (int64_t j = 0; j < K; j++) {
@@ -223,9 +226,12 @@ FLS_HD void fls_write_draw(const float *px, const int64_t *pv, int32_t n, int64_
             rem = rem > e ? rem : e; /* rounding: never less than the token's own mass */
             lp[j] = (float)((double)px[j] - m - log(rem));
         }
-        if (!greedy)
+        if (!greedy) {
             removed += exp((double)px[j] - m);
+            unresolved |= fls_key_unresolved((double)px[j]);
+        }
     }
+    return unresolved;
 }
 
 #endif /* FLS_VARIANT_STAIR_H */

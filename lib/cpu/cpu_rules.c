@@ -49,6 +49,9 @@ static int temp_finalize(const fls_ref_ctx *rc, int64_t b, void *row, const fls_
         if (st != FLS_OK)
             return st;
     }
+    /* the key resolution (rule.h): the key of draw 0's winner */
+    if (fls_temperature_noisy(T) && fls_key_unresolved(((const fls_cand *)cands)->key))
+        return FLS_ERR_TEMPERATURE;
     return FLS_OK;
 }
 
@@ -129,8 +132,8 @@ static int fam_select(const fls_ref_ctx *rc, int64_t b, float c, double m, doubl
         }
         if (n == 0)
             status = FLS_ERR_ALL_MASKED;
-        else
-            fls_write_draw(px, pv, n, rc->K, greedy, m, l, tok + d * rc->K, lp + d * rc->K);
+        else if (fls_write_draw(px, pv, n, rc->K, greedy, m, l, tok + d * rc->K, lp + d * rc->K))
+            status = FLS_ERR_TEMPERATURE;                  /* beyond the key resolution (rule.h) */
         for (int64_t j = rr->K; j < rc->K && n > 0; j++) { /* past this row's own K */
             tok[d * rc->K + j] = -1;
             lp[d * rc->K + j] = 0.0f;
@@ -250,6 +253,9 @@ static int grp_finalize(const fls_ref_ctx *rc, int64_t b, void *row, const fls_r
         tok[d] = g->tok;
         lp[d] = fls_temperature_noisy(T) ? (float)((double)g->x - *lse) : 0.0f;
     }
+    /* the key resolution (rule.h): the group key of draw 0's winner */
+    if (fls_temperature_noisy(T) && fls_key_unresolved(((const fls_gbest *)cands)->gkey))
+        return FLS_ERR_TEMPERATURE;
     return FLS_OK;
 }
 

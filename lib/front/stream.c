@@ -756,6 +756,13 @@ static fls_status finalize_host(const fls_stream_t *s, const fls_outputs *out)
     for (int64_t i = 0; i < s->B * s->draws; i++)
         if (grouped(s) ? s->gbest[i].group < 0 : s->cand[i].idx < 0)
             return FLS_ERR_ALL_MASKED;
+    /* the key resolution (rule.h): the key of each row's draw-0 winner */
+    for (int64_t b = 0; b < s->B; b++) {
+        const int64_t i = b * s->draws;
+        if (fls_temperature_noisy(s->rows[b].temperature) &&
+            fls_key_unresolved(grouped(s) ? s->gbest[i].gkey : (double)s->cand[i].key))
+            return FLS_ERR_TEMPERATURE;
+    }
     for (int64_t b = 0; b < s->B; b++) {
         const float T = s->rows[b].temperature;
         const int noisy = fls_temperature_noisy(T);

@@ -255,7 +255,10 @@ int fls_ref_row(const fls_ref_ctx *rc, int64_t b, const float *x, const fls_row_
             px[q] = st.top[i].x;
             pv[q] = v;
         }
-        fls_write_draw(px, pv, (int32_t)n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K);
+        if (fls_write_draw(px, pv, (int32_t)n, rc->K, greedy, st.m, l, tok + d * rc->K, lp + d * rc->K)) {
+            r = FLS_ERR_TEMPERATURE; /* beyond the key resolution (rule.h) */
+            break;
+        }
     }
     free(pk);
 done:

@@ -225,11 +225,12 @@ typedef struct case_spec {
 } case_spec;
 
 /* Temperatures at the edges of the float range that the integer logits of
- * exact_case (|l| <= 144) survive: l / T near the overflow threshold (the
- * wgmma sampler's rare exact check), fl(1 / T) at and below the normal
- * range's end (its exact-division fallback), greedy. The overflowing ones
- * are test_temperature_overflow's. */
-static const float k_extreme_T[] = {1e-30f, 1e-36f, 0.5f, 0.0f, 3e37f, 1e30f, 0x1p126f, 0x1.8p126f, 2.0f};
+ * exact_case (|l| <= 144) survive: the lowest inside the key resolution
+ * (|l / T| < 2^12), fl(1 / T) at and below the normal range's end (its
+ * exact-division fallback), greedy. The overflowing ones are
+ * test_temperature_overflow's, the ones beyond the key resolution
+ * test_key_resolution's. */
+static const float k_extreme_T[] = {0.04f, 0.05f, 0.5f, 0.0f, 3e37f, 1e30f, 0x1p126f, 0x1.8p126f, 2.0f};
 
 /* GPU (every config) vs CPU on exactly computable logits: identical tokens. */
 static void exact_case(const case_spec *c, int *mismatch_out)
@@ -681,6 +682,139 @@ static void test_temperature_overflow(void)
     fls_cuda_free(dL);
     free(W);
     free(H);
+}
+
+/*
+ * The key resolution (variants/rule.h): a noisy row whose draw-0 winning
+ * key (with a rule: a drawn token's tempered logit) reaches 2^12 in
+ * magnitude is FLS_ERR_TEMPERATURE, nothing written; just inside, tokens as
+ * the CPU engine's. Logits are exact: W = -180 + (v mod 3) in column 0 and
+ * -180 elsewhere (bf16 integers), H = 0.5 (logits near -2160, inside), 1
+ * (near -4320, a deep row) or -1 (near +4320), over every configuration,
+ * the grouped method (wgmma g = 128, chunked g = 2), a rule (min-p), draws
+ * without replacement and the logits path.
+ */
+static void test_key_resolution(void)
+{
+    const int64_t V = 3001, D = 24, B = 5, draws = 2;
+    const char *names[3] = {"inside (-2160)", "a deep row (-4320)", "a high row (+4320)"};
+    const float hrow[3] = {0.5f, 1.0f, -1.0f};
+    const fls_status want[3] = {FLS_OK, FLS_ERR_TEMPERATURE, FLS_ERR_TEMPERATURE};
+    uint16_t *W = malloc((size_t)(V * D) * 2), *H = malloc((size_t)(B * D) * 2);
+    float *L = malloc(sizeof(float) * (size_t)(B * V));
+    CHECK(W && H && L, "host memory");
+    for (int64_t v = 0; v < V; v++)
+        for (int64_t k = 0; k < D; k++)
+            W[v * D + k] = fls_f32_to_bf16(k == 0 ? (float)(-180 + (int)(v % 3)) : -180.0f);
+    void *dW = to_dev(W, (size_t)(V * D) * 2), *dH = NULL, *dtok = NULL, *dL = NULL;
+    fls_cuda_malloc(&dH, (size_t)(B * D) * 2);
+    fls_cuda_malloc(&dtok, 10 * sizeof(int64_t));
+    fls_cuda_malloc(&dL, sizeof(float) * (size_t)(B * V));
+    CHECK(dW && dH && dtok && dL, "device memory");
+    const float temps[5] = {0.7f, 1.0f, 0.0f, 1.0f, 2.0f};
+    int runs = 0, wrong = 0, touched = 0, differ = 0;
+    for (int sc = 0; sc < 3; sc++) {
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t k = 0; k < D; k++)
+                H[b * D + k] = fls_f32_to_bf16(b == 3 ? hrow[sc] : 0.5f);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t v = 0; v < V; v++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < D; k++)
+                    acc += (double)fls_bf16_to_f32(W[v * D + k]) * (double)fls_bf16_to_f32(H[b * D + k]);
+                L[b * V + v] = (float)acc;
+            }
+        fls_cuda_memcpy(dH, H, (size_t)(B * D) * 2, 1);
+        fls_cuda_memcpy(dL, L, sizeof(float) * (size_t)(B * V), 1);
+        fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D};
+        fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+        fls_matrix dLm = {dL, FLS_DTYPE_F32, B, V, V};
+        fls_params p;
+        fls_params_default(&p);
+        p.temperature = temps;
+        p.seed = 31;
+        p.draws = draws;
+        fls_row_params *rows = resolve_rows(&p, B);
+        CHECK(rows, "host memory");
+        /* the public calls: grouped g = 128 and 2, min-p, without replacement (K = 2, one draw) */
+        const int n_pub = 5;
+        for (int k = 0; k < N_CFGS + n_pub; k++) {
+            fls_params pc = p;
+            const char *label = k < N_CFGS ? k_cfgs[k].label : "";
+            if (k >= N_CFGS) {
+                const int q = k - N_CFGS;
+                pc.method = q < 2 ? FLS_METHOD_GROUPED : FLS_METHOD_FUSED;
+                pc.group_size = q == 0 ? 128 : 2;
+                pc.min_p = q == 2 ? 0.1f : 0.0f;
+                if (q == 3) {
+                    pc.without_replacement_k = 2;
+                    pc.draws = 1;
+                }
+                label = q == 0   ? "grouped g=128"
+                        : q == 1 ? "grouped g=2"
+                        : q == 2 ? "min-p"
+                        : q == 3 ? "K=2"
+                                 : "logits";
+            } else {
+                pc.method = k_cfgs[k].method;
+            }
+            int64_t tcpu[10], guard[10], back[10];
+            for (int i = 0; i < 10; i++)
+                guard[i] = tcpu[i] = -3 - i;
+            fls_outputs oc = {tcpu, NULL, NULL};
+            const fls_status sc_cpu =
+                k == N_CFGS + 4 ? fls_sample_logits(g_cpu, &(fls_matrix){L, FLS_DTYPE_F32, B, V, V}, &pc, &oc)
+                                : fls_sample_fused(g_cpu, &Wm, &Hm, &pc, &oc);
+            if (sc_cpu != want[sc]) {
+                wrong++;
+                failf("%s, %s: the CPU engine gave %s", names[sc], label, fls_status_string(sc_cpu));
+            }
+            fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
+            fls_outputs og = {(int64_t *)dtok, NULL, NULL};
+            fls_status st;
+            if (k < N_CFGS) {
+                fls_request req = {.rows = rows,
+                                   .batch = B,
+                                   .vocab = V,
+                                   .draws = draws,
+                                   .method = k_cfgs[k].method,
+                                   .first_draw = 0,
+                                   .K = 1};
+                fls_cuda_opts o = cfg_opts(k);
+                st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+            } else if (k == N_CFGS + 4) {
+                st = fls_sample_logits(g_gpu, &dLm, &pc, &og);
+            } else {
+                st = fls_sample_fused(g_gpu, &dWm, &dHm, &pc, &og);
+            }
+            fls_cuda_memcpy(back, dtok, sizeof back, 0);
+            runs++;
+            if (st != want[sc]) {
+                wrong++;
+                failf("%s, %s: %s, expected %s", names[sc], label, fls_status_string(st),
+                      fls_status_string(want[sc]));
+            }
+            if (st != FLS_OK && memcmp(back, guard, sizeof back) != 0) {
+                touched++;
+                failf("%s, %s: outputs written despite the error", names[sc], label);
+            }
+            if (st == FLS_OK && sc_cpu == FLS_OK && memcmp(back, tcpu, sizeof back) != 0) {
+                differ++;
+                failf("%s, %s: tokens differ from the CPU engine's", names[sc], label);
+            }
+        }
+        free(rows);
+    }
+    printf("    key resolution (|key| >= 2^12): %d runs, %d wrong status, %d wrote outputs, %d token "
+           "mismatches\n",
+           runs, wrong, touched, differ);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dtok);
+    fls_cuda_free(dL);
+    free(W);
+    free(H);
+    free(L);
 }
 
 /* Random bf16 at D = 4096, V = 151936: agreement rate with the CPU engine. */
@@ -2399,7 +2533,7 @@ static float sk_logit(int kind, int64_t b, int64_t v, int64_t V)
 static void test_skip_identity(void)
 {
     const int64_t Bs[2] = {32, 3};
-    const float temps[8] = {0.0f, 1e-3f, 0.05f, 0.7f, 1.0f, 3.0f, 100.0f, 0.7f};
+    const float temps[8] = {0.0f, 1e-2f, 0.05f, 0.7f, 1.0f, 3.0f, 100.0f, 0.7f};
     int64_t bad_tok = 0, bad_cpu = 0, bad_bits = 0, runs = 0;
     for (int kind = 0; kind < SK_COUNT; kind++) {
         for (int bi = 0; bi < 2; bi++) {
@@ -3185,6 +3319,7 @@ int main(int argc, char **argv)
 #endif
     run_test("temperature_overflow_is_an_error", test_temperature_overflow);
     run_test("fused_bad_values_are_errors", test_fused_bad_values);
+    run_test("key_resolution_refused_or_identical", test_key_resolution);
     run_test("agreement_random_bf16_4096x151936", test_agreement_random);
     run_test("rules_logits_identical_to_cpu", test_rules_logits);
     run_test("rules_boundary", test_rules_boundary);

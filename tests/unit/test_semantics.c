@@ -182,7 +182,9 @@ Test(semantics, single_unmasked_token)
     for (int wi = 0; wi < 3; wi++) {
         for (int v = 0; v < V; v++)
             l[v] = -INFINITY;
-        l[where[wi]] = -1e30f;
+        /* far below zero, yet inside the key resolution at T = 1e-3
+         * (|l / T| < 2^12; key_resolution_refused tests beyond) */
+        l[where[wi]] = -4.0f;
         for (int fused = 0; fused < 2; fused++)
             for (int m = 0; m < 3; m++) {
                 const float temps[] = {0.0f, 1.0f, 1e-3f};
@@ -550,4 +552,104 @@ Test(semantics, awkward_shapes, .timeout = 60)
         free(h);
         free(l);
     }
+}
+
+/* ---- the key resolution (variants/rule.h, docs/NOISE.md "Exactness") ----
+ * A noisy row whose deciding key reaches 2^12 in magnitude is refused with
+ * FLS_ERR_TEMPERATURE and nothing written, on every path: its fp32 keys
+ * would break ties by rounding instead of by the noise. Just inside the
+ * bound, at T = 0 (no noise) and for the multinomial (no keys) it samples. */
+static fls_status resolution_call(fls_context_t *ctx, int fused, const float *l, int64_t V, float T,
+                                  fls_method method, int64_t K, float min_p)
+{
+    fls_params p;
+    fls_params_default(&p);
+    p.method = method;
+    p.temperature_value = T;
+    p.seed = 77;
+    p.without_replacement_k = K;
+    p.min_p = min_p;
+    if (method == FLS_METHOD_GROUPED)
+        p.group_size = 2;
+    /* two draws, or one draw of K positions ((B, draws, K) outputs) */
+    p.draws = K > 1 ? 1 : 2;
+    tout o = tout_make(1, K > 1 ? K : 2, 1);
+    const fls_status st = sample_chosen(ctx, fused, FLS_DTYPE_F32, l, 1, V, &p, &o);
+    if (st != FLS_OK)
+        cr_assert(tout_untouched(&o), "outputs written on %s", fls_status_string(st));
+    tout_free(&o);
+    return st;
+}
+
+Test(semantics, key_resolution_refused)
+{
+    fls_context_t *ctx = ctx_make(2, FLS_SIMD_AUTO, 2);
+    const fls_method flat[] = {FLS_METHOD_FUSED, FLS_METHOD_UNFUSED_GUMBEL, FLS_METHOD_GROUPED};
+    /* ties of (10, 10) at T = 1e-3 and of (-4100, -4100) at T = 1: refused */
+    const float hi[4] = {10.0f, 10.0f, 3.0f, -5.0f}, lo[4] = {-4100.0f, -4100.0f, -4200.0f, -INFINITY};
+    const float in_hi[4] = {4000.0f, 4000.0f, 3990.0f, 0.0f},
+                in_lo[4] = {-4000.0f, -4000.0f, -4010.0f, -INFINITY};
+    for (int fused = 0; fused < 2; fused++)
+        for (size_t m = 0; m < sizeof flat / sizeof flat[0]; m++) {
+            const char *what = fused ? "fused" : "logits";
+            cr_assert_eq(resolution_call(ctx, fused, hi, 4, 1e-3f, flat[m], 0, 0.0f), FLS_ERR_TEMPERATURE,
+                         "%s method %d: x = 10^4", what, (int)flat[m]);
+            cr_assert_eq(resolution_call(ctx, fused, lo, 4, 1.0f, flat[m], 0, 0.0f), FLS_ERR_TEMPERATURE,
+                         "%s method %d: x = -4100", what, (int)flat[m]);
+            cr_assert_eq(resolution_call(ctx, fused, in_hi, 4, 1.0f, flat[m], 0, 0.0f), FLS_OK,
+                         "%s method %d: x = 4000", what, (int)flat[m]);
+            cr_assert_eq(resolution_call(ctx, fused, in_lo, 4, 1.0f, flat[m], 0, 0.0f), FLS_OK,
+                         "%s method %d: x = -4000", what, (int)flat[m]);
+            cr_assert_eq(resolution_call(ctx, fused, hi, 4, 0.0f, flat[m], 0, 0.0f), FLS_OK,
+                         "%s method %d: greedy", what, (int)flat[m]);
+        }
+    /* no keys: the multinomial baseline samples */
+    cr_assert_eq(resolution_call(ctx, 0, hi, 4, 1e-3f, FLS_METHOD_UNFUSED_MULTINOMIAL, 0, 0.0f), FLS_OK);
+    /* a rule: every drawn token's tempered logit counts */
+    cr_assert_eq(resolution_call(ctx, 0, hi, 4, 1e-3f, FLS_METHOD_FUSED, 0, 0.5f), FLS_ERR_TEMPERATURE);
+    cr_assert_eq(resolution_call(ctx, 1, hi, 4, 1e-3f, FLS_METHOD_FUSED, 0, 0.5f), FLS_ERR_TEMPERATURE);
+    cr_assert_eq(resolution_call(ctx, 0, in_hi, 4, 1.0f, FLS_METHOD_FUSED, 0, 0.5f), FLS_OK);
+    /* without replacement: (10, 10, -50, -50) at T = 0.01 is x = (1000, 1000,
+     * -5000, -5000): two positions are decided within the bound, the third
+     * and fourth among keys near -5000 */
+    const float wr[4] = {10.0f, 10.0f, -50.0f, -50.0f};
+    for (int fused = 0; fused < 2; fused++) {
+        cr_assert_eq(resolution_call(ctx, fused, wr, 4, 0.01f, FLS_METHOD_FUSED, 2, 0.0f), FLS_OK);
+        cr_assert_eq(resolution_call(ctx, fused, wr, 4, 0.01f, FLS_METHOD_FUSED, 4, 0.0f),
+                     FLS_ERR_TEMPERATURE);
+    }
+    fls_context_destroy(ctx);
+}
+
+/* The online sampler finalizes with the same check. */
+Test(semantics, key_resolution_refused_online)
+{
+    fls_context_t *ctx = ctx_make(2, FLS_SIMD_AUTO, 0);
+    const float hi[4] = {10.0f, 10.0f, 3.0f, -5.0f};
+    const float Ts[2] = {1e-3f, 1e-2f};
+    const fls_status want[2] = {FLS_ERR_TEMPERATURE, FLS_OK};
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; t < 2; t++) {
+            fls_params p;
+            fls_params_default(&p);
+            p.temperature_value = Ts[t];
+            if (g) {
+                p.method = FLS_METHOD_GROUPED;
+                p.group_size = 2;
+            }
+            fls_stream_t *s = NULL;
+            cr_assert_eq(fls_stream_create(&s, ctx, 1, 4, &p), FLS_OK);
+            tmat Lm = tmat_make(FLS_DTYPE_F32, 1, 4, 4, hi);
+            cr_assert_eq(fls_stream_feed_logits(s, &Lm.m, 0), FLS_OK);
+            tout o = tout_make(1, 1, 1);
+            tout_guard(&o);
+            const fls_status st = fls_stream_finalize(s, &o.out);
+            cr_assert_eq(st, want[t], "grouped %d, T = %g: got %s", g, (double)Ts[t], fls_status_string(st));
+            if (st != FLS_OK)
+                cr_assert(tout_untouched(&o));
+            tout_free(&o);
+            tmat_free(&Lm);
+            fls_stream_destroy(s);
+        }
+    fls_context_destroy(ctx);
 }
