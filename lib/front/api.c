@@ -31,7 +31,9 @@ const char *fls_status_string(fls_status status)
     case FLS_ERR_DTYPE:
         return "unsupported dtype";
     case FLS_ERR_TEMPERATURE:
-        return "temperature must be finite and >= 0 (and large enough that tempered logits stay finite)";
+        return "temperature must be finite and >= 0, large enough that tempered logits stay finite and "
+               "that the deciding keys l / T + G stay below 2^12 in magnitude (fp32 key resolution, "
+               "docs/NOISE.md; T = 0 is the exact argmax)";
     case FLS_ERR_NAN:
         return "NaN or +inf in an input or a computed logit";
     case FLS_ERR_ALL_MASKED:
