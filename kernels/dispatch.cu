@@ -255,9 +255,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
      * marks first, so every replay starts clean; eager calls count from 2 */
     const unsigned epoch = capturing ? 1u : ++s->epoch;
     if (capturing) {
-        ce = cudaMemsetAsync(s->flags, 0, (size_t)(4 + B) * sizeof(unsigned), str);
-        if (ce == cudaSuccess)
-            ce = cudaMemsetAsync(s->flags + 4 + s->flags_rows, 0, (size_t)B * sizeof(unsigned), str);
+        /* one node: the flags, every finite mark and the shallow marks of B rows */
+        ce = cudaMemsetAsync(s->flags, 0, (size_t)(4 + s->flags_rows + B) * sizeof(unsigned), str);
         if (ce != cudaSuccess)
             return fls_from_cuda(ce);
     }

@@ -105,7 +105,7 @@ void case_gen_logits(const fls_audit_case *c, gsl_rng *r, float *l, int64_t *tie
     switch (c->shape) {
     case FLS_SHAPE_FLAT:
         for (int64_t v = 0; v < V; v++)
-            l[v] = 0.75f;
+            l[v] = c->scale != 0.0 ? (float)c->scale : 0.75f;
         break;
     case FLS_SHAPE_COIN:
         for (int64_t v = 0; v < V; v++)

@@ -80,6 +80,9 @@ static const fls_audit_case cases[] = {
     {"coin-logits",         LOGITS,           FLS_SHAPE_COIN,    0.0,   2,      1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
     {"v17-logits",          LOGITS,           FLS_SHAPE_NORMAL,  1.0,   17,     1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
     {"flat-logits",         LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, NULL},
+    /* exact ties just inside the key resolution (variants/rule.h): |l / T| = 4000, keys within 2^12 */
+    {"ties-key-bound-high", LOGITS,           FLS_SHAPE_FLAT,    40.0,  8,      1, {0.01f},                        4,   FLS_DTYPE_F32,   0,  0,   0,   0.0, NULL},
+    {"ties-key-bound-low",  LOGITS,           FLS_SHAPE_FLAT,    -40.0, 8,      1, {0.01f},                        4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, NULL},
     {"zipf-logits",         LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, NULL},
     {"peaked-logits",       LOGITS,           FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.0, NULL},
     {"heavy-logits",        LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.3, NULL},

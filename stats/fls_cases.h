@@ -52,7 +52,7 @@ typedef enum fls_case_kind {
 } fls_case_kind;
 
 typedef enum fls_case_shape {
-    FLS_SHAPE_FLAT = 0,   /* all logits equal */
+    FLS_SHAPE_FLAT = 0,   /* all logits equal: scale, or 0.75 when scale is 0 */
     FLS_SHAPE_ZIPF = 1,   /* l = -1.1 log(rank), ranks a random permutation */
     FLS_SHAPE_PEAKED = 2, /* N(0, 1) and one token 12 nats above */
     FLS_SHAPE_HEAVY = 3,  /* a head of 1-3 tokens, the rest 15-25 nats below */

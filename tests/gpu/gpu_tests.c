@@ -206,6 +206,21 @@ static fls_cuda_opts cfg_opts(int k)
     return o;
 }
 
+/* Configuration k of the fused flat method on W, H: B rows, V tokens, draws from draw 0. */
+static fls_status run_cfg(int k, const fls_matrix *dW, const fls_matrix *dH, const fls_row_params *rows,
+                          int64_t B, int64_t V, int64_t draws, const fls_outputs *out)
+{
+    fls_request req = {.rows = rows,
+                       .batch = B,
+                       .vocab = V,
+                       .draws = draws,
+                       .method = k_cfgs[k].method,
+                       .first_draw = 0,
+                       .K = 1};
+    fls_cuda_opts o = cfg_opts(k);
+    return fls_cuda_run(g_gpu, dW, dH, NULL, &req, out, &o);
+}
+
 /* Resolve params into a request the way the front end does (for fls_cuda_run). */
 static fls_row_params *resolve_rows(const fls_params *p, int64_t B)
 {
@@ -286,20 +301,12 @@ static void exact_case(const case_spec *c, int *mismatch_out)
     fls_matrix dWm = {dW, c->wd, c->V, c->D, c->ldw}, dHm = {dH, c->hd, c->B, c->D, c->ldh};
     fls_row_params *rows = resolve_rows(&p, c->B);
     for (int k = 0; k < N_CFGS; k++) {
-        fls_request req = {.rows = rows,
-                           .batch = c->B,
-                           .vocab = c->V,
-                           .draws = c->draws,
-                           .method = k_cfgs[k].method,
-                           .first_draw = 0,
-                           .K = 1};
         fls_outputs og = {(int64_t *)dtok, (float *)dlse, (float *)dlp};
-        fls_cuda_opts o = cfg_opts(k);
         for (int64_t i = 0; i < n; i++)
             tok_gpu[i] = -7;
         fls_cuda_memcpy(dtok, tok_gpu, sizeof(int64_t) * (size_t)n, 1);
         st = k == 0 ? fls_sample_fused(g_gpu, &dWm, &dHm, &p, &og)
-                    : fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+                    : run_cfg(k, &dWm, &dHm, rows, c->B, c->V, c->draws, &og);
         if (st != FLS_OK) {
             failf("V=%lld D=%lld B=%lld %s: %s", (long long)c->V, (long long)c->D, (long long)c->B,
                   k_cfgs[k].label, fls_status_string(st));
@@ -576,15 +583,7 @@ static void test_fused_bad_values(void)
                 guard[i] = -3 - i;
             fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
             fls_outputs og = {(int64_t *)dtok, NULL, NULL};
-            fls_request req = {.rows = rows,
-                               .batch = B,
-                               .vocab = V,
-                               .draws = draws,
-                               .method = k_cfgs[k].method,
-                               .first_draw = 0,
-                               .K = 1};
-            fls_cuda_opts o = cfg_opts(k);
-            const fls_status st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+            const fls_status st = run_cfg(k, &dWm, &dHm, rows, B, V, draws, &og);
             fls_cuda_memcpy(back, dtok, sizeof back, 0);
             runs++;
             if (st != want[sc]) {
@@ -638,15 +637,7 @@ static void test_temperature_overflow(void)
         fls_status st;
         const char *label;
         if (k < N_CFGS) {
-            fls_request req = {.rows = rows,
-                               .batch = B,
-                               .vocab = V,
-                               .draws = draws,
-                               .method = k_cfgs[k].method,
-                               .first_draw = 0,
-                               .K = 1};
-            fls_cuda_opts o = cfg_opts(k);
-            st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+            st = run_cfg(k, &dWm, &dHm, rows, B, V, draws, &og);
             label = k_cfgs[k].label;
         } else {
             /* the logits path and the multinomial baseline, on logits that all fit in float */
@@ -773,15 +764,7 @@ static void test_key_resolution(void)
             fls_outputs og = {(int64_t *)dtok, NULL, NULL};
             fls_status st;
             if (k < N_CFGS) {
-                fls_request req = {.rows = rows,
-                                   .batch = B,
-                                   .vocab = V,
-                                   .draws = draws,
-                                   .method = k_cfgs[k].method,
-                                   .first_draw = 0,
-                                   .K = 1};
-                fls_cuda_opts o = cfg_opts(k);
-                st = fls_cuda_run(g_gpu, &dWm, &dHm, NULL, &req, &og, &o);
+                st = run_cfg(k, &dWm, &dHm, rows, B, V, draws, &og);
             } else if (k == N_CFGS + 4) {
                 st = fls_sample_logits(g_gpu, &dLm, &pc, &og);
             } else {
