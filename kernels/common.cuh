@@ -730,13 +730,14 @@ __device__ __forceinline__ unsigned fls_finalize_status(int B, const fls_ws &ws,
         return FLS_SC_NAN;
     if (__ldcg(ws.tempflag) == ws.epoch)
         return FLS_SC_TEMPERATURE;
+    /* a row with a finite key whose draw-0 winner is beyond the key
+     * resolution (fls_key_marks; a pass without draws marks nothing) */
+    const bool marked = ws.shallow && ws.nd > 0;
     bool m = false, deep = false;
     for (int b = lane; b < B; b += 32) {
         const bool fin = __ldcg(ws.finite + b) == ws.epoch;
         m |= !fin;
-        /* a row with a finite key whose draw-0 winner is beyond the key
-         * resolution (fls_key_marks; a pass without draws marks nothing) */
-        deep |= fin && ws.shallow && ws.nd > 0 && __ldcg(ws.shallow + b) != ws.epoch;
+        deep |= fin && marked && __ldcg(ws.shallow + b) != ws.epoch;
     }
     if (__any_sync(FLS_FULL_MASK, deep))
         return FLS_SC_TEMPERATURE;

@@ -282,6 +282,12 @@ FLS_HD FLS_BOOL fls_key_unresolved(double k)
     return k >= FLS_KEY_LIMIT || (k <= -FLS_KEY_LIMIT && k > -INFINITY);
 }
 
+/* Whether a row (noisy: T > 0) is refused for its deciding value k. */
+FLS_HD FLS_BOOL fls_key_refused(FLS_BOOL noisy, double k)
+{
+    return noisy && fls_key_unresolved(k);
+}
+
 /* A finite logit whose tempered value x is infinite: FLS_ERR_TEMPERATURE. */
 FLS_HD FLS_BOOL fls_temper_overflows(float l, float x)
 {

@@ -50,7 +50,7 @@ static int temp_finalize(const fls_ref_ctx *rc, int64_t b, void *row, const fls_
             return st;
     }
     /* the key resolution (rule.h): the key of draw 0's winner */
-    if (fls_temperature_noisy(T) && fls_key_unresolved(((const fls_cand *)cands)->key))
+    if (fls_key_refused(fls_temperature_noisy(T), ((const fls_cand *)cands)->key))
         return FLS_ERR_TEMPERATURE;
     return FLS_OK;
 }
@@ -254,7 +254,7 @@ static int grp_finalize(const fls_ref_ctx *rc, int64_t b, void *row, const fls_r
         lp[d] = fls_temperature_noisy(T) ? (float)((double)g->x - *lse) : 0.0f;
     }
     /* the key resolution (rule.h): the group key of draw 0's winner */
-    if (fls_temperature_noisy(T) && fls_key_unresolved(((const fls_gbest *)cands)->gkey))
+    if (fls_key_refused(fls_temperature_noisy(T), ((const fls_gbest *)cands)->gkey))
         return FLS_ERR_TEMPERATURE;
     return FLS_OK;
 }

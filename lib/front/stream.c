@@ -759,8 +759,8 @@ static fls_status finalize_host(const fls_stream_t *s, const fls_outputs *out)
     /* the key resolution (rule.h): the key of each row's draw-0 winner */
     for (int64_t b = 0; b < s->B; b++) {
         const int64_t i = b * s->draws;
-        if (fls_temperature_noisy(s->rows[b].temperature) &&
-            fls_key_unresolved(grouped(s) ? s->gbest[i].gkey : (double)s->cand[i].key))
+        if (fls_key_refused(fls_temperature_noisy(s->rows[b].temperature),
+                            grouped(s) ? s->gbest[i].gkey : (double)s->cand[i].key))
             return FLS_ERR_TEMPERATURE;
     }
     for (int64_t b = 0; b < s->B; b++) {
