@@ -5,7 +5,8 @@ by temperature: the measurement behind docs/NOISE.md's "key resolution" table.
     python3 tools/tie_bias.py [--tool build/tools/flashsample] [--draws 10000000] [--csv out.csv]
 
 Cases (one row of logits each, fp32): an exact 2-way tie (10, 10), an exact 3-way tie
-(10, 10, 10), and a near-tie one fp32 ulp apart (10, nextafter(10, inf)), each at
+(10, 10, 10), a near-tie one fp32 ulp apart (10, nextafter(10, inf)) and a tie (40, 40)
+whose keys at T = 1e-2 sit just inside the key resolution (docs/NOISE.md), each at
 T = 1e-2 .. 1e-6 (and T = 1 as the control). The exact probability of token 0 is computed in
 double from the fp32 logits as given, p0 = 1 / sum_v exp((l_v - l_0) / T). The draws go through
 `flashsample sample --counts` (the CPU engine, all cores; seed fixed and printed), and the table
@@ -36,6 +37,7 @@ CASES = [
     ("2-way tie", [10.0, 10.0]),
     ("3-way tie", [10.0, 10.0, 10.0]),
     ("near-tie (1 ulp)", [10.0, float(np.nextafter(np.float32(10.0), np.float32(np.inf)))]),
+    ("2-way tie at 40", [40.0, 40.0]),  # |l / T| = 4000 at T = 0.01: just inside the key resolution
 ]
 TEMPS = [1.0, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]
 
