@@ -80,8 +80,9 @@ int main(int argc, char **argv)
         CK(cudaMemcpy(dseeds, s.data(), B * sizeof(uint64_t), cudaMemcpyHostToDevice));
     }
     if (method != "logits")
-        CK(flashinfer::sampling::OnlineSoftmax<float>(dx, probs, B, V, nullptr, 1.0f, ws, ws_bytes, false, st));
-    const uint64_t inc = method == "logits"                    ? (uint64_t)B * V
+        CK(flashinfer::sampling::OnlineSoftmax<float>(dx, probs, B, V, nullptr, 1.0f, ws, ws_bytes, false,
+                                                      st));
+    const uint64_t inc = method == "logits"                       ? (uint64_t)B * V
                          : (method == "topk" || method == "topp") ? 32ull * B
                                                                   : (uint64_t)B;
     std::vector<int> t(B);
@@ -89,11 +90,11 @@ int main(int argc, char **argv)
     uint64_t off = 0;
     for (long n = 0; n < N; n++) {
         if (method == "logits")
-            CK(flashinfer::sampling::SamplingFromLogits<float, int>(dx, tok, nullptr, B, V, true, dseeds, seed,
-                                                                    nullptr, off, st));
+            CK(flashinfer::sampling::SamplingFromLogits<float, int>(dx, tok, nullptr, B, V, true, dseeds,
+                                                                    seed, nullptr, off, st));
         else if (method == "probs")
-            CK(flashinfer::sampling::SamplingFromProb<float, int>(probs, tok, valid, nullptr, B, V, true, dseeds,
-                                                                  seed, nullptr, off, st));
+            CK(flashinfer::sampling::SamplingFromProb<float, int>(probs, tok, valid, nullptr, B, V, true,
+                                                                  dseeds, seed, nullptr, off, st));
         else if (method == "topk")
             CK(flashinfer::sampling::TopKSamplingFromProb<float, int>(probs, tok, valid, nullptr, nullptr, B,
                                                                       (uint32_t)param, V, true, dseeds, seed,
