@@ -3,15 +3,20 @@
 // the way FlashInfer's Python wrappers advance them (flashinfer/sampling.py,
 // get_seed_and_offset: offset += round_up(increment, 4) per call, increment B x V from logits,
 // B from probabilities, 32 B for top-k / top-p). FlashInfer's kernels come from a pinned copy
-// of its header-only include/flashinfer (never part of this repository):
-//     nvcc -O3 -std=c++17 -arch=sm_90a -I FLASHINFER/include fi_draw.cu -o fi_draw
+// of its header-only include/flashinfer (never part of this repository), compiled with the
+// flags FlashInfer's JIT compiles them with (flashinfer/jit/core.py: -use_fast_math, -O3):
+//     nvcc -O3 -DNDEBUG -use_fast_math -std=c++17 -arch=sm_90a -I FLASHINFER/include fi_draw.cu -o fi_draw
 // Usage: fi_draw METHOD X.f32 B V N SEED OUT.i64 [PARAM] [--row-seeds]
+//        fi_draw noise COUNT SEED      (the upper tail of SamplingFromLogits' Gumbel noise)
 //   X.f32   the tempered logits x = l / T, float32 (B, V) row-major, raw
 //   METHOD  logits (SamplingFromLogits), probs (OnlineSoftmax, then SamplingFromProb),
 //           topk (TopKSamplingFromProb, PARAM = k), topp (TopPSamplingFromProb, PARAM = p),
 //           minp (MinPSamplingFromProb, PARAM = p)
 //   OUT.i64 the tokens, int64 (B, N) row-major, raw
 //   --row-seeds: row b gets its own seed SEED + b (seed_arr), the offset shared
+// `noise` draws COUNT values of GenerateGumbelNoise<float, 4> (the noise SamplingFromLogits adds,
+// the subsequence of value i being i rounded down to a multiple of 4, as for token i of row 0)
+// and prints, per threshold g of kNoiseThr, how many exceed g, and the largest value.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,8 +38,64 @@
         }                                                                                                    \
     } while (0)
 
+constexpr int kNoiseT = 12;
+__constant__ float kNoiseThr[kNoiseT] = {8.0f,  10.0f, 12.0f, 13.0f, 14.0f, 15.0f,
+                                         15.5f, 16.0f, 16.5f, 17.0f, 18.0f, 20.0f};
+
+__global__ void noise_tail(uint64_t seed, uint64_t groups, unsigned long long *count, unsigned *gmax_bits)
+{
+    unsigned long long local[kNoiseT] = {};
+    float gmax = 0.0f;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
+        const auto g = flashinfer::sampling::GenerateGumbelNoise<float, 4>(seed, 0, i * 4);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            gmax = fmaxf(gmax, g[j]);
+#pragma unroll
+            for (int t = 0; t < kNoiseT; t++)
+                local[t] += g[j] > kNoiseThr[t];
+        }
+    }
+    for (int t = 0; t < kNoiseT; t++)
+        if (local[t])
+            atomicAdd(&count[t], local[t]);
+    atomicMax(gmax_bits, __float_as_uint(gmax)); /* gmax >= 0: its bits order as the floats */
+}
+
+static int noise_main(int argc, char **argv)
+{
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: fi_draw noise COUNT SEED\n");
+        return 2;
+    }
+    const uint64_t n = std::strtoull(argv[2], nullptr, 10) / 4, seed = std::strtoull(argv[3], nullptr, 10);
+    unsigned long long *count;
+    unsigned *gmax;
+    CK(cudaMalloc(&count, kNoiseT * sizeof(unsigned long long)));
+    CK(cudaMalloc(&gmax, sizeof(unsigned)));
+    CK(cudaMemset(count, 0, kNoiseT * sizeof(unsigned long long)));
+    CK(cudaMemset(gmax, 0, sizeof(unsigned)));
+    noise_tail<<<132 * 8, 256>>>(seed, n, count, gmax);
+    CK(cudaGetLastError());
+    unsigned long long c[kNoiseT];
+    unsigned gb;
+    float thr[kNoiseT];
+    CK(cudaMemcpy(c, count, sizeof c, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&gb, gmax, sizeof gb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpyFromSymbol(thr, kNoiseThr, sizeof thr));
+    float mx;
+    std::memcpy(&mx, &gb, sizeof mx);
+    std::printf("values %llu\nmax %.9g\n", (unsigned long long)(n * 4), (double)mx);
+    for (int t = 0; t < kNoiseT; t++)
+        std::printf("above %g %llu\n", (double)thr[t], c[t]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !std::strcmp(argv[1], "noise"))
+        return noise_main(argc, argv);
     if (argc < 8) {
         std::fprintf(stderr, "usage: fi_draw METHOD X.f32 B V N SEED OUT.i64 [PARAM] [--row-seeds]\n");
         return 2;

@@ -2,13 +2,16 @@
 """gallery.py — the exactness gallery: the samplers people run, judged by `flashsample audit`.
 
     python3 paper_repro/peers/gallery.py draw OUT --tool build/tools/flashsample \
-        [--fi-draw build/fi_draw] [--flashsampling .peers/FlashSampling] [--scale 1.0]
+        [--fi-draw build/fi_draw] [--flashsampling .peers/FlashSampling] [--scale 1.0] [--resume]
     python3 paper_repro/peers/gallery.py table OUT/gallery.json [--md OUT/gallery.md]
 
 `draw` (the GPU machine: torch, Triton, FlashInfer's kernels) builds each case's logits, draws
-each sampler's tokens, runs `flashsample audit --logits --tokens` on them and writes
-OUT/gallery.json (every audit's JSON, keyed by sampler and case) and OUT/gallery.md. `table`
-(CPU only) rebuilds the markdown table from a committed gallery.json.
+each sampler's tokens, runs `flashsample audit --logits --tokens` on them, runs the
+reproducibility checks (per-row seeds honoured, streams that must not overlap, our two engines
+agreeing) and measures the upper tail of each peer's noise; it writes OUT/gallery.json (every
+audit's JSON, keyed by sampler and case; the checks; the noise tails) after every case, and
+OUT/gallery.md at the end. --resume keeps the cases and parts already in OUT/gallery.json. `table`
+(CPU only) rebuilds the markdown tables from a committed gallery.json.
 
 Samplers, each from its own code, never re-implemented here except where named:
   flashsample-cpu, flashsample-cuda  this library's engines (the control: `flashsample sample`)
@@ -37,7 +40,6 @@ import numpy as np
 
 SEED = 20261202
 CPU_KEYS = 2e9  # flashsample-cpu runs the cases of at most this many keys (V x draws)
-RACE_KEYS = 2e10  # vllm-race (torch's exponential_ over B x V) draws at most this many keys per case
 
 
 def bf16_round(a):
@@ -81,6 +83,10 @@ def case_logits(name, rng):
     if name == "minp-0.1":
         l = rng.normal(0.0, 1.5, 1024).astype(np.float32)
         return l[None, :], 1.0, {"min_p": 0.1}, 1_000_000, "N(0, 1.5), min-p 0.1"
+    if name == "decode-steps":
+        l = rng.normal(0.0, 1.0, 8).astype(np.float32)
+        return np.repeat(l[None, :], 2, axis=0), 1.0, {"steps": True}, 20_000, \
+            "two successive decode steps of 20000 streams: step 1 must not depend on step 0"
     if name == "row-seeds":
         l = rng.normal(0.0, 1.0, 8).astype(np.float32)
         return np.repeat(l[None, :], 16, axis=0), 1.0, {"pairs": True}, 20_000, \
@@ -89,7 +95,7 @@ def case_logits(name, rng):
 
 
 CASES = ["deep-tail", "ties", "flat-151936", "zipf-T0.7", "masked", "topk-ties", "topp-0.9", "minp-0.1",
-         "row-seeds"]
+         "row-seeds", "decode-steps"]
 
 
 def rule_args(rules):
@@ -174,13 +180,17 @@ class Draw:
         t = self.torch
         g = t.Generator(device="cuda").manual_seed(SEED)
         R = max(1, min(4096, (1 << 27) // L.shape[1]))
-
-        def one(rows):
-            p = t.softmax(t.tensor(rows, device="cuda", dtype=t.float32) / T, dim=-1)
-            q = t.empty_like(p).exponential_(generator=g)
-            return p.div(q).argmax(dim=-1).cpu().numpy()
-
-        return self.rows_batched(L, N, R, one)
+        out = []
+        for b in range(L.shape[0]):
+            p = t.softmax(t.tensor(L[b], device="cuda", dtype=t.float32) / T, dim=-1)
+            parts, got = [], 0
+            while got < N:  # R rows of the same probabilities at a time, each its own race
+                r = min(R, N - got)
+                q = t.empty((r, p.numel()), device="cuda", dtype=t.float32).exponential_(generator=g)
+                parts.append(p.div(q).argmax(dim=-1).cpu().numpy())
+                got += r
+            out.append(np.concatenate(parts))
+        return np.stack(out).astype(np.int64)
 
     def flashinfer(self, kind, L, T, rules, N, pairs):
         if pairs:
@@ -207,25 +217,82 @@ class Draw:
 
         return self.rows_batched(L, N, R, one)
 
-    def flashsampling(self, L, T, N):
+    def fs_weights(self, row):
+        """The matmul FlashSampling runs on: W (V, 16) bf16 with the row's logits in column 0."""
         t = self.torch
-        V = L.shape[1]
-        R = max(1, min(256, (1 << 26) // V))
-        calls = [0]
+        W = t.zeros((row.size, 16), dtype=t.bfloat16, device="cuda")
+        W[:, 0] = t.tensor(row, device="cuda", dtype=t.float32).to(t.bfloat16)
+        return W
 
-        def one(rows):
-            W = t.zeros((V, 16), dtype=t.bfloat16, device="cuda")
-            W[:, 0] = t.tensor(rows[0], device="cuda", dtype=t.float32).to(t.bfloat16)
-            H = t.zeros((rows.shape[0], 16), dtype=t.bfloat16, device="cuda")
-            H[:, 0] = 1.0
-            calls[0] += 1
-            s = self.fs(W, H, 1, t.tensor(T, device="cuda", dtype=t.float32), SEED + calls[0])
-            return s.reshape(-1).cpu().numpy()
+    def fs_call(self, row, B, T, seed, num_samples=1, sampler=None, W=None):
+        """FlashSampling on B copies of one row (H rows = e_0, so logits = W[:, 0]): (B, num_samples)."""
+        t = self.torch
+        W = self.fs_weights(row) if W is None else W
+        H = t.zeros((B, 16), dtype=t.bfloat16, device="cuda")
+        H[:, 0] = 1.0
+        temp = t.tensor(T, device="cuda", dtype=t.float32)
+        if sampler is not None:  # the repository's sampler object, called without a seed
+            s = sampler(W).sample(weights=W, hidden_states=H, num_samples=num_samples, temperature=temp)
+        else:
+            s = self.fs(W, H, num_samples, temp, seed)
+        return s.reshape(B, num_samples).cpu().numpy().astype(np.int64)
 
-        return self.rows_batched(L, N, R, one)
+    def flashsampling(self, L, T, N):
+        R = max(1, min(4096, (1 << 28) // L.shape[1]))  # batch rows per call, each an independent draw
+        out, call = [], 0
+        for b in range(L.shape[0]):
+            W = self.fs_weights(L[b])
+            parts, got = [], 0
+            while got < N:
+                r = min(R, N - got)
+                call += 1
+                parts.append(self.fs_call(L[b], r, T, SEED + call, W=W)[:, 0])
+                got += r
+            out.append(np.concatenate(parts))
+        return np.stack(out)
 
-    def draw(self, name, L, T, rules, N, pairs):
+    def steps(self, name, L, T, N):
+        """Tokens (2, N): N independent streams (batch rows, or row seeds) at two successive decode
+        steps, each sampler advancing its steps the way its callers do."""
+        row = L[0]
+        if name.startswith("flashsample-"):
+            lp = os.path.join(self.tmp, "L.npy")
+            np.save(lp, np.repeat(row[None, :], N, axis=0))
+            out = []
+            for step in (0, 1):  # the same seed, the decode-step offset advanced
+                tp = os.path.join(self.tmp, "tok.npy")
+                subprocess.run([self.a.tool, "sample", "--logits", lp, "--temperature", repr(T), "--out", tp,
+                                "--seed", str(SEED), "--offset", str(step), "--device", name.split("-")[1]],
+                               check=True, capture_output=True)
+                out.append(np.load(tp)[:, 0])
+            return np.stack(out).astype(np.int64)
+        t = self.torch
+        if name in ("torch-multinomial", "vllm-race"):  # one generator, advancing from call to call
+            g = t.Generator(device="cuda").manual_seed(SEED)
+            p = t.softmax(t.tensor(row, device="cuda", dtype=t.float32) / T, dim=-1).expand(N, -1)
+            out = []
+            for _ in (0, 1):
+                if name == "torch-multinomial":
+                    out.append(t.multinomial(p, 1, generator=g)[:, 0].cpu().numpy())
+                else:
+                    q = t.empty(p.shape, device="cuda", dtype=t.float32).exponential_(generator=g)
+                    out.append(p.div(q).argmax(dim=-1).cpu().numpy())
+            return np.stack(out).astype(np.int64)
+        if name in ("flashinfer-logits", "flashinfer-probs"):  # the offset advanced per call
+            xp = os.path.join(self.tmp, "x.f32")
+            tp = os.path.join(self.tmp, "t.i64")
+            np.repeat((row.astype(np.float64) / T).astype(np.float32)[None, :], N, axis=0).tofile(xp)
+            subprocess.run([self.a.fi_draw, name.split("-")[1], xp, str(N), str(row.size), "2", str(SEED), tp],
+                           check=True, capture_output=True)
+            return np.fromfile(tp, dtype=np.int64).reshape(N, 2).T.copy()
+        if name == "flashsampling":  # the caller's seed advanced by one per step
+            return np.stack([self.fs_call(row, N, T, SEED + step)[:, 0] for step in (0, 1)])
+        return None
+
+    def draw(self, name, L, T, rules, N, pairs, steps=False):
         plain = not any(k in rules for k in ("top_k", "top_p", "min_p"))
+        if steps:
+            return self.steps(name, L, T, N)
         if name == "flashsample-cpu" and L.size * N > CPU_KEYS:
             return None  # the CUDA engine draws the same tokens; the CPU's keys would take minutes
         if name.startswith("flashsample-"):
@@ -235,7 +302,7 @@ class Draw:
         if name == "torch-multinomial":
             return self.torch_multinomial(L, T, N) if plain else None
         if name == "vllm-race":
-            return self.vllm_race(L, T, min(N, max(1000, int(RACE_KEYS / L.shape[1])))) if plain else None
+            return self.vllm_race(L, T, N) if plain else None
         if name.startswith("flashinfer-"):
             kind = name.split("-")[1]
             want = {"topk": "top_k", "topp": "top_p", "minp": "min_p"}.get(kind)
@@ -245,6 +312,196 @@ class Draw:
         if name == "flashsampling":
             return self.flashsampling(L, T, N) if plain else None
         return None
+
+
+def why(e):
+    """A failure in one line: a command's last line of stderr, else the exception's first line."""
+    err = getattr(e, "stderr", None)
+    if isinstance(err, bytes):
+        err = err.decode(errors="replace")
+    if err and err.strip():
+        return err.strip().splitlines()[-1]
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def check_row(rng):
+    """The row of the reproducibility checks: 4096 tokens, N(0, 1) logits (chance match sum p^2)."""
+    return rng.normal(0.0, 1.0, 4096).astype(np.float32)
+
+
+def chance(row, T=1.0):
+    p = np.exp((row.astype(np.float64) - row.max()) / T)
+    p /= p.sum()
+    return float((p * p).sum())
+
+
+def checks(dr, row, cpu_cuda):
+    """The deterministic checks: (check, sampler, matched, of, chance, what)."""
+    out = []
+    B, n = 16, 8
+    seeds = (SEED + 1000 * np.arange(B)).astype(np.uint64)
+    ch = chance(row)
+    for s in dr.names():
+        if s in ("flashsample-cpu", "flashsample-cuda"):
+            dev = s.split("-")[1]
+
+            def call(rows, sd):
+                lp = os.path.join(dr.tmp, "L.npy")
+                sp = os.path.join(dr.tmp, "s.npy")
+                tp = os.path.join(dr.tmp, "tok.npy")
+                np.save(lp, np.repeat(row[None, :], rows, axis=0))
+                np.save(sp, sd)
+                subprocess.run([dr.a.tool, "sample", "--logits", lp, "--row-seeds", sp, "--samples", str(n),
+                                "--out", tp, "--device", dev], check=True, capture_output=True)
+                return np.load(tp)
+        elif s in ("flashinfer-logits", "flashinfer-probs"):
+            kind = s.split("-")[1]
+
+            def call(rows, sd):
+                xp = os.path.join(dr.tmp, "x.f32")
+                tp = os.path.join(dr.tmp, "t.i64")
+                np.repeat(row[None, :], rows, axis=0).tofile(xp)
+                subprocess.run([dr.a.fi_draw, kind, xp, str(rows), str(row.size), str(n), str(int(sd[0])), tp,
+                                "--row-seeds"], check=True, capture_output=True)
+                return np.fromfile(tp, dtype=np.int64).reshape(rows, n)
+            seeds = (SEED + np.arange(B)).astype(np.uint64)  # fi_draw gives row b the seed SEED + b
+        else:
+            out.append({"check": "row-seeds", "sampler": s, "note": "one seed or generator per call: a batch "
+                        "cannot mix seeds"})
+            continue
+        try:
+            batch = call(B, seeds)
+            solo = np.concatenate([call(1, seeds[b : b + 1]) for b in range(B)])
+            out.append({"check": "row-seeds", "sampler": s, "matched": int((batch == solo).sum()), "of": batch.size,
+                        "chance": ch, "note": "row b of a batch of %d with seed s_b against a batch of one "
+                        "with seed s_b, %d draws each" % (B, n)})
+        except Exception as e:
+            out.append({"check": "row-seeds", "sampler": s, "error": why(e)})
+    if cpu_cuda[1]:
+        out.append({"check": "engines", "sampler": "flashsample-cpu/cuda", "matched": cpu_cuda[0],
+                    "of": cpu_cuda[1], "chance": None, "note": "the CPU and CUDA engines' tokens, every case both ran"})
+    if dr.fs is not None:
+        try:
+            out += fs_checks(dr, row, ch)
+        except Exception as e:
+            out.append({"check": "streams", "sampler": "flashsampling", "error": why(e)})
+    return out
+
+
+def fs_checks(dr, row, ch):
+    out = []
+    # FlashSampling seeds stream seed + sample_idx (core.py _gumbel_noise): sample 1 of seed s is
+    # sample 0 of seed s + 1. Its sampler object (get_sampler) passes seed 0 unless told otherwise.
+    Bf = 4096
+    a = dr.fs_call(row, Bf, 1.0, SEED, num_samples=2)[:, 1]
+    b = dr.fs_call(row, Bf, 1.0, SEED + 1)[:, 0]
+    out.append({"check": "streams", "sampler": "flashsampling", "matched": int((a == b).sum()), "of": Bf,
+                "chance": ch, "note": "sample 1 of a call with seed s against sample 0 of a call with "
+                "seed s + 1 (%d rows)" % Bf})
+    from fused_mm_sampling.core import get_sampler
+    from fused_mm_sampling.alg_names import S
+
+    def sampler(W):
+        return get_sampler(S.fused_triton, W)
+    a = dr.fs_call(row, Bf, 1.0, None, sampler=sampler)[:, 0]
+    b = dr.fs_call(row, Bf, 1.0, None, sampler=sampler)[:, 0]
+    out.append({"check": "steps", "sampler": "flashsampling", "matched": int((a == b).sum()), "of": Bf,
+                "chance": ch, "note": "two successive calls of get_sampler('fused-triton', W).sample(...) "
+                "without a seed (%d rows)" % Bf})
+    return out
+
+
+NOISE_T = [8.0, 10.0, 12.0, 13.0, 14.0, 15.0, 15.5, 16.0, 16.5, 17.0, 18.0, 20.0]
+# A constant added to every token's noise does not move the argmax; the table compares each
+# noise with the Gumbel shifted by its constant. FlashInfer's -ln2 log2(-log2 u) is
+# -ln(-ln u) + ln ln 2: a Gumbel shifted by ln ln 2 = -0.367.
+NOISE_SHIFT = {"FlashInfer GenerateGumbelNoise (flashinfer-logits)": math.log(math.log(2.0))}
+
+
+def gumbel_sf(g):
+    return -math.expm1(-math.exp(-g))  # P(G > g), G ~ Gumbel(0, 1)
+
+
+def noise_tails(dr, count):
+    """The upper tail of each peer's Gumbel noise (or its equivalent -log q for the race):
+    {generator: {values, max, above: [count per NOISE_T]} or {error}}."""
+    res = {}
+    t = dr.torch
+
+    def torch_race():
+        # the race's key log p - log q: -log q plays the Gumbel noise; -log q > g  <=>  q < e^-g
+        thr = t.tensor([math.exp(-g) for g in NOISE_T], device="cuda", dtype=t.float64)
+        g = t.Generator(device="cuda").manual_seed(SEED)
+        above = t.zeros(len(NOISE_T), dtype=t.int64, device="cuda")
+        qmin, n, chunk = math.inf, 0, 1 << 28
+        while n < count:
+            q = t.empty(chunk, device="cuda", dtype=t.float32).exponential_(generator=g)
+            qmin = min(qmin, float(q.min()))
+            qs = q.double()
+            for i in range(len(NOISE_T)):
+                above[i] += (qs < thr[i]).sum()
+            n += chunk
+        return {"values": n, "max": -math.log(qmin) if qmin > 0 else math.inf, "above": above.cpu().tolist()}
+
+    def flashinfer():
+        r = subprocess.run([dr.a.fi_draw, "noise", str(int(count)), str(SEED)], check=True, capture_output=True,
+                           text=True).stdout.split("\n")
+        kv = [ln.split() for ln in r if ln]
+        return {"values": int(kv[0][1]), "max": float(kv[1][1]), "above": [int(x[2]) for x in kv[2:]]}
+
+    todo = []
+    if t is not None:
+        todo.append(("torch exponential_ (vllm-race)", torch_race))
+    if dr.a.fi_draw:
+        todo.append(("FlashInfer GenerateGumbelNoise (flashinfer-logits)", flashinfer))
+    if dr.fs is not None:
+        todo.append(("FlashSampling _gumbel_noise (flashsampling)", lambda: fs_noise_tail(count)))
+    for name, fn in todo:
+        try:
+            res[name] = fn()
+        except Exception as e:
+            res[name] = {"error": why(e)}
+    return res
+
+
+try:  # the GPU machine: a Triton kernel around FlashSampling's own noise function
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _fs_noise_kernel(cnt_ptr, max_ptr, thr_ptr, seed, per_prog, NT: tl.constexpr, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        thr = tl.load(thr_ptr + tl.arange(0, NT))
+        acc = tl.zeros([NT], dtype=tl.int64)
+        mx = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in range(0, per_prog, BLOCK):
+            offs = pid * per_prog + i + tl.arange(0, BLOCK)
+            g = _fs_gumbel_noise(seed, 0, offs)  # noqa: F821 (set by fs_noise_tail)
+            mx = tl.maximum(mx, g)
+            acc += tl.sum((g[:, None] > thr[None, :]).to(tl.int64), axis=0)
+        tl.atomic_add(cnt_ptr + tl.arange(0, NT), acc)
+        tl.atomic_max(max_ptr, tl.max(mx, axis=0))
+except ImportError:
+    _fs_noise_kernel = None
+
+
+def fs_noise_tail(count):
+    """FlashSampling's own noise function (core._gumbel_noise: -log(-log(tl.rand(seed, offsets))))."""
+    import torch
+    from fused_mm_sampling.core import _gumbel_noise
+
+    globals()["_fs_gumbel_noise"] = _gumbel_noise
+    NT = 16
+    thr = torch.full((NT,), math.inf, device="cuda", dtype=torch.float32)
+    thr[: len(NOISE_T)] = torch.tensor(NOISE_T, dtype=torch.float32)
+    cnt = torch.zeros(NT, dtype=torch.int64, device="cuda")
+    mx = torch.zeros(1, dtype=torch.float32, device="cuda")
+    per_seed, progs = 1 << 30, 1024
+    n = 0
+    for k in range(max(1, int(round(count / per_seed)))):  # offsets < 2^30 per seed, as in one call
+        _fs_noise_kernel[(progs,)](cnt, mx, thr, SEED + k, per_seed // progs, NT=NT, BLOCK=1024)
+        n += per_seed
+    return {"values": n, "max": float(mx), "above": cnt[: len(NOISE_T)].cpu().tolist()}
 
 
 def audit(tool, tmp, L, T, rules, tokens, pairs):
@@ -263,7 +520,7 @@ def audit(tool, tmp, L, T, rules, tokens, pairs):
 
 
 def cell(rep):
-    """One table cell: the verdict, and for a failure its worst row."""
+    """One table cell: the verdict, the draws and what they resolve, and for a failure its worst test."""
     if rep is None:
         return "—"
     if rep.get("error"):
@@ -278,7 +535,8 @@ def cell(rep):
     w = min(fails, key=lambda r: r["p"])
     extra = ""
     if w.get("tail_t"):
-        extra = ", %d nats: observed %d vs %.1f" % (w["tail_t"], w["observed"], w["expected"])
+        extra = ", %d nats: observed %d vs %.1f (%+.0f %%)" % (w["tail_t"], w["observed"], w["expected"],
+                                                              100.0 * (w["observed"] / w["expected"] - 1.0))
     return "**FAIL** %s p %.2g%s" % (w["test"], w["p"], extra)
 
 
@@ -286,9 +544,58 @@ def table(data):
     samplers = data["samplers"]
     lines = ["| case | " + " | ".join(samplers) + " |", "|---|" + "---|" * len(samplers)]
     for c in data["cases"]:
-        lines.append("| %s (%s) | " % (c["name"], c["note"]) +
+        lines.append("| %s (%s; N %d) | " % (c["name"], c["note"], c["draws"]) +
                      " | ".join(cell(c["audits"].get(s)) for s in samplers) + " |")
-    return "\n".join(lines) + "\n"
+    out = "\n".join(lines) + "\n"
+    if data.get("checks"):
+        out += "\n| check | sampler | result | what |\n|---|---|---|---|\n"
+        for k in data["checks"]:
+            out += "| %s | %s | %s | %s |\n" % (k["check"], k["sampler"], check_cell(k), k.get("note", ""))
+    if data.get("noise"):
+        cols = [12.0, 14.0, 15.0, 16.0, 17.0, 18.0]
+        out += ("\n| noise | shift | values | largest | " +
+                " | ".join("noise > %g: measured / exact" % g for g in cols) +
+                " |\n|---|---|---|---|" + "---|" * len(cols) + "\n")
+        for name, r in data["noise"].items():
+            if r.get("error"):
+                out += "| %s | error: %s |\n" % (name, r["error"][:80])
+                continue
+            cells = []
+            sh = NOISE_SHIFT.get(name, 0.0)
+            for g in cols:  # counted above g (the noise as generated): the Gumbel's P(G > g - shift)
+                i = NOISE_T.index(g)
+                e = r["values"] * gumbel_sf(g - sh)
+                cells.append("%.3f (%d of %.0f)" % (r["above"][i] / e, r["above"][i], e))
+            out += "| %s | %+.3f | %.3g | %.4g | %s |\n" % (name, sh, r["values"], r["max"], " | ".join(cells))
+    return out
+
+
+def check_cell(k):
+    if k.get("error"):
+        return "error: " + k["error"][:60]
+    if "matched" not in k:
+        return "—"
+    m, n, c = k["matched"], k["of"], k.get("chance")
+    if k["check"] in ("row-seeds", "engines"):
+        return "reproduced (%d of %d)" % (m, n) if m == n else \
+            "**not reproduced**: %d of %d%s" % (m, n, "" if c is None else " (chance %.2g)" % (n * c))
+    e = n * c  # independent streams: identical only by chance
+    return "**shared**: %d of %d identical (chance %.1f)" % (m, n, e) if m > e + 6.0 * math.sqrt(e) + 5.0 else \
+        "independent: %d of %d identical (chance %.1f)" % (m, n, e)
+
+
+def environment():
+    env = {}
+    try:
+        import torch
+        env["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            env["gpu"] = torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    if _fs_noise_kernel is not None:
+        env["triton"] = triton.__version__
+    return env
 
 
 def main():
@@ -301,6 +608,11 @@ def main():
     d.add_argument("--flashsampling", default=None)
     d.add_argument("--scale", type=float, default=1.0, help="multiplies every case's draws")
     d.add_argument("--cases", default=",".join(CASES))
+    d.add_argument("--parts", default="cases,checks,noise", help="which parts run (default all)")
+    d.add_argument("--noise-values", type=float, default=float(1 << 34), help="values per noise tail")
+    d.add_argument("--resume", action="store_true", help="keep what OUT/gallery.json already holds")
+    d.add_argument("--redo", default="", help="with --resume: cases (or checks, noise) to draw again")
+    d.add_argument("--peers", default="", help="the peers' pinned versions, recorded in the JSON")
     t = sub.add_parser("table")
     t.add_argument("json")
     t.add_argument("--md", default=None)
@@ -312,28 +624,65 @@ def main():
         sys.stdout.write(md)
         return
     os.makedirs(a.out, exist_ok=True)
+    jp = os.path.join(a.out, "gallery.json")
     data = {"seed": SEED, "date": time.strftime("%Y-%m-%d"), "cases": []}
+    if a.resume and os.path.exists(jp):
+        data = json.load(open(jp))
+    redo = set(a.redo.split(",")) - {""}
+    data["cases"] = [c for c in data["cases"] if c["name"] not in redo]
+    for k in redo & {"checks", "noise"}:
+        data.pop(k, None)
+    data["env"] = dict(environment(), peers=a.peers)
+    parts = a.parts.split(",")
+
+    def save():
+        json.dump(data, open(jp + ".tmp", "w"), indent=1)
+        os.replace(jp + ".tmp", jp)
+
     with tempfile.TemporaryDirectory(prefix="gallery_") as tmp:
         dr = Draw(a, tmp)
         data["samplers"] = dr.names()
-        for name in a.cases.split(","):
+        done = {c["name"] for c in data["cases"]}
+        for name in a.cases.split(",") if "cases" in parts else []:
+            if name in done:
+                print("gallery: %s kept from %s" % (name, jp), flush=True)
+                continue
             # each case's own generator: its logits do not depend on which cases run
             L, T, rules, N, note = case_logits(name, np.random.default_rng([SEED, CASES.index(name)]))
             N = max(1000, int(N * a.scale))
             pairs = bool(rules.pop("pairs", False))
+            steps = bool(rules.pop("steps", False))
             c = {"name": name, "note": note, "T": T, "rules": rules, "draws": N, "audits": {}}
+            ours = {}
             for s in data["samplers"]:
                 t0 = time.time()
                 Ls = bf16_round(L) if s == "flashsampling" else L
                 try:
-                    tok = dr.draw(s, Ls, T, rules, N, pairs)
-                    rep = None if tok is None else audit(a.tool, tmp, Ls, T, rules, tok, pairs)
+                    tok = dr.draw(s, Ls, T, rules, N, pairs, steps)
+                    rep = None if tok is None else audit(a.tool, tmp, Ls, T, rules, tok, pairs or steps)
+                    if tok is not None and s.startswith("flashsample-"):
+                        ours[s] = tok
                 except Exception as e:  # a sampler that crashes is a finding, reported in its cell
-                    rep = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+                    rep = {"error": why(e)}
                 c["audits"][s] = rep
                 print("gallery: %-12s %-18s %s (%.1f s)" % (name, s, cell(rep), time.time() - t0), flush=True)
+            if len(ours) == 2:
+                c["engines"] = [int((ours["flashsample-cpu"] == ours["flashsample-cuda"]).sum()),
+                                int(ours["flashsample-cpu"].size)]
             data["cases"].append(c)
-            json.dump(data, open(os.path.join(a.out, "gallery.json"), "w"), indent=1)
+            save()
+        if "checks" in parts and not (a.resume and data.get("checks")):
+            t0 = time.time()
+            both = [c["engines"] for c in data["cases"] if c.get("engines")]
+            data["checks"] = checks(dr, check_row(np.random.default_rng([SEED, 1000])),
+                                    [sum(e[0] for e in both), sum(e[1] for e in both)])
+            save()
+            print("gallery: checks (%.1f s)" % (time.time() - t0), flush=True)
+        if "noise" in parts and not (a.resume and data.get("noise")):
+            t0 = time.time()
+            data["noise"] = noise_tails(dr, a.noise_values)
+            save()
+            print("gallery: noise tails (%.1f s)" % (time.time() - t0), flush=True)
     md = table(data)
     open(os.path.join(a.out, "gallery.md"), "w").write(md)
     sys.stdout.write(md)
