@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The paper's tables from one reproduction run: REPORT.md and the figures.
 
-    python3 paper_repro/paper_tables.py RUNDIR [--out DIR] [--no-figure]
+    python3 paper_repro/paper_tables.py RUNDIR [--out DIR] [--no-figure] [--gallery GALLERY.json]
 
 RUNDIR holds what paper_repro/run.sh wrote in one session on one GPU: flashsample.csv
 (flashsample bench --device cuda), flashinfer.csv (peers/fi_bench) and torch.csv
@@ -20,6 +20,8 @@ with the ratio measured / paper per cell:
   on an RTX 3090 from a kernel breakdown; here it is from timings on this GPU).
 - Table 9: the cost of also storing the fp32 logits (FlashSampling's return_logits), measured
   vs the predicted 2B/D (the paper's numbers are from a B200).
+With --gallery, the exactness gallery of the samplers people run (peers/gallery.py's JSON, from
+its own GPU session) follows the timing tables, its tables made by peers/gallery.py.
 The matmul-only time is the fastest matmul measured in the run for that (shape, B): cuBLAS eager
 or graph-replayed (flashsample bench), torch's H @ W.T, or fi_bench's GEMM to fp32.
 This script runs in CI on the committed CSVs (no GPU needed).
@@ -27,6 +29,7 @@ This script runs in CI on the committed CSVs (no GPU needed).
 
 import argparse
 import csv
+import json
 import os
 import sys
 from collections import defaultdict
@@ -271,11 +274,29 @@ def figures(t, out):
     return True
 
 
+def gallery_section(path):
+    """The exactness gallery's tables (peers/gallery.py table) under a heading of its own."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    import gallery
+
+    with open(path) as f:
+        data = json.load(f)
+    env = data.get("env", {})
+    return ("\n## The exactness gallery: the samplers people run\n\n"
+            f"From `{os.path.basename(path)}`: `paper_repro/peers/audit_gallery.sh` on {env.get('gpu', 'a GPU')}, "
+            f"{data.get('date', '')} (torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}; peers: "
+            f"{env.get('peers', '?')}), a session of its own, not the timing run's. Each cell: the audit's verdict, "
+            "the draws and the smallest TV they catch, or the failing test with observed against expected counts; "
+            "then the reproducibility checks and the upper tail of each peer's noise. What the failures are and "
+            "their causes: docs/AUDIT.md, \"The samplers people run\".\n\n" + gallery.table(data))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-figure", action="store_true")
+    ap.add_argument("--gallery", default=None, help="append the exactness gallery of this gallery.json")
     a = ap.parse_args()
     if not os.path.isdir(a.run):
         print(f"paper_tables: {a.run} is not a folder: give the run folder paper_repro/run.sh wrote, e.g. "
@@ -288,8 +309,11 @@ def main():
     if not t:
         print(f"paper_tables: no timings in {a.run} (flashsample.csv, flashinfer.csv, torch.csv)", file=sys.stderr)
         return 1
+    report = tables(t, meta, notes)
+    if a.gallery:
+        report += gallery_section(a.gallery)
     with open(os.path.join(out, "REPORT.md"), "w") as f:
-        f.write(tables(t, meta, notes))
+        f.write(report)
     ok = True if a.no_figure else figures(t, out)
     print(f"paper_tables: wrote {os.path.join(out, 'REPORT.md')}" + ("" if a.no_figure else " and the figures"))
     return 0 if ok else 1

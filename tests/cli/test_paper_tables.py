@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """paper_repro/paper_tables.py on the committed reproduction run (meson suite 'cli').
 
-The committed paper_repro/REPORT.md is what the script makes of the committed CSVs (byte for
-byte: the report is regenerated, never edited by hand); the figures are written; a run without
+The committed paper_repro/REPORT.md is what the script makes of the committed CSVs and gallery
+JSON (byte for byte: the report is regenerated, never edited by hand); the figures are written; a run without
 the peers' CSVs still gives the tables, saying which peers are missing; a folder without
 timings is an error (exit 1). Skipped (exit 77) where matplotlib is missing.
 
@@ -23,6 +23,7 @@ except ImportError:
 REPRO = sys.argv[1]
 SCRIPT = os.path.join(REPRO, "paper_tables.py")
 RUN = os.path.join(REPRO, "results", "repro_h200_2026-12-01")
+GALLERY = os.path.join(REPRO, "results", "gallery_h200_2026-12-02.json")
 failures = []
 
 
@@ -37,7 +38,7 @@ def run(*args):
 
 
 with tempfile.TemporaryDirectory() as d:
-    p = run(RUN, "--out", os.path.join(d, "full"))
+    p = run(RUN, "--out", os.path.join(d, "full"), "--gallery", GALLERY)
     check(p.returncode == 0, f"full run: exit {p.returncode}: {p.stderr}")
     made = open(os.path.join(d, "full", "REPORT.md")).read()
     committed = open(os.path.join(REPRO, "REPORT.md")).read()
@@ -45,7 +46,8 @@ with tempfile.TemporaryDirectory() as d:
     for png in ("sweep.png", "speedup.png"):
         f = os.path.join(d, "full", png)
         check(os.path.exists(f) and os.path.getsize(f) > 10000, f"figure {png}")
-    for table in ("## Table 4", "## Table 5", "## Table 1", "## Table 9", "FI2 Gumbel", "FlashSampling (Triton)"):
+    for table in ("## Table 4", "## Table 5", "## Table 1", "## Table 9", "FI2 Gumbel", "FlashSampling (Triton)",
+                  "## The exactness gallery"):
         check(table in made, f"report lacks {table!r}")
 
     only = os.path.join(d, "only")
