@@ -27,6 +27,9 @@
 #include "tools/cli.h"
 #include "tools/cli_rules.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -79,7 +82,10 @@ static void bench_help(void)
         "  --simd PATH         SIMD path: auto (default: the library's choice), portable, avx2\n"
         "                      or avx512\n"
         "\n"
-        "CPU CSV columns: device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n"
+        "CPU CSV columns: "
+        "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,gflops,fma_peak_gflops,reps,threads,\n"
+        "simd,date,cpu (gflops = 2 B V D / median time, empty for the floor; fma_peak_gflops: the fp32 FMA\n"
+        "peak measured in the same run with the same threads)\n"
         "(gbps = W bytes / median time); with --rules:\n"
         "device,engine,rule,dtype,B,V,D,median_ms,min_ms,gbps,vs_none,second_pass_rows,calls,reps,threads,\n"
         "simd,date,cpu (vs_none: median over the rule none's median of the same row, if timed).\n",
@@ -283,6 +289,79 @@ static size_t llc_bytes(void)
         fclose(fp);
     }
     return best;
+}
+
+/* ---- the FMA peak: independent chains of vector fma on every thread ----
+ *
+ * 12 accumulators per thread (more than latency x throughput of any x86
+ * FMA unit), no memory operands: the machine's fp32 FMA throughput with the
+ * bench's thread count, in GFLOP/s (2 per lane per fma). The widest vectors
+ * the processor has (AVX-512 where present, else AVX2 + FMA), chosen at run
+ * time; 0 if neither. The fused pass's fraction of it is 2 B V D / time. */
+
+#define PEAK_ITERS 20000000L
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PEAK_CHAINS(T, FMA, SET)                                                                             \
+    T a0 = SET(1.0f), a1 = SET(2.0f), a2 = SET(3.0f), a3 = SET(4.0f), a4 = SET(5.0f), a5 = SET(6.0f);        \
+    T a6 = SET(7.0f), a7 = SET(8.0f), a8 = SET(9.0f), a9 = SET(10.0f), a10 = SET(11.0f), a11 = SET(12.0f);   \
+    const T x = SET(0.999999f), y = SET(1e-6f);                                                              \
+    for (long k = 0; k < PEAK_ITERS; k++) {                                                                  \
+        a0 = FMA(a0, x, y), a1 = FMA(a1, x, y), a2 = FMA(a2, x, y), a3 = FMA(a3, x, y);                      \
+        a4 = FMA(a4, x, y), a5 = FMA(a5, x, y), a6 = FMA(a6, x, y), a7 = FMA(a7, x, y);                      \
+        a8 = FMA(a8, x, y), a9 = FMA(a9, x, y), a10 = FMA(a10, x, y), a11 = FMA(a11, x, y);                  \
+    }
+
+static volatile float peak_sink;
+
+__attribute__((target("avx2,fma"))) static void peak_avx2(void *arg, int t, int n)
+{
+    (void)arg, (void)t, (void)n;
+    PEAK_CHAINS(__m256, _mm256_fmadd_ps, _mm256_set1_ps)
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    peak_sink = _mm256_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f"))) static void peak_avx512(void *arg, int t, int n)
+{
+    (void)arg, (void)t, (void)n;
+    PEAK_CHAINS(__m512, _mm512_fmadd_ps, _mm512_set1_ps)
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    peak_sink = _mm512_cvtss_f32(s);
+}
+#endif
+
+/* The best of 3 runs in GFLOP/s on `threads` threads (0: no x86 FMA);
+ * *isa names the vectors used. */
+static double fma_peak_gflops(int threads, const char **isa)
+{
+    *isa = "none";
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    par_fn fn = NULL;
+    int lanes = 0;
+    if (__builtin_cpu_supports("avx512f"))
+        fn = peak_avx512, lanes = 16, *isa = "avx512";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        fn = peak_avx2, lanes = 8, *isa = "avx2";
+    if (!fn)
+        return 0.0;
+    double best = 0.0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = cli_now();
+        par_run(threads, fn, NULL);
+        double g = 2.0 * 12.0 * lanes * (double)PEAK_ITERS * threads / (cli_now() - t0) / 1e9;
+        best = g > best ? g : best;
+    }
+    return best;
+#else
+    (void)threads;
+    return 0.0;
+#endif
 }
 
 /* ---- measurement ---- */
@@ -625,11 +704,14 @@ static int report_rules(const bench_rule *rules, int nrules, const result *res, 
 
 /* The table and CSV of the engines' run. CLI_OK or CLI_FAIL. */
 static int report_engines(const result *res, int nr, const bench_ctx *bc, const char *simd, const char *date,
-                          const char *cpu, const char *csv, fls_npy_file *fcsv, long long reps)
+                          const char *cpu, const char *csv, fls_npy_file *fcsv, long long reps, double peak)
 {
-    printf("\ntimes in ms (median); ratios < 1 mean fused is faster; GB/s = W bytes / fused time\n");
-    printf("%6s %7s %5s %3s %10s %10s %10s %10s %10s %10s %10s %10s\n", "D", "V", "W", "B", "floor", "fused",
-           "unf_mult", "unf_gumbel", "fus/floor", "fus/mult", "fus/gumbel", "fused GB/s");
+    printf("\ntimes in ms (median); ratios < 1 mean fused is faster; GB/s = W bytes / fused time;\n"
+           "GFLOP/s = 2 B V D / fused time, %%peak its fraction of the FMA peak (%.1f GFLOP/s)\n",
+           peak);
+    printf("%6s %7s %5s %3s %10s %10s %10s %10s %10s %10s %10s %10s %10s %6s\n", "D", "V", "W", "B", "floor",
+           "fused", "unf_mult", "unf_gumbel", "fus/floor", "fus/mult", "fus/gumbel", "fused GB/s", "GFLOP/s",
+           "%peak");
     for (int i = 0; i < nr; i++) {
         const result *r = &res[i];
         printf("%6lld %7lld %5s %3lld", (long long)r->D, (long long)r->V, fls_dtype_name(r->dtype),
@@ -640,27 +722,39 @@ static int report_engines(const result *res, int nr, const bench_ctx *bc, const 
         print_ratio(r->median_ms[ENG_FUSED], r->median_ms[ENG_UNF_MULT]);
         print_ratio(r->median_ms[ENG_FUSED], r->median_ms[ENG_UNF_GUMBEL]);
         double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
+        const double gf =
+            2.0 * (double)r->B * (double)r->V * (double)r->D / (r->median_ms[ENG_FUSED] * 1e-3) / 1e9;
         if (isnan(r->median_ms[ENG_FUSED]))
-            printf(" %10s\n", "n/a");
+            printf(" %10s %10s %6s\n", "n/a", "n/a", "n/a");
+        else if (peak > 0)
+            printf(" %10.2f %10.1f %5.1f%%\n", wb / (r->median_ms[ENG_FUSED] * 1e-3) / 1e9, gf,
+                   100.0 * gf / peak);
         else
-            printf(" %10.2f\n", wb / (r->median_ms[ENG_FUSED] * 1e-3) / 1e9);
+            printf(" %10.2f %10.1f %6s\n", wb / (r->median_ms[ENG_FUSED] * 1e-3) / 1e9, gf, "n/a");
     }
     if (!csv)
         return CLI_OK;
     if (cli_out_begin(fcsv, csv) != 0)
         return CLI_FAIL;
     FILE *fp = fcsv->fp;
-    fprintf(fp, "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,reps,threads,simd,date,cpu\n");
+    fprintf(fp,
+            "device,engine,dtype,B,V,D,median_ms,min_ms,gbps,gflops,fma_peak_gflops,reps,threads,simd,date,"
+            "cpu\n");
     for (int i = 0; i < nr; i++) {
         const result *r = &res[i];
         double wb = (double)(r->V * r->D) * (double)fls_dtype_size(r->dtype);
         for (int e = 0; e < ENG_COUNT; e++) {
             if (isnan(r->median_ms[e]))
                 continue;
-            fprintf(fp, "cpu,%s,%s,%lld,%lld,%lld,%.6f,%.6f,%.4f,%lld,%d,%s,%s,%s\n", eng_name[e],
+            /* gflops: the engine's 2 B V D over its time (none for the floor, which reads only) */
+            char gf[32] = "";
+            if (e != ENG_FLOOR)
+                snprintf(gf, sizeof gf, "%.3f",
+                         2.0 * (double)r->B * (double)r->V * (double)r->D / (r->median_ms[e] * 1e-3) / 1e9);
+            fprintf(fp, "cpu,%s,%s,%lld,%lld,%lld,%.6f,%.6f,%.4f,%s,%.3f,%lld,%d,%s,%s,%s\n", eng_name[e],
                     fls_dtype_name(r->dtype), (long long)r->B, (long long)r->V, (long long)r->D,
-                    r->median_ms[e], r->min_ms[e], wb / (r->median_ms[e] * 1e-3) / 1e9, reps, bc->threads,
-                    simd, date, cpu);
+                    r->median_ms[e], r->min_ms[e], wb / (r->median_ms[e] * 1e-3) / 1e9, gf, peak, reps,
+                    bc->threads, simd, date, cpu);
         }
     }
     if (cli_out_commit(fcsv) != 0)
@@ -814,6 +908,8 @@ typedef struct bench_run {
     void *w;             /* the copies of W */
     size_t llc, min_set; /* the last-level cache, W's working set */
     const char *simd;
+    double peak;          /* the FMA peak, GFLOP/s (0: not measured) */
+    const char *peak_isa; /* the vectors it used */
     char date[32], cpu[128];
     fls_npy_file fcsv;
 } bench_run;
@@ -988,6 +1084,11 @@ static int bench_cpu(const bench_opts *bo)
         printf("cpu: %s; last-level cache %.0f MiB; W working set >= %.0f MiB\n", run.cpu,
                (double)run.llc / 1048576.0, (double)run.min_set / 1048576.0);
         fflush(stdout);
+        run.peak = fma_peak_gflops(run.bc.threads, &run.peak_isa);
+        printf(
+            "fma peak: %.1f GFLOP/s fp32 on %d threads (%s vectors, 12 independent fma chains per thread)\n",
+            run.peak, run.bc.threads, run.peak_isa);
+        fflush(stdout);
         rc = bench_time_all(&run);
     }
     if (rc == CLI_OK && bo->nrules)
@@ -995,7 +1096,7 @@ static int bench_cpu(const bench_opts *bo)
                           run.cpu, bo->csv, &run.fcsv, (long long)bo->reps);
     else if (rc == CLI_OK)
         rc = report_engines(run.res, run.nr, &run.bc, run.simd, run.date, run.cpu, bo->csv, &run.fcsv,
-                            (long long)bo->reps);
+                            (long long)bo->reps, run.peak);
     cli_progress_done();
     cli_out_abort(&run.fcsv);
     free(run.w);
