@@ -228,7 +228,7 @@ FLS_HD int fls_write_draw(const float *px, const int64_t *pv, int32_t n, int64_t
         }
         if (!greedy) {
             removed += exp((double)px[j] - m);
-            unresolved |= fls_key_refused(1, (double)px[j]);
+            unresolved |= fls_key_unresolved((double)px[j]);
         }
     }
     return unresolved;

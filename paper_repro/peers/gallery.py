@@ -145,18 +145,40 @@ class Draw:
             n += ["flashsampling"]
         return n
 
-    def flashsample(self, device, L, T, rules, N, pairs):
+    def fls_run(self, L, device, N, seeds=None, extra=()):
+        """`flashsample sample` on the logits L (B, V): tokens (B, N); row b's seed seeds[b]
+        (--row-seeds), else fls_row_seed(SEED, b) (--seed SEED)."""
         lp = os.path.join(self.tmp, "L.npy")
         tp = os.path.join(self.tmp, "tok.npy")
         np.save(lp, L)
-        cmd = [self.a.tool, "sample", "--logits", lp, "--temperature", repr(T), "--samples", str(N), "--out", tp,
-               "--seed", str(SEED), "--device", device] + rule_args(rules)
-        if pairs:
+        cmd = [self.a.tool, "sample", "--logits", lp, "--samples", str(N), "--out", tp, "--device", device]
+        if seeds is None:
+            cmd += ["--seed", str(SEED)]
+        else:
             sp = os.path.join(self.tmp, "seeds.npy")
-            np.save(sp, (SEED + np.arange(L.shape[0])).astype(np.uint64))
+            np.save(sp, np.asarray(seeds, dtype=np.uint64))
             cmd += ["--row-seeds", sp]
-        subprocess.run(cmd, check=True, capture_output=True)
+        subprocess.run(cmd + list(extra), check=True, capture_output=True)
         return np.load(tp)
+
+    def fi_run(self, kind, x, n, seed, param=0, row_seeds=False):
+        """fi_draw on the tempered logits x (B, V): tokens (B, n), n successive calls."""
+        xp = os.path.join(self.tmp, "x.f32")
+        tp = os.path.join(self.tmp, "t.i64")
+        np.ascontiguousarray(x, dtype=np.float32).tofile(xp)
+        subprocess.run([self.a.fi_draw, kind, xp, str(x.shape[0]), str(x.shape[1]), str(n), str(int(seed)), tp,
+                        repr(param)] + (["--row-seeds"] if row_seeds else []), check=True, capture_output=True)
+        return np.fromfile(tp, dtype=np.int64).reshape(x.shape[0], n)
+
+    def race(self, p, rows, g):
+        """The exponential race on `rows` copies of the probabilities p: argmax of p / Exp(1)."""
+        t = self.torch
+        q = t.empty((rows, p.numel()), device="cuda", dtype=t.float32).exponential_(generator=g)
+        return p.div(q).argmax(dim=-1).cpu().numpy()
+
+    def flashsample(self, device, L, T, rules, N, pairs):
+        seeds = SEED + np.arange(L.shape[0]) if pairs else None
+        return self.fls_run(L, device, N, seeds, ["--temperature", repr(T)] + rule_args(rules))
 
     def rows_batched(self, L, N, R, fn):
         """Draws N per row by batches of R identical copies of the row (independent batch rows)."""
@@ -186,34 +208,22 @@ class Draw:
             parts, got = [], 0
             while got < N:  # R rows of the same probabilities at a time, each its own race
                 r = min(R, N - got)
-                q = t.empty((r, p.numel()), device="cuda", dtype=t.float32).exponential_(generator=g)
-                parts.append(p.div(q).argmax(dim=-1).cpu().numpy())
+                parts.append(self.race(p, r, g))
                 got += r
             out.append(np.concatenate(parts))
         return np.stack(out).astype(np.int64)
 
     def flashinfer(self, kind, L, T, rules, N, pairs):
-        if pairs:
-            xp = os.path.join(self.tmp, "x.f32")
-            tp = os.path.join(self.tmp, "t.i64")
-            (L.astype(np.float64) / T).astype(np.float32).tofile(xp)
-            param = {"topk": rules.get("top_k", 0), "topp": rules.get("top_p", 1.0), "minp": rules.get("min_p", 0.0)}
-            subprocess.run([self.a.fi_draw, kind, xp, str(L.shape[0]), str(L.shape[1]), str(N), str(SEED), tp,
-                            repr(param.get(kind, 0)), "--row-seeds"], check=True, capture_output=True)
-            return np.fromfile(tp, dtype=np.int64).reshape(L.shape[0], N)
-        R = max(1, min(1024, (1 << 26) // L.shape[1]))
         param = {"topk": rules.get("top_k", 0), "topp": rules.get("top_p", 1.0), "minp": rules.get("min_p", 0.0)}
+        param = param.get(kind, 0)
+        if pairs:  # row b's own seed SEED + b
+            return self.fi_run(kind, L.astype(np.float64) / T, N, SEED, param, row_seeds=True)
+        R = max(1, min(1024, (1 << 26) // L.shape[1]))
         calls = [0]
 
         def one(rows):
-            xp = os.path.join(self.tmp, "x.f32")
-            tp = os.path.join(self.tmp, "t.i64")
-            (rows.astype(np.float64) / T).astype(np.float32).tofile(xp)
-            n = max(1, N // R)
             calls[0] += 1
-            subprocess.run([self.a.fi_draw, kind, xp, str(rows.shape[0]), str(rows.shape[1]), str(n),
-                            str(SEED + 7919 * calls[0]), tp, repr(param.get(kind, 0))], check=True, capture_output=True)
-            return np.fromfile(tp, dtype=np.int64).reshape(rows.shape[0], n).T
+            return self.fi_run(kind, rows.astype(np.float64) / T, max(1, N // R), SEED + 7919 * calls[0], param).T
 
         return self.rows_batched(L, N, R, one)
 
@@ -255,36 +265,25 @@ class Draw:
         """Tokens (2, N): N independent streams (batch rows, or row seeds) at two successive decode
         steps, each sampler advancing its steps the way its callers do."""
         row = L[0]
-        if name.startswith("flashsample-"):
-            lp = os.path.join(self.tmp, "L.npy")
-            np.save(lp, np.repeat(row[None, :], N, axis=0))
-            out = []
-            for step in (0, 1):  # the same seed, the decode-step offset advanced
-                tp = os.path.join(self.tmp, "tok.npy")
-                subprocess.run([self.a.tool, "sample", "--logits", lp, "--temperature", repr(T), "--out", tp,
-                                "--seed", str(SEED), "--offset", str(step), "--device", name.split("-")[1]],
-                               check=True, capture_output=True)
-                out.append(np.load(tp)[:, 0])
-            return np.stack(out).astype(np.int64)
+        if name.startswith("flashsample-"):  # the same seed, the decode-step offset advanced
+            rows = np.repeat(row[None, :], N, axis=0)
+            return np.stack([self.fls_run(rows, name.split("-")[1], 1, extra=["--temperature", repr(T), "--offset",
+                                                                               str(step)])[:, 0]
+                             for step in (0, 1)]).astype(np.int64)
         t = self.torch
         if name in ("torch-multinomial", "vllm-race"):  # one generator, advancing from call to call
             g = t.Generator(device="cuda").manual_seed(SEED)
-            p = t.softmax(t.tensor(row, device="cuda", dtype=t.float32) / T, dim=-1).expand(N, -1)
+            p = t.softmax(t.tensor(row, device="cuda", dtype=t.float32) / T, dim=-1)
             out = []
             for _ in (0, 1):
                 if name == "torch-multinomial":
-                    out.append(t.multinomial(p, 1, generator=g)[:, 0].cpu().numpy())
+                    out.append(t.multinomial(p.expand(N, -1), 1, generator=g)[:, 0].cpu().numpy())
                 else:
-                    q = t.empty(p.shape, device="cuda", dtype=t.float32).exponential_(generator=g)
-                    out.append(p.div(q).argmax(dim=-1).cpu().numpy())
+                    out.append(self.race(p, N, g))
             return np.stack(out).astype(np.int64)
         if name in ("flashinfer-logits", "flashinfer-probs"):  # the offset advanced per call
-            xp = os.path.join(self.tmp, "x.f32")
-            tp = os.path.join(self.tmp, "t.i64")
-            np.repeat((row.astype(np.float64) / T).astype(np.float32)[None, :], N, axis=0).tofile(xp)
-            subprocess.run([self.a.fi_draw, name.split("-")[1], xp, str(N), str(row.size), "2", str(SEED), tp],
-                           check=True, capture_output=True)
-            return np.fromfile(tp, dtype=np.int64).reshape(N, 2).T.copy()
+            x = np.repeat((row.astype(np.float64) / T)[None, :], N, axis=0)
+            return self.fi_run(name.split("-")[1], x, 2, SEED).T.copy()
         if name == "flashsampling":  # the caller's seed advanced by one per step
             return np.stack([self.fs_call(row, N, T, SEED + step)[:, 0] for step in (0, 1)])
         return None
@@ -339,32 +338,18 @@ def checks(dr, row, cpu_cuda):
     """The deterministic checks: (check, sampler, matched, of, chance, what)."""
     out = []
     B, n = 16, 8
-    seeds = (SEED + 1000 * np.arange(B)).astype(np.uint64)
     ch = chance(row)
     for s in dr.names():
         if s in ("flashsample-cpu", "flashsample-cuda"):
-            dev = s.split("-")[1]
+            seeds = SEED + 1000 * np.arange(B)
 
-            def call(rows, sd):
-                lp = os.path.join(dr.tmp, "L.npy")
-                sp = os.path.join(dr.tmp, "s.npy")
-                tp = os.path.join(dr.tmp, "tok.npy")
-                np.save(lp, np.repeat(row[None, :], rows, axis=0))
-                np.save(sp, sd)
-                subprocess.run([dr.a.tool, "sample", "--logits", lp, "--row-seeds", sp, "--samples", str(n),
-                                "--out", tp, "--device", dev], check=True, capture_output=True)
-                return np.load(tp)
+            def call(rows, sd, dev=s.split("-")[1]):
+                return dr.fls_run(np.repeat(row[None, :], rows, axis=0), dev, n, sd)
         elif s in ("flashinfer-logits", "flashinfer-probs"):
-            kind = s.split("-")[1]
+            seeds = SEED + np.arange(B)  # fi_draw --row-seeds gives row b the seed sd[0] + b
 
-            def call(rows, sd):
-                xp = os.path.join(dr.tmp, "x.f32")
-                tp = os.path.join(dr.tmp, "t.i64")
-                np.repeat(row[None, :], rows, axis=0).tofile(xp)
-                subprocess.run([dr.a.fi_draw, kind, xp, str(rows), str(row.size), str(n), str(int(sd[0])), tp,
-                                "--row-seeds"], check=True, capture_output=True)
-                return np.fromfile(tp, dtype=np.int64).reshape(rows, n)
-            seeds = (SEED + np.arange(B)).astype(np.uint64)  # fi_draw gives row b the seed SEED + b
+            def call(rows, sd, kind=s.split("-")[1]):
+                return dr.fi_run(kind, np.repeat(row[None, :], rows, axis=0), n, sd[0], row_seeds=True)
         else:
             out.append({"check": "row-seeds", "sampler": s, "note": "one seed or generator per call: a batch "
                         "cannot mix seeds"})
