@@ -101,6 +101,7 @@ struct fls_ws {
      * the group key (best then holds group << 32 | token, xw its x) */
     int group_size;
     double *gk;
+    int noise;        /* fls_noise: FLS_NOISE_MIN_FIRST takes the flat method only */
     unsigned *sticky; /* the first error code since the last fls_context_sync (async mode) */
 };
 
@@ -157,7 +158,7 @@ __device__ __forceinline__ uint4 fls_philox_pair(uint64_t seed, uint64_t offset,
  *    argument) instead of diverging into two.
  * The GPU tests compare it bit for bit with the host's fls_gumbel.
  */
-__device__ __forceinline__ float fls_gumbel_dev(uint64_t k)
+__device__ __forceinline__ float fls_exponential_dev(uint64_t k)
 {
     const bool upper = (k >> 63) != 0;
     const uint64_t q = upper ? ~k : k;
@@ -165,8 +166,35 @@ __device__ __forceinline__ float fls_gumbel_dev(uint64_t k)
     const float u = __fsub_rn(1.0f, q_f);
     const float lg = fls_logf_(upper ? u : q_f);
     const float t = __fdiv_rn(q_f, __fsub_rn(1.0f, u)); /* used only when upper and u < 1 */
-    const float e = upper ? (u == 1.0f ? q_f : -__fmul_rn(lg, t)) : -lg;
-    return -fls_logf_(e);
+    return upper ? (u == 1.0f ? q_f : -__fmul_rn(lg, t)) : -lg;
+}
+
+__device__ __forceinline__ float fls_gumbel_dev(uint64_t k)
+{
+    return -fls_logf_(fls_exponential_dev(k));
+}
+
+/* The min-first scheme (fls_noise.h's fls_mf_group_of and fls_mf_noise,
+ * bit for bit): group g's block under the row seed, then a token's noise
+ * from its own bits. */
+__device__ __forceinline__ fls_mf_group fls_mf_group_dev(uint64_t seed, uint64_t offset, uint32_t d,
+                                                         uint64_t g)
+{
+    const uint4 c = make_uint4(FLS_MF_TAG | (uint32_t)g, d, (uint32_t)offset, (uint32_t)(offset >> 32));
+    const uint4 r = curand_Philox4x32_10(c, make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
+    fls_mf_group o;
+    o.emin = __fmul_rn(fls_exponential_dev(((uint64_t)r.y << 32) | r.x), 0x1p-6f);
+    o.m = -fls_logf_(o.emin);
+    o.idx = r.z & (FLS_MF_GROUP - 1);
+    return o;
+}
+
+__device__ __forceinline__ float fls_mf_noise_dev(float emin, float m, uint32_t idx, uint32_t local,
+                                                  uint64_t bits)
+{
+    if (local == idx)
+        return m;
+    return fminf(-fls_logf_(__fadd_rn(emin, fls_exponential_dev(bits))), m);
 }
 
 __device__ __forceinline__ unsigned long long fls_warp_max_u64(unsigned long long v)
@@ -385,6 +413,98 @@ __device__ __forceinline__ unsigned long long fls_warp_put_winner(unsigned long 
 }
 
 /*
+ * One draw of one segment under the min-first scheme (T != 0), exact: the
+ * same winner as the plain loop with fls_mf_noise_dev. The segment touches
+ * at most 32 groups (n <= FLS_SEG + 64): lane q draws the block of group
+ * v0 / 64 + q. thr, a lower bound of the segment's winning key: the largest
+ * exact key of the groups' minimum tokens (noise M, no token block) and of
+ * the segment's largest logit (x_seed at i_seed). A token with
+ * fl(x + M) < thr (strict; every noise of its group <= M) cannot win, not
+ * even on a tie; the others get their pair's block. On flat rows that is
+ * about one block per group instead of one per pair.
+ */
+template <class Rule>
+__device__ __forceinline__ void fls_draw_mf(const float *S, int n, uint64_t v0, float T, float x_seed,
+                                            int i_seed, uint32_t d, const fls_row_params &rp, int lane,
+                                            unsigned long long &best, float &bx)
+{
+    const uint64_t g0 = v0 / FLS_MF_GROUP;
+    const fls_mf_group mq = fls_mf_group_dev(rp.seed, rp.offset, d, g0 + (uint64_t)lane);
+    /* the lane's group's minimum token, if it is in the segment */
+    const int64_t im = (int64_t)((g0 + (uint64_t)lane) * FLS_MF_GROUP + mq.idx) - (int64_t)v0;
+    float key_m = -INFINITY;
+    if (im >= 0 && im < n) {
+        const float x = Rule::temper(S[im], T);
+        key_m = Rule::key(x, mq.m, T);
+        const unsigned long long pk = fls_pack(key_m, (uint32_t)(v0 + (uint64_t)im));
+        if (pk > best) {
+            best = pk;
+            bx = x;
+        }
+    }
+    float thr = fls_warp_maxf(key_m);
+    if (i_seed >= 0) {
+        /* the largest logit's key (lane 0 computes it; every lane adopts it) */
+        const uint64_t vs = v0 + (uint64_t)i_seed;
+        const int src = (int)(vs / FLS_MF_GROUP - g0);
+        const float em = __shfl_sync(FLS_FULL_MASK, mq.emin, src), mm = __shfl_sync(FLS_FULL_MASK, mq.m, src);
+        const uint32_t id = __shfl_sync(FLS_FULL_MASK, mq.idx, src);
+        const uint32_t loc = (uint32_t)(vs % FLS_MF_GROUP);
+        float ks = -INFINITY;
+        if (lane == 0 && loc != id) {
+            ks = Rule::key(x_seed,
+                           fls_mf_noise_dev(em, mm, id, loc,
+                                            fls_pair_bits(fls_philox_pair(rp.seed, rp.offset, d, vs), vs)),
+                           T);
+            const unsigned long long pk = fls_pack(ks, (uint32_t)vs);
+            if (pk > best) {
+                best = pk;
+                bx = x_seed;
+            }
+        }
+        thr = fmaxf(thr, __shfl_sync(FLS_FULL_MASK, ks, 0));
+    }
+    const int np = (n + 1) >> 1;
+    for (int p0 = 0; p0 < np; p0 += 32) {
+        const int p = p0 + lane, i = 2 * p;
+        const uint64_t v = v0 + (uint64_t)i;
+        /* a pair is in one group (v0 even); lanes past the end read group 0 */
+        const int src = p < np ? (int)(v / FLS_MF_GROUP - g0) : 0;
+        const float em = __shfl_sync(FLS_FULL_MASK, mq.emin, src), mm = __shfl_sync(FLS_FULL_MASK, mq.m, src);
+        const uint32_t id = __shfl_sync(FLS_FULL_MASK, mq.idx, src);
+        if (p >= np)
+            continue;
+        const float x0 = Rule::temper(S[i], T);
+        const float x1 = i + 1 < n ? Rule::temper(S[i + 1], T) : -INFINITY;
+        const uint32_t loc = (uint32_t)(v % FLS_MF_GROUP);
+        /* the minimum token and the seed are done */
+        const bool c0 = !(__fadd_rn(x0, mm) < thr) && loc != id && i != i_seed;
+        const bool c1 = i + 1 < n && !(__fadd_rn(x1, mm) < thr) && loc + 1 != id && i + 1 != i_seed;
+        if (c0 || c1) {
+            const uint4 r = fls_philox_pair(rp.seed, rp.offset, d, v);
+            if (c0) {
+                const float k =
+                    Rule::key(x0, fls_mf_noise_dev(em, mm, id, loc, ((uint64_t)r.y << 32) | r.x), T);
+                const unsigned long long pk = fls_pack(k, (uint32_t)v);
+                if (pk > best) {
+                    best = pk;
+                    bx = x0;
+                }
+            }
+            if (c1) {
+                const float k =
+                    Rule::key(x1, fls_mf_noise_dev(em, mm, id, loc + 1, ((uint64_t)r.w << 32) | r.z), T);
+                const unsigned long long pk = fls_pack(k, (uint32_t)(v + 1));
+                if (pk > best) {
+                    best = pk;
+                    bx = x1;
+                }
+            }
+        }
+    }
+}
+
+/*
  * One warp samples one segment: n logits S[0..n) (stride 1, generic memory:
  * shared or global) of row b, global token index v0 + i, v0 even. Writes the
  * segment's partial winners (entry e) for the pass's draws, its log-sum-exp
@@ -456,10 +576,13 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
             ws.s[(int64_t)b * ws.nent + e] = s;
         }
     }
-    const bool skip = gup != NULL && q != NULL && Rule::noisy(T) && n >= FLS_SKIP_MIN_N;
+    const bool mf = ws.noise == FLS_NOISE_MIN_FIRST;
+    /* min-first: its own skipping (fls_draw_mf) where the plain loop would skip */
+    const bool mf_skip = mf && gup != NULL && Rule::noisy(T) && n >= FLS_SKIP_MIN_N && n <= FLS_SEG;
+    const bool skip = !mf && gup != NULL && q != NULL && Rule::noisy(T) && n >= FLS_SKIP_MIN_N;
     float x_seed = -INFINITY;
     int i_seed = -1;
-    if (skip) {
+    if (skip || mf_skip) {
         /* the seed token: the first lane holding the max logit */
         const unsigned ball = __ballot_sync(FLS_FULL_MASK, li >= 0 && lm == lmax);
         const int src = ball ? __ffs(ball) - 1 : 0;
@@ -473,7 +596,9 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
         const uint32_t d = fls_noise_draw(ws, j);
         unsigned long long best = 0;
         float bx = -INFINITY;
-        if (!nan && skip) {
+        if (!nan && mf_skip) {
+            fls_draw_mf<Rule>(S, n, v0, T, x_seed, i_seed, d, rp, lane, best, bx);
+        } else if (!nan && skip) {
             fls_draw_skip<Rule>(S, n, v0, T, x_seed, i_seed, d, rp, ws, gup, q, lane, best, bx);
         } else if (!nan) {
             /* the plain loop: every key (no noise for greedy rows) */
@@ -485,9 +610,17 @@ __device__ __forceinline__ void fls_warp_segment(const float *S, int n, uint64_t
                 float g0 = 0.0f, g1 = 0.0f;
                 if (Rule::noisy(T)) {
                     uint4 r = fls_philox_pair(rp.seed, rp.offset, d, v);
-                    g0 = fls_gumbel_dev(((uint64_t)r.y << 32) | r.x);
-                    if (i + 1 < n)
-                        g1 = fls_gumbel_dev(((uint64_t)r.w << 32) | r.z);
+                    const uint64_t k0 = ((uint64_t)r.y << 32) | r.x, k1 = ((uint64_t)r.w << 32) | r.z;
+                    if (mf) { /* v even: both tokens of the pair in one group */
+                        const fls_mf_group mg = fls_mf_group_dev(rp.seed, rp.offset, d, v / FLS_MF_GROUP);
+                        const uint32_t lv = (uint32_t)(v % FLS_MF_GROUP);
+                        g0 = fls_mf_noise_dev(mg.emin, mg.m, mg.idx, lv, k0);
+                        g1 = fls_mf_noise_dev(mg.emin, mg.m, mg.idx, lv + 1, k1);
+                    } else {
+                        g0 = fls_gumbel_dev(k0);
+                        if (i + 1 < n)
+                            g1 = fls_gumbel_dev(k1);
+                    }
                 }
                 unsigned long long p0 = fls_pack(Rule::key(x0, g0, T), (uint32_t)v);
                 if (p0 > best) {

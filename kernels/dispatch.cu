@@ -283,6 +283,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.tepoch = 0;
     ws.group_size = g;
     ws.gk = gk;
+    ws.noise = req->noise;
     ws.sticky = s->sticky;
     if (req->params_on_device) {
         ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value, req->dev_row_seeds,

@@ -38,6 +38,8 @@
 #include <cudaTypedefs.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "kernels/wgmma_ops.cuh"
 
 #define WG_TV 128 /* vocabulary rows per tile: two m64 blocks */
@@ -446,42 +448,17 @@ __device__ __forceinline__ unsigned fls_wg_lane_valid(int n, int lane)
            (unsigned)(i1 + 1 < n) << 3;
 }
 
-/*
- * One warp samples R rows bl[r] of one tile: the 128 logits S[r][0..128)
- * (shared memory; tokens v0 + i; bit k of okm: the lane's token k is valid,
- * fls_wg_lane_valid; the invalid ones read -inf) against the CTA's running
- * state of each (row, draw). Lane p holds tokens 2p, 2p + 1, 64 + 2p,
- * 65 + 2p: two Philox blocks per lane and row, straight-line code, so the
- * R x 2 chains interleave.
- *
- * Exact skipping (up = the Gumbel upper-bound table in shared memory; all
- * +inf when skip is off: every key computed): thr = the key of the state's
- * best, an exact key of this row and draw, so a lower bound of the final
- * winner's key (on the row's first tile here, each lane first computes the
- * exact key of its largest logit, and thr is their maximum). A token with
- * fl(y + up[bucket]) < thr (strict), y >= x (fls_temper_upper,
- * fls_gumbel_bound.h), has key <= fl(x + up) <= fl(y + up) < thr: it cannot
- * win, not even on a tie, and neither its division nor its logs are
- * computed. Every key that is computed is the plain loop's key, bit for bit
- * (exact division, fls_exact_key). The hot path is branch-free per token:
- * the candidate mask is built from predicates, the rare cases (greedy rows,
- * logsumexp, a tail tile, a very negative y) are warp-uniform or per-lane
- * branches around it. The warp reduces its lanes only when one of them
- * beats the state, and writes the state back; entries reach global memory
- * once, at the end of the launch.
- */
+/* The tile's part every scheme shares: the lane's logits l, their upper
+ * bounds y >= x (x itself where exact_y), the greedy rows' winners (gb, gx)
+ * and the running log-sum-exp; the input errors it sees. */
 template <int R>
 __device__ __forceinline__ void
-fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
-                   const fls_wg_state &st, int nd, uint32_t draw0, bool want_lse, bool skip, const float *up,
-                   unsigned long long *gthr, int row0, unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
+fls_wg_rows_load(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
+                 const fls_wg_state &st, bool want_lse, int lane, const int (&ix)[4], float (&l)[R][4],
+                 float (&y)[R][4], float (&T)[R], bool (&exact_y)[R], unsigned long long (&gb)[R],
+                 float (&gx)[R], bool &saw_nan, bool &saw_ovf)
 {
-    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
-    const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
-    float l[R][4], y[R][4], T[R];
-    bool exact_y[R];
-    unsigned long long gb[R]; /* greedy rows (T = 0): the winner of every draw */
-    float gx[R];
+    const int i0 = ix[0], i1 = ix[2];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float2 ra = *(const float2 *)(S[r] + i0), rc = *(const float2 *)(S[r] + i1);
@@ -544,6 +521,246 @@ fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const 
             }
         }
     }
+}
+
+/* The warp's winners of draw j into the rows' states where they beat them,
+ * and their keys to the rows' other CTAs (gthr). */
+template <int R>
+__device__ __forceinline__ void fls_wg_rows_commit(const unsigned long long (&best)[R], const float (&bx)[R],
+                                                   const unsigned long long (&sb)[R], const int (&bl)[R],
+                                                   const fls_wg_state &st, int nd, int j,
+                                                   unsigned long long *gthr, int row0, unsigned tep, int lane)
+{
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (__any_sync(FLS_FULL_MASK, best[r] > sb[r])) {
+            int src;
+            float wx;
+            const unsigned long long w = fls_warp_winner(best[r], bx[r], src, wx);
+            __syncwarp(); /* every lane has read sb before lane 0 overwrites it */
+            if (lane == 0) {
+                st.best[bl[r] * nd + j] = w;
+                st.bx[bl[r] * nd + j] = wx;
+                if (gthr) /* share the key with the row's other CTAs */
+                    atomicMax(gthr + (uint32_t)((row0 + bl[r]) * nd + j),
+                              ((unsigned long long)tep << 32) | (w >> 32));
+            }
+            __syncwarp();
+        }
+    }
+}
+
+/*
+ * The exact keys of the lane's tokens in cm under the min-first scheme
+ * (em, mm, id: the lane's two groups' minimum exponential, largest noise and
+ * minimum token). A token needs its pair's Philox block (kb when have_bits)
+ * unless it is its group's minimum; the lanes take one pair at a time together, both tokens
+ * of a pair from one block; a token whose bits' bound (up, as the per-token
+ * sampler's) puts it below thr needs no logs. Returns the lane's largest
+ * key computed.
+ */
+__device__ __forceinline__ float
+fls_wg_mf_keys(unsigned cm, const float (&l)[4], const float (&y)[4], bool exact_y, float T, uint64_t v0,
+               const int (&ix)[4], const float (&em)[2], const float (&mm)[2], const uint32_t (&id)[2],
+               uint64_t seed, uint64_t offset, uint32_t d, bool have_bits, const uint64_t (&kb)[4],
+               const float *up, float thr, unsigned long long &best, float &bx, bool &saw_nan, bool &saw_ovf)
+{
+    float kmax = -INFINITY;
+    while (__any_sync(FLS_FULL_MASK, cm != 0)) {
+        if (cm) {
+            const int h = (cm & 3u) ? 0 : 1; /* the pair: tokens 2h, 2h + 1 */
+            const unsigned pm = (cm >> (2 * h)) & 3u;
+            cm &= ~(3u << (2 * h));
+            const int i = h ? ix[2] : ix[0]; /* even */
+            const uint64_t v = v0 + (uint64_t)i;
+            const float emh = h ? em[1] : em[0], mmh = h ? mm[1] : mm[0];
+            const uint32_t idh = h ? id[1] : id[0], loc = (uint32_t)i % FLS_MF_GROUP;
+            /* the block only if a token of the pair other than the minimum needs it */
+            /* selects, not an indexed load: kb stays in registers */
+            const uint64_t ka = h ? kb[2] : kb[0], kc = h ? kb[3] : kb[1];
+            uint4 q = have_bits
+                          ? make_uint4((uint32_t)ka, (uint32_t)(ka >> 32), (uint32_t)kc, (uint32_t)(kc >> 32))
+                          : make_uint4(0u, 0u, 0u, 0u);
+            if (!have_bits && (((pm & 1u) && loc != idh) || ((pm & 2u) && loc + 1 != idh)))
+                q = fls_philox_pair(seed, offset, d, v);
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                if (!((pm >> t) & 1u))
+                    continue;
+                const float lk = h ? (t ? l[3] : l[2]) : (t ? l[1] : l[0]);
+                const float yk = h ? (t ? y[3] : y[2]) : (t ? y[1] : y[0]);
+                const float x = exact_y ? yk : fls_temper(lk, T);
+                saw_nan |= fls_bad_logit(lk);
+                saw_ovf |= fls_temper_overflows(lk, x);
+                const uint64_t bits = t ? ((uint64_t)q.w << 32) | q.z : ((uint64_t)q.y << 32) | q.x;
+                /* the per-token scheme's bound of these bits bounds this noise
+                 * too (fls_mf_noise: -log of more than the same E; fls_logf_ is
+                 * monotone), so no logs for a token below thr */
+                if (loc + (uint32_t)t != idh && __fadd_rn(yk, fminf(mmh, up[bits >> FLS_GB_SHIFT])) < thr)
+                    continue;
+                const float key = __fadd_rn(x, fls_mf_noise_dev(emh, mmh, idh, loc + (uint32_t)t, bits));
+                const unsigned long long pk = fls_pack(key, (uint32_t)(v + (uint64_t)t));
+                if (pk > best) {
+                    best = pk;
+                    bx = x;
+                }
+                kmax = fmaxf(kmax, key);
+            }
+        }
+    }
+    return kmax;
+}
+
+/*
+ * fls_wg_sample_rows under the min-first scheme (docs/NOISE.md). The tile's
+ * tokens 0-63 and 64-127 are two whole groups (v0 is a multiple of 128).
+ * The group blocks: with one draw, the caller's per-tile pass (pre: lane
+ * 2s + h holds group h of the warp's s-th row of the tile, so one Philox
+ * pass serves all the warp's rows); else, per draw, lane q < 2R draws group
+ * q % 2 of row q / 2 here. Exact skipping: thr is an exact key of the row
+ * and draw (the state's best, another CTA's, or on the row's first tile
+ * here the keys of each lane's largest logit and of the groups' minimum
+ * tokens), so a lower bound of the winner's key; a token with
+ * fl(y + M) < thr (strict; y >= x, every noise of its group <= M) has
+ * key <= fl(x + M) <= fl(y + M) < thr and cannot win, not even on a tie.
+ * Only the others get their pair's Philox block (the minimum token needs
+ * none): on flat rows, about one block per group instead of one per pair.
+ */
+template <int R>
+__device__ __forceinline__ void
+fls_wg_sample_rows_mf(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
+                      const int (&slot)[R], const fls_wg_state &st, int nd, uint32_t draw0, bool want_lse,
+                      bool pre, const fls_mf_group &tq, const float *up, unsigned long long *gthr, int row0,
+                      unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
+{
+    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
+    const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
+    float l[R][4], y[R][4], T[R];
+    bool exact_y[R];
+    unsigned long long gb[R];
+    float gx[R];
+    fls_wg_rows_load<R>(S, okm, v0, bl, st, want_lse, lane, ix, l, y, T, exact_y, gb, gx, saw_nan, saw_ovf);
+    bool any_noisy = false;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        any_noisy |= fls_temperature_noisy(T[r]);
+    for (int j = 0; j < nd; j++) {
+        const uint32_t d = draw0 + (uint32_t)j;
+        unsigned long long sb[R], best[R];
+        float bx[R], thr[R], gk[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            sb[r] = st.best[bl[r] * nd + j];
+            thr[r] = fls_key_of(sb[r]);
+            best[r] = gb[r];
+            bx[r] = gx[r];
+            const unsigned long long g = gthr ? __ldcg(gthr + (uint32_t)((row0 + bl[r]) * nd + j)) : 0ull;
+            gk[r] = gthr && (uint32_t)(g >> 32) == tep ? fls_unord((uint32_t)g) : -INFINITY;
+        }
+        if (any_noisy) { /* warp-uniform */
+            fls_mf_group mq = tq;
+            if (!pre) {
+                const int q = lane & (2 * R - 1);
+                const int blq = (q >> 1) == 0 ? bl[0] : bl[R - 1];
+                mq = fls_mf_group_dev(st.seed[blq], st.offset[blq], d, v0 / FLS_MF_GROUP + (uint64_t)(q & 1));
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float em[2], mm[2];
+                uint32_t id[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int src = pre ? 2 * slot[r] + h : 2 * r + h;
+                    em[h] = __shfl_sync(FLS_FULL_MASK, mq.emin, src);
+                    mm[h] = __shfl_sync(FLS_FULL_MASK, mq.m, src);
+                    id[h] = __shfl_sync(FLS_FULL_MASK, mq.idx, src);
+                }
+                if (!fls_temperature_noisy(T[r]))
+                    continue;
+                thr[r] = fmaxf(thr[r], gk[r]);
+                const uint64_t sr = st.seed[bl[r]], orr = st.offset[bl[r]];
+                uint64_t kb[4] = {0, 0, 0, 0};
+                if (thr[r] == -INFINITY) {
+                    /* the row's first tile here: most tokens are candidates
+                     * against a fresh bound, so every pair's block, straight-line
+                     * as the per-token sampler; the groups' minimum tokens and
+                     * each lane's largest logit first, then the rest against
+                     * their bits' bounds */
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint4 q = fls_philox_pair(sr, orr, d, v0 + (uint64_t)ix[2 * h]);
+                        kb[2 * h] = ((uint64_t)q.y << 32) | q.x;
+                        kb[2 * h + 1] = ((uint64_t)q.w << 32) | q.z;
+                    }
+                    unsigned seed_m = 0;
+                    int ks = -1;
+                    float ym = -INFINITY;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        if (((okm >> k) & 1u) && (ks < 0 || y[r][k] > ym)) {
+                            ks = k;
+                            ym = y[r][k];
+                        }
+                        seed_m |= (uint32_t)ix[k] % FLS_MF_GROUP == id[k >> 1] ? 1u << k : 0u;
+                    }
+                    seed_m = (seed_m | (ks >= 0 ? 1u << ks : 0u)) & okm;
+                    thr[r] = fls_warp_maxf(fls_wg_mf_keys(seed_m, l[r], y[r], exact_y[r], T[r], v0, ix, em,
+                                                          mm, id, sr, orr, d, true, kb, up, -INFINITY,
+                                                          best[r], bx[r], saw_nan, saw_ovf));
+                    (void)fls_wg_mf_keys(okm & ~seed_m, l[r], y[r], exact_y[r], T[r], v0, ix, em, mm, id, sr,
+                                         orr, d, true, kb, up, thr[r], best[r], bx[r], saw_nan, saw_ovf);
+                    continue;
+                }
+                /* branch-free candidate mask: one add and compare per token */
+                unsigned cm = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    cm |= !(__fadd_rn(y[r][k], mm[k >> 1]) < thr[r]) ? 1u << k : 0u;
+                (void)fls_wg_mf_keys(cm & okm, l[r], y[r], exact_y[r], T[r], v0, ix, em, mm, id, sr, orr, d,
+                                     false, kb, up, thr[r], best[r], bx[r], saw_nan, saw_ovf);
+            }
+        }
+        fls_wg_rows_commit<R>(best, bx, sb, bl, st, nd, j, gthr, row0, tep, lane);
+    }
+}
+
+/*
+ * One warp samples R rows bl[r] of one tile: the 128 logits S[r][0..128)
+ * (shared memory; tokens v0 + i; bit k of okm: the lane's token k is valid,
+ * fls_wg_lane_valid; the invalid ones read -inf) against the CTA's running
+ * state of each (row, draw). Lane p holds tokens 2p, 2p + 1, 64 + 2p,
+ * 65 + 2p: two Philox blocks per lane and row, straight-line code, so the
+ * R x 2 chains interleave.
+ *
+ * Exact skipping (up = the Gumbel upper-bound table in shared memory; all
+ * +inf when skip is off: every key computed): thr = the key of the state's
+ * best, an exact key of this row and draw, so a lower bound of the final
+ * winner's key (on the row's first tile here, each lane first computes the
+ * exact key of its largest logit, and thr is their maximum). A token with
+ * fl(y + up[bucket]) < thr (strict), y >= x (fls_temper_upper,
+ * fls_gumbel_bound.h), has key <= fl(x + up) <= fl(y + up) < thr: it cannot
+ * win, not even on a tie, and neither its division nor its logs are
+ * computed. Every key that is computed is the plain loop's key, bit for bit
+ * (exact division, fls_exact_key). The hot path is branch-free per token:
+ * the candidate mask is built from predicates, the rare cases (greedy rows,
+ * logsumexp, a tail tile, a very negative y) are warp-uniform or per-lane
+ * branches around it. The warp reduces its lanes only when one of them
+ * beats the state, and writes the state back; entries reach global memory
+ * once, at the end of the launch.
+ */
+template <int R>
+__device__ __forceinline__ void
+fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const int (&bl)[R],
+                   const fls_wg_state &st, int nd, uint32_t draw0, bool want_lse, bool skip, const float *up,
+                   unsigned long long *gthr, int row0, unsigned tep, int lane, bool &saw_nan, bool &saw_ovf)
+{
+    const int i0 = 2 * lane, i1 = 64 + 2 * lane;
+    const int ix[4] = {i0, i0 + 1, i1, i1 + 1};
+    float l[R][4], y[R][4], T[R];
+    bool exact_y[R];
+    unsigned long long gb[R]; /* greedy rows (T = 0): the winner of every draw */
+    float gx[R];
+    fls_wg_rows_load<R>(S, okm, v0, bl, st, want_lse, lane, ix, l, y, T, exact_y, gb, gx, saw_nan, saw_ovf);
     /* the pairs' bounds: fl(max y + FLS_GUMBEL_MAX), NaN kept */
     float pb[R][2];
 #pragma unroll
@@ -636,23 +853,7 @@ fls_wg_sample_rows(const float *const (&S)[R], unsigned okm, uint64_t v0, const 
                                         saw_nan, saw_ovf);
             }
         }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (__any_sync(FLS_FULL_MASK, best[r] > sb[r])) {
-                int src;
-                float wx;
-                const unsigned long long w = fls_warp_winner(best[r], bx[r], src, wx);
-                __syncwarp(); /* every lane has read sb before lane 0 overwrites it */
-                if (lane == 0) {
-                    st.best[bl[r] * nd + j] = w;
-                    st.bx[bl[r] * nd + j] = wx;
-                    if (gthr) /* share the key with the row's other CTAs */
-                        atomicMax(gthr + (uint32_t)((row0 + bl[r]) * nd + j),
-                                  ((unsigned long long)tep << 32) | (w >> 32));
-                }
-                __syncwarp();
-            }
-        }
+        fls_wg_rows_commit<R>(best, bx, sb, bl, st, nd, j, gthr, row0, tep, lane);
     }
 }
 
@@ -1071,6 +1272,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
         st.rT = st.T + N;
         /* the Gumbel upper-bound table; all +inf without skipping (every key computed) */
         const bool skip = a.ws.gup != NULL;
+        const bool mf = a.ws.noise == FLS_NOISE_MIN_FIRST; /* exact skipping by the groups' bounds */
         float *up = (float *)(smem + C::GB_OFF);
         for (int i = et; i < nb * nd; i += 32 * C::E) {
             st.best[i] = 0;
@@ -1089,44 +1291,73 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
             up[i] = !skip ? INFINITY : i < FLS_GB_N ? a.ws.gup[i] : a.ws.gup2[i - FLS_GB_N];
         asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
         bool saw_nan = false, saw_ovf = false;
-        int it = 0;
-        for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
-            const int buf = it % C::NS;
-            fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
-            __syncwarp();
-            float *S = (float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
-            const int64_t v0 = (int64_t)vt * WG_TV;
-            const int n = (int)min((int64_t)WG_TV, a.V - v0);
-            const unsigned okm = fls_wg_lane_valid(n, lane);
-            if (n < WG_TV) {
-                /* the tail tile: the columns past V (zero-filled by the copy engine)
-                 * read -inf in this warp's rows, so the sampler needs no mask on
-                 * its loads (the MMA rewrites every column of the next tile) */
-                for (int bl = ew; bl < nb; bl += C::E)
-                    for (int i = n + lane; i < WG_TV; i += 32)
-                        S[bl * C::SP + i] = -INFINITY;
+        /* one copy of the tile loop per noise scheme (their registers never
+         * live together) */
+        auto tiles = [&](auto mf_tag) {
+            constexpr bool MF = decltype(mf_tag)::value;
+            int it = 0;
+            for (int vt = slot; vt < a.nvt; vt += a.slots, it++) {
+                const int buf = it % C::NS;
+                fls_mbar_wait(SFULL(buf), (uint32_t)(it / C::NS) & 1u);
                 __syncwarp();
-            }
-            /* rows ew, ew + E, ...: one owner warp per row for the whole
-             * launch (it alone touches the row's state), two rows per call */
-            for (int bl = ew; bl < nb; bl += C::R * C::E) {
-                if (C::R == 2 && bl + C::E < nb) {
-                    const int bb[2] = {bl, bl + C::E};
-                    const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
-                    fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, fls_noise_draw(a.ws, 0),
-                                          a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
-                                          saw_nan, saw_ovf);
-                } else {
-                    const int bb[1] = {bl};
-                    const float *const ss[1] = {S + bl * C::SP};
-                    fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, fls_noise_draw(a.ws, 0),
-                                          a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch, lane,
-                                          saw_nan, saw_ovf);
+                float *S = (float *)(smem + C::STAGES * C::STAGE + buf * C::S_BYTES);
+                const int64_t v0 = (int64_t)vt * WG_TV;
+                const int n = (int)min((int64_t)WG_TV, a.V - v0);
+                const unsigned okm = fls_wg_lane_valid(n, lane);
+                if (n < WG_TV) {
+                    /* the tail tile: the columns past V (zero-filled by the copy engine)
+                     * read -inf in this warp's rows, so the sampler needs no mask on
+                     * its loads (the MMA rewrites every column of the next tile) */
+                    for (int bl = ew; bl < nb; bl += C::E)
+                        for (int i = n + lane; i < WG_TV; i += 32)
+                            S[bl * C::SP + i] = -INFINITY;
+                    __syncwarp();
                 }
+                /* the min-first scheme with one draw: the group blocks of all the
+                 * warp's rows of the tile in one pass (lane 2s + h: group h of row
+                 * ew + s E; where a warp has at most 16 rows) */
+                const bool pre = MF && nd == 1 && (N + C::E - 1) / C::E <= 16;
+                fls_mf_group tq = {0.0f, 0.0f, 0u};
+                if (pre) {
+                    const int blq = ew + (lane >> 1) * C::E;
+                    if (blq < nb)
+                        tq = fls_mf_group_dev(st.seed[blq], st.offset[blq], fls_noise_draw(a.ws, 0),
+                                              (uint64_t)v0 / FLS_MF_GROUP + (uint64_t)(lane & 1));
+                }
+                /* rows ew, ew + E, ...: one owner warp per row for the whole
+                 * launch (it alone touches the row's state), two rows per call */
+                /* the min-first sampler one row a call: its first tile holds a
+                 * row's four token blocks in registers */
+                constexpr int RC = MF ? 1 : C::R;
+                for (int bl = ew; bl < nb; bl += RC * C::E) {
+                    if (RC == 2 && bl + C::E < nb) {
+                        const int bb[2] = {bl, bl + C::E};
+                        const float *const ss[2] = {S + bl * C::SP, S + (bl + C::E) * C::SP};
+                        fls_wg_sample_rows<2>(ss, okm, (uint64_t)v0, bb, st, nd, fls_noise_draw(a.ws, 0),
+                                              a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N, a.ws.tepoch,
+                                              lane, saw_nan, saw_ovf);
+                    } else {
+                        const int bb[1] = {bl};
+                        const float *const ss[1] = {S + bl * C::SP};
+                        const int sl[1] = {(bl - ew) / C::E};
+                        if constexpr (MF)
+                            fls_wg_sample_rows_mf<1>(ss, okm, (uint64_t)v0, bb, sl, st, nd,
+                                                     fls_noise_draw(a.ws, 0), a.ws.want_lse != 0, pre, tq, up,
+                                                     a.ws.gthr, bt * N, a.ws.tepoch, lane, saw_nan, saw_ovf);
+                        else
+                            fls_wg_sample_rows<1>(ss, okm, (uint64_t)v0, bb, st, nd, fls_noise_draw(a.ws, 0),
+                                                  a.ws.want_lse != 0, skip, up, a.ws.gthr, bt * N,
+                                                  a.ws.tepoch, lane, saw_nan, saw_ovf);
+                    }
+                }
+                __syncwarp();
+                fls_mbar_arrive(SFREE(buf));
             }
-            __syncwarp();
-            fls_mbar_arrive(SFREE(buf));
-        }
+        };
+        if (mf)
+            tiles(std::true_type{});
+        else
+            tiles(std::false_type{});
         /* the CTA's partial winners: entry `slot` of each (row, draw); the
          * row's marks (finite: its best key > -inf; NaN: any lane saw one) */
         for (int bl = ew; bl < nb; bl += C::E) {

@@ -211,8 +211,12 @@ void case_gen_logits(const fls_audit_case *c, gsl_rng *r, float *l, int64_t *tie
     case FLS_SHAPE_GROUP_DEEP: {
         /* the head's group (group 1): its other members 15.2-15.7 nats below the
          * head (98%) or 15.7-25 (2%); every other group 10.5-14.5 nats below.
-         * Depths in nats of l / T. */
-        const int64_t g = c->ext && c->ext->group_size ? c->ext->group_size : 128;
+         * Depths in nats of l / T. The group: the grouped method's g, or the
+         * min-first scheme's 64 tokens (FLS_MF_GROUP: their noises share the
+         * group's largest one as a bound). */
+        const int64_t g = c->ext && c->ext->group_size                     ? c->ext->group_size
+                          : c->ext && c->ext->noise == FLS_NOISE_MIN_FIRST ? 64
+                                                                           : 128;
         const int64_t hg = V > g ? 1 : 0, h0 = hg * g, hn = V - h0 < g ? V - h0 : g;
         const double T = c->temps[0] > 0.0f ? (double)c->temps[0] : 1.0;
         for (int64_t v = 0; v < V; v++) {

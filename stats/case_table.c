@@ -25,7 +25,11 @@
  * 16-30 nats); tier 3 is quick on the CUDA engine and full-only on the CPU
  * (the fused deep tail: ~35 s on two cores, which the quick audit of the
  * command line should not take; the CPU's quick list has the deep tail on the
- * logits path and the multinomial baseline). */
+ * logits path and the multinomial baseline); tier 4 only in a full CPU run
+ * outside the CI suite (minutes each on two cores); tier 5 in every CUDA run
+ * and as tier 4 on the CPU: the min-first cases whose CPU cost is minutes
+ * (the CPU engine makes min-first noise with the scalar reference span,
+ * fls_ref_gumbel_span_mf: 10-30x the cost of the per-token SIMD spans). */
 /* What the cases add to the temperature rule (docs/RULES.md, docs/GROUPED.md): F(ID, g0, g1, ...) is the
  * value of the registry filter FLS_FILTER_<ID> in each group; a filter not named, or 0, is off. */
 #define F(ID, ...) [FLS_FILTER_##ID] = {__VA_ARGS__}
@@ -35,40 +39,41 @@
         0                                                                                                    \
     }
 // clang-format off
-/*                                   filters per group                                      wr, wr per group  g  io  pieces */
-static const fls_case_ext X_V1             = {{F(MIN_P, 0.5f), F(TOP_K, 1), F(TOP_P, 0.5f)}, 1, {0}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_MIXED          = {{F(MIN_P, 0, 0, 0.05f, 0.01f), F(TOP_K, 5, 0, 0, 30), F(TOP_P, 0, 0.8f, 0, 0.9f), F(TOP_NSIGMA, 0, 0, 0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_FUSED_SMALL    = {{F(MIN_P, 0.01f, 0), F(TOP_K, 40, 100), F(TOP_P, 0.95f, 0.7f), F(TOP_NSIGMA, 0, 2.0)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_TOPK50         = {{F(TOP_K, 50)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_TOPK20         = {{F(TOP_K, 20)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_TOPK1          = {{F(TOP_K, 1)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_TOPP90         = {{F(TOP_P, 0.9f)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_TOPP95         = {{F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_MINP_HEAVY     = {{F(MIN_P, 1e-7f)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_ALL3           = {{F(MIN_P, 0.02f), F(TOP_K, 200), F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_FLAT           = {{F(MIN_P, 0.5f), F(TOP_K, 100), F(TOP_P, 0.5f)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_COMBO          = {{F(MIN_P, 0.001f, 0.0005f), F(TOP_K, 300, 150), F(TOP_P, 0.95f, 0.9f), F(TOP_NSIGMA, 2.0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_NSIGMA         = {{F(TOP_NSIGMA, 1.0)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_EPSILON        = {{F(EPSILON, 2e-3)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_HEAVY_BIG      = {{F(MIN_P, 1e-8f), F(TOP_K, 60000), F(TOP_P, 0.999f)}, NOWR, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_WR_SMALL       = {{F(TOP_K, 0, 4)}, 3, {3, 2}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_WR_RULES       = {{F(MIN_P, 0, 0.1f, 0), F(TOP_K, 0, 0, 2)}, 3, {3, 2, 3}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_WR_FUSED_SMALL = {{F(TOP_P, 0.9f)}, 2, {0}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_WR_TOPK        = {{F(TOP_K, 100)}, 4, {0}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_WR_TOPP        = {{F(TOP_P, 0.9f)}, 3, {0}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_WR_BIG         = {{F(TOP_K, 2000)}, 3, {0}, 0, FLS_IO_CALL, 0};
-static const fls_case_ext X_G32            = {{{0}}, NOWR, 32, FLS_IO_CALL, 0};
-static const fls_case_ext X_G64            = {{{0}}, NOWR, 64, FLS_IO_CALL, 0};
-static const fls_case_ext X_G128           = {{{0}}, NOWR, 128, FLS_IO_CALL, 0};
-static const fls_case_ext X_G256           = {{{0}}, NOWR, 256, FLS_IO_CALL, 0};
-static const fls_case_ext X_G512           = {{{0}}, NOWR, 512, FLS_IO_CALL, 0};
-static const fls_case_ext X_G1024          = {{{0}}, NOWR, 1024, FLS_IO_CALL, 0};
-static const fls_case_ext X_STREAM5        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 5};
-static const fls_case_ext X_STREAM7        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 7};
-static const fls_case_ext X_STREAM9_G64    = {{{0}}, NOWR, 64, FLS_IO_STREAM, 9};
-static const fls_case_ext X_SHARDS4        = {{{0}}, NOWR, 0, FLS_IO_SHARDS, 4};
-static const fls_case_ext X_SHARDS_G32     = {{{0}}, NOWR, 32, FLS_IO_SHARDS, 3};
-static const fls_case_ext X_SHARDS3_G128   = {{{0}}, NOWR, 128, FLS_IO_SHARDS, 3};
+/*                                   filters per group                                      wr, wr per group  g  io  pieces  noise */
+static const fls_case_ext X_V1             = {{F(MIN_P, 0.5f), F(TOP_K, 1), F(TOP_P, 0.5f)}, 1, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_MIXED          = {{F(MIN_P, 0, 0, 0.05f, 0.01f), F(TOP_K, 5, 0, 0, 30), F(TOP_P, 0, 0.8f, 0, 0.9f), F(TOP_NSIGMA, 0, 0, 0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_FUSED_SMALL    = {{F(MIN_P, 0.01f, 0), F(TOP_K, 40, 100), F(TOP_P, 0.95f, 0.7f), F(TOP_NSIGMA, 0, 2.0)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_TOPK50         = {{F(TOP_K, 50)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_TOPK20         = {{F(TOP_K, 20)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_TOPK1          = {{F(TOP_K, 1)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_TOPP90         = {{F(TOP_P, 0.9f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_TOPP95         = {{F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_MINP_HEAVY     = {{F(MIN_P, 1e-7f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_ALL3           = {{F(MIN_P, 0.02f), F(TOP_K, 200), F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_FLAT           = {{F(MIN_P, 0.5f), F(TOP_K, 100), F(TOP_P, 0.5f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_COMBO          = {{F(MIN_P, 0.001f, 0.0005f), F(TOP_K, 300, 150), F(TOP_P, 0.95f, 0.9f), F(TOP_NSIGMA, 2.0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_NSIGMA         = {{F(TOP_NSIGMA, 1.0)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_EPSILON        = {{F(EPSILON, 2e-3)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_HEAVY_BIG      = {{F(MIN_P, 1e-8f), F(TOP_K, 60000), F(TOP_P, 0.999f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_WR_SMALL       = {{F(TOP_K, 0, 4)}, 3, {3, 2}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_WR_RULES       = {{F(MIN_P, 0, 0.1f, 0), F(TOP_K, 0, 0, 2)}, 3, {3, 2, 3}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_WR_FUSED_SMALL = {{F(TOP_P, 0.9f)}, 2, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_WR_TOPK        = {{F(TOP_K, 100)}, 4, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_WR_TOPP        = {{F(TOP_P, 0.9f)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_WR_BIG         = {{F(TOP_K, 2000)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_G32            = {{{0}}, NOWR, 32, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_G64            = {{{0}}, NOWR, 64, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_G128           = {{{0}}, NOWR, 128, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_G256           = {{{0}}, NOWR, 256, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_G512           = {{{0}}, NOWR, 512, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_G1024          = {{{0}}, NOWR, 1024, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_STREAM5        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 5, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_STREAM7        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 7, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_STREAM9_G64    = {{{0}}, NOWR, 64, FLS_IO_STREAM, 9, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_SHARDS4        = {{{0}}, NOWR, 0, FLS_IO_SHARDS, 4, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_SHARDS_G32     = {{{0}}, NOWR, 32, FLS_IO_SHARDS, 3, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_SHARDS3_G128   = {{{0}}, NOWR, 128, FLS_IO_SHARDS, 3, FLS_NOISE_PER_TOKEN};
+static const fls_case_ext X_MF             = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_MIN_FIRST};
 // clang-format on
 #undef NOWR
 #undef F
@@ -150,6 +155,35 @@ static const fls_audit_case cases[] = {
     {"stream-grouped-fused", GROUPED_F,       FLS_SHAPE_NORMAL,  1.5,   1031,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_STREAM9_G64},
     {"shards-peaked-logits", LOGITS,          FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.0, &X_SHARDS4},
     {"shards-grouped-fused", GROUPED_F,       FLS_SHAPE_ZIPF,    0.0,   4096,   1, {0.9f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_SHARDS3_G128},
+    /* the min-first noise scheme (FLS_NOISE_MIN_FIRST): each case its per-token twin's (the name without
+     * "mf-": shape, sizes, tier, design; inputs from its own name) but for the noise, those of minutes on two
+     * CPU cores at tier 5 (or 3 for seconds beyond the quick list's); V = 2, 8, 17 in one group
+     * (the group's minimum may fall past V), V = 1031 not a multiple of 64, T = 0 rows, the deep tail that
+     * only the group's largest noise M carries, a deep tail inside the head's group, offsets, draws, seeds */
+    {"mf-coin-logits",      LOGITS,           FLS_SHAPE_COIN,    0.0,   2,      1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-v17-logits",       LOGITS,           FLS_SHAPE_NORMAL,  1.0,   17,     1, {1.0f},                         2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-flat-logits",      LOGITS,           FLS_SHAPE_FLAT,    0.0,   1000,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   0,   0.0, &X_MF},
+    {"mf-zipf-logits",      LOGITS,           FLS_SHAPE_ZIPF,    0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  5,   0,   0.0, &X_MF},
+    {"mf-peaked-logits",    LOGITS,           FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  5,   1,   0.0, &X_MF},
+    {"mf-heavy-logits",     LOGITS,           FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  5,   1,   0.3, &X_MF},
+    {"mf-masked-logits",    LOGITS,           FLS_SHAPE_MASKED,  0.0,   1031,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-rowtemp-small",    LOGITS,           FLS_SHAPE_NORMAL,  2.0,   256,    4, {0.7f, 2.5f, 0.3f, 0.0f},       2,   FLS_DTYPE_F32,   0,  0,   1,   0.0, &X_MF},
+    {"mf-rowtemp-logits",   LOGITS,           FLS_SHAPE_NORMAL,  2.0,   1024,   5, {0.3f, 0.7f, 0.0f, 1.0f, 2.5f}, 2,   FLS_DTYPE_F32,   0,  5,   1,   0.0, &X_MF},
+    {"mf-greedy-logits",    LOGITS,           FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-deep-logits",      LOGITS,           FLS_SHAPE_DEEP,    17.0,  4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  5,   1,   0.7, &X_MF},
+    {"mf-deep-small",       LOGITS,           FLS_SHAPE_DEEP,    15.0,  1024,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.7, &X_MF},
+    {"mf-deep-logits-fine", LOGITS,           FLS_SHAPE_DEEP,    16.0,  16384,  1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  2,   1,   0.25, &X_MF},
+    {"mf-group-deep-logits", LOGITS,          FLS_SHAPE_GROUP_DEEP, 0.0, 256,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  5,   1,   0.7, &X_MF},
+    {"mf-pairs-offset",     FLS_CASE_PAIRS_OFFSET, PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-pairs-draw",       FLS_CASE_PAIRS_DRAW,   PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-pairs-seed",       FLS_CASE_PAIRS_SEED,   PAIRS,        FLS_SHAPE_NORMAL, 0.7, 8, 1, {1.0f},             512, FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MF},
+    {"mf-zipf-fused",       FUSED,            FLS_SHAPE_ZIPF,    0.0,   4096,   2, {1.0f, 0.8f},                   2,   FLS_DTYPE_BF16,  16, 5,   0,   0.0, &X_MF},
+    {"mf-normal-fused-f32", FUSED,            FLS_SHAPE_NORMAL,  1.5,   1031,   2, {0.7f, 2.5f},                   2,   FLS_DTYPE_F32,   33, 3,   0,   0.0, &X_MF},
+    {"mf-heavy-fused",      FUSED,            FLS_SHAPE_HEAVY,   0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 5,   1,   0.3, &X_MF},
+    {"mf-deep-fused",       FUSED,            FLS_SHAPE_DEEP,    17.0,  4096,   1, {0.8f},                         4,   FLS_DTYPE_BF16,  16, 5,   1,   0.7, &X_MF},
+    {"mf-greedy-fused",     FUSED,            FLS_SHAPE_TIES,    0.0,   4096,   1, {0.0f},                         4,   FLS_DTYPE_BF16,  16, 0,   0,   0.0, &X_MF},
+    {"mf-zipf-unfused-gumbel", FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_GUMBEL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},    4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_MF},
+    {"mf-deep-fused-262144", FUSED,           FLS_SHAPE_DEEP,    16.0,  262144, 1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 2,   1,   0.1, &X_MF},
 };
 // clang-format on
 
@@ -209,7 +243,7 @@ int fls_audit_case_in_run(size_t i, int full, fls_engine engine)
     if (cuda && fls_audit_case_cpu_only(&cases[i]))
         return 0;
     return tier == 0 || (tier == 1 && full) || (tier == 2 && full && cuda) || (tier == 3 && (full || cuda)) ||
-           (tier == 4 && full == 1 && !cuda);
+           (tier == 4 && full == 1 && !cuda) || (tier == 5 && (cuda || full == 1));
 }
 
 size_t fls_audit_run_count(int full, fls_engine engine)

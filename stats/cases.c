@@ -138,6 +138,7 @@ typedef struct gof_run {
     int64_t V, G, R, B;
     int K, tuples, cond, rule;
     int64_t KW, stride, cells;
+    int state; /* a rule, without replacement, the grouped method or streaming: per-(row, draw) state */
     gsl_rng *rng;
     float *target, *L, *Hg, *H, *temps;
     void *W;
@@ -308,7 +309,7 @@ static fls_status gof_plan(gof_run *g)
         return st;
     const int64_t B = g->B, draws_row = ceil_div(N, g->R);
     int64_t dpc = (int64_t)(CALL_BUDGET / ((double)B * (double)g->V));
-    if (g->x && dpc * B > MAX_CALL_DRAWS) /* the rule family's and the streams' per-draw state */
+    if (g->state && dpc * B > MAX_CALL_DRAWS) /* the rule family's and the streams' per-draw state */
         dpc = MAX_CALL_DRAWS / B;
     dpc = dpc < 1 ? 1 : dpc > draws_row ? draws_row : dpc;
     g->calls = ceil_div(draws_row, dpc);
@@ -385,7 +386,7 @@ static fls_status gof_rule_params(gof_run *g, fls_params *p)
 }
 
 /* The call's parameters: method, draws, seeds, temperatures, the rule,
- * without replacement, the grouped method's g. */
+ * without replacement, the grouped method's g, the noise scheme. */
 static fls_status gof_params(gof_run *g, fls_params *p)
 {
     const fls_audit_case *c = g->c;
@@ -401,6 +402,7 @@ static fls_status gof_params(gof_run *g, fls_params *p)
     if (!g->x)
         return FLS_OK;
     p->group_size = g->x->group_size;
+    p->noise = g->x->noise;
     fls_status st;
     if (g->rule && (st = gof_rule_params(g, p)) != FLS_OK)
         return st;
@@ -422,20 +424,22 @@ static void gof_log(const gof_run *g)
     const case_run *cr = g->cr;
     const case_io *io = g->io;
     const int64_t V = g->V, G = g->G, B = g->B;
-    fprintf(stderr,
-            "[audit] %s: %s%s%s, V %lld, %lld group(s) x %lld rows, N %lld per group (alpha %.3g; gof design "
-            "N %lld on %lld %s: %d bins, dof %d + %d exact)"
-            ", %lld call(s) x %lld draws/row, input seed 0x%016llx, case seed 0x%016llx"
-            " (row b: seed fls_row_seed(case seed, b), offset = call index)\n",
-            c->name, c->fused ? "fls_sample_fused" : "fls_sample_logits",
-            c->method == FLS_METHOD_GROUPED ? " grouped" : "",
-            io->mode == FLS_IO_STREAM   ? " through fls_stream (random chunks, random order)"
-            : io->mode == FLS_IO_SHARDS ? " through fls_stream shards (bytes, merged in a random order)"
-                                        : "",
-            (long long)V, (long long)G, (long long)g->R, (long long)g->per_group, cr->alpha,
-            (long long)g->design.N, (long long)g->cells, g->tuples ? "tuple cells" : "tokens", g->design.bins,
-            g->design.dof, g->design.n_exact, (long long)g->calls, (long long)g->dpc,
-            (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
+    fprintf(
+        stderr,
+        "[audit] %s: %s%s%s%s, V %lld, %lld group(s) x %lld rows, N %lld per group (alpha %.3g; gof design "
+        "N %lld on %lld %s: %d bins, dof %d + %d exact)"
+        ", %lld call(s) x %lld draws/row, input seed 0x%016llx, case seed 0x%016llx"
+        " (row b: seed fls_row_seed(case seed, b), offset = call index)\n",
+        c->name, c->fused ? "fls_sample_fused" : "fls_sample_logits",
+        c->method == FLS_METHOD_GROUPED ? " grouped" : "",
+        g->x && g->x->noise == FLS_NOISE_MIN_FIRST ? " (min-first noise)" : "",
+        io->mode == FLS_IO_STREAM   ? " through fls_stream (random chunks, random order)"
+        : io->mode == FLS_IO_SHARDS ? " through fls_stream shards (bytes, merged in a random order)"
+                                    : "",
+        (long long)V, (long long)G, (long long)g->R, (long long)g->per_group, cr->alpha,
+        (long long)g->design.N, (long long)g->cells, g->tuples ? "tuple cells" : "tokens", g->design.bins,
+        g->design.dof, g->design.n_exact, (long long)g->calls, (long long)g->dpc,
+        (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
     if (g->x && (g->rule || g->KW > 0 || g->x->group_size))
         for (int64_t k = 0; k < G; k++) {
             char desc[256];
@@ -691,6 +695,8 @@ static fls_status run_gof(case_run *cr, case_io *io)
     g.cond = g.KW >= 2 && !g.tuples;
     g.cells = g.tuples ? fls_stats_pl_cells(g.V, (int)g.KW) : g.V;
     g.rule = fls_audit_case_has_rule(g.c);
+    /* the noise scheme alone adds no state: such a case is planned as one without ext */
+    g.state = g.x && (g.rule || g.KW > 0 || g.x->group_size || g.x->io != FLS_IO_CALL);
     fls_status st = gof_steps(&g);
     gof_free(&g);
     return st;
@@ -702,6 +708,7 @@ static fls_status run_pairs(case_run *cr, case_io *io)
     const int64_t V = c->V, M = c->rows_per_group, V2 = V * V;
     const int K = FLS_STATS_MAX_BINS;
     const int per_row = c->kind == FLS_CASE_PAIRS_DRAW; /* pairs inside a row, else across two rows */
+    const fls_noise noise = c->ext ? c->ext->noise : FLS_NOISE_PER_TOKEN; /* all a pairs case reads of ext */
     const int64_t B = per_row ? M : 2 * M;
     fls_status st = FLS_ERR_OUT_OF_MEMORY;
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
@@ -754,17 +761,19 @@ static fls_status run_pairs(case_run *cr, case_io *io)
         }
     }
     if (cr->o->progress)
-        fprintf(stderr,
-                "[audit] %s: V %lld, %lld pairs (%lld row pairs x %lld; %d bins), %s, input seed 0x%016llx, "
-                "case seed 0x%016llx\n",
-                c->name, (long long)V, (long long)(M * d), (long long)M, (long long)d, design.bins,
-                c->kind == FLS_CASE_PAIRS_OFFSET
-                    ? "rows 2i, 2i+1: seed fls_row_seed(case seed, i), offsets o_i, o_i + 1 with o_i "
-                      "= case_splitmix64(case seed ^ 0x5bd1e995 (i + 1))"
-                : c->kind == FLS_CASE_PAIRS_SEED
-                    ? "rows 2i, 2i+1: raw seeds case seed + 2i, + 2i + 1, offset 0"
-                    : "row i: seed fls_row_seed(case seed, i), pairs of draws (2k, 2k+1)",
-                (unsigned long long)cr->input_seed, (unsigned long long)cr->case_seed);
+        fprintf(
+            stderr,
+            "[audit] %s: V %lld, %lld pairs (%lld row pairs x %lld; %d bins), %s%s, input seed 0x%016llx, "
+            "case seed 0x%016llx\n",
+            c->name, (long long)V, (long long)(M * d), (long long)M, (long long)d, design.bins,
+            c->kind == FLS_CASE_PAIRS_OFFSET
+                ? "rows 2i, 2i+1: seed fls_row_seed(case seed, i), offsets o_i, o_i + 1 with o_i "
+                  "= case_splitmix64(case seed ^ 0x5bd1e995 (i + 1))"
+            : c->kind == FLS_CASE_PAIRS_SEED
+                ? "rows 2i, 2i+1: raw seeds case seed + 2i, + 2i + 1, offset 0"
+                : "row i: seed fls_row_seed(case seed, i), pairs of draws (2k, 2k+1)",
+            noise == FLS_NOISE_MIN_FIRST ? ", min-first noise" : "", (unsigned long long)cr->input_seed,
+            (unsigned long long)cr->case_seed);
     snprintf(cr->err, sizeof cr->err, "device memory");
     if ((st = case_io_prepare(io)) != FLS_OK)
         goto done;
@@ -774,6 +783,7 @@ static fls_status run_pairs(case_run *cr, case_io *io)
     p.row_seeds = seeds;
     p.row_offsets = offsets;
     p.temperature_value = c->temps[0];
+    p.noise = noise;
     if ((st = case_io_sample(io, &p, B, tokens)) != FLS_OK) {
         snprintf(cr->err, sizeof cr->err, "sampling failed (%s)", fls_status_string(st));
         goto done;

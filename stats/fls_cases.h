@@ -22,8 +22,8 @@ extern "C" {
 
 /* fls_audit_options.full: 0 = quick (seconds), 1 = full (every case of the
  * engine: minutes on the GPU, tens of minutes on two CPU cores: the heavy
- * CPU cases of tier 4), FLS_AUDIT_FULL_CI = full without tier 4 (the CI
- * suite's run). */
+ * CPU cases of tiers 4 and 5), FLS_AUDIT_FULL_CI = full without tiers 4 and 5
+ * on the CPU (the CI suite's run). */
 #define FLS_AUDIT_FULL_CI 2
 
 typedef struct fls_audit_options {
@@ -78,7 +78,9 @@ typedef enum fls_case_io {
                          merged in a random order (the tensor-parallel exchange), then finalized */
 } fls_case_io;
 
-/* What a case adds to the temperature rule (NULL in the table: nothing). */
+/* What a case adds to the temperature rule, and its noise scheme (NULL in
+ * the table: nothing, the default per-token noise). The pairs cases
+ * (FLS_CASE_PAIRS_*) read its noise only. */
 typedef struct fls_case_ext {
     /* The rule family, per group: filter[id][g] is the value of the registry
      * filter id (variants/registry.h, FLS_FILTER_<ID>) in group g, 0 = off
@@ -92,7 +94,8 @@ typedef struct fls_case_ext {
     int64_t wr_rows[8]; /* per group K_b <= wr_k (0: wr_k) */
     int64_t group_size; /* FLS_METHOD_GROUPED */
     fls_case_io io;
-    int pieces; /* FLS_IO_STREAM: chunks per call; FLS_IO_SHARDS: shards per call */
+    int pieces;      /* FLS_IO_STREAM: chunks per call; FLS_IO_SHARDS: shards per call */
+    fls_noise noise; /* fls_params.noise (FLS_NOISE_MIN_FIRST: the flat method, no rule, FLS_IO_CALL) */
 } fls_case_ext;
 
 typedef struct fls_audit_case {
@@ -110,10 +113,12 @@ typedef struct fls_audit_case {
     int64_t D;               /* fused: columns of W and H */
     int tier;                /* 0: every run (quick); 1: full runs; 2: full runs on the CUDA engine only;
                               * 3: every run on the CUDA engine, full runs on the CPU; 4: full runs on the
-                              * CPU engine but not the CI suite's (FLS_AUDIT_FULL_CI: minutes each) */
+                              * CPU engine but not the CI suite's (FLS_AUDIT_FULL_CI: minutes each);
+                              * 5: every run on the CUDA engine, on the CPU as 4 */
     int tail;                /* runs the tail tests (t = 10, 15, 20, 25) beside the goodness of fit */
     double tail_deficit;     /* > 0: enough draws that the t = 15 test catches this relative deficit */
-    const fls_case_ext *ext; /* rules, without replacement, the grouped method's g, streaming (or NULL) */
+    const fls_case_ext *ext; /* rules, without replacement, the grouped method's g, streaming, the noise
+                              * scheme (or NULL) */
 } fls_audit_case;
 
 /* Whether a case runs on the CPU engine only (the multinomial baseline's

@@ -10,6 +10,8 @@
  *                   replayed: an async context, the rows' params in device memory
  *   fused_grouped   the grouped method (Group-Gumbel-Max, g = 128) on the wgmma kernel;
  *                   grouped_chunked the same on cuBLAS chunks + the grouped segment sampler
+ *   fused_wgmma_mf, fused_chunked_mf  the wgmma kernel and the chunked path under the
+ *                   min-first noise scheme (FLS_NOISE_MIN_FIRST, docs/NOISE.md)
  *   fused_wgmma     the fused warp-specialised tensor-core kernel (logits stay on chip);
  *                   wgmma_gemm_only its mainloop alone, fused_wgmma_noskip every key
  *                   computed, fused_wgmma_xe / _n64 other sampler-warp counts and tiles
@@ -163,6 +165,8 @@ enum {
     E_GROUPED,
     E_GROUPED_CHUNKED,
     E_FUSED_GRAPH,
+    E_WGMMA_MF,
+    E_CHUNKED_MF,
     /* the rule family (opt-in: --engines rule_...) */
     E_RULE_MINP,
     E_RULE_TOPK,
@@ -201,6 +205,8 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "fused_grouped",
                                             "grouped_chunked",
                                             "fused_graph",
+                                            "fused_wgmma_mf",
+                                            "fused_chunked_mf",
                                             "rule_minp005",
                                             "rule_topk50",
                                             "rule_topp09",
@@ -365,8 +371,10 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
         fls_matrix L = {b->logits, FLS_DTYPE_F32, b->B, b->V, b->V};
         return fls_cuda_run(b->ctx, NULL, NULL, &L, &req, &out, &o);
     }
+    if (engine == E_WGMMA_MF || engine == E_CHUNKED_MF) /* the min-first noise scheme */
+        req.noise = FLS_NOISE_MIN_FIRST;
     if (engine == E_WGMMA || engine == E_WGMMA_GEMM || engine == E_WGMMA_XE || engine == E_WGMMA_NS ||
-        engine == E_WGMMA_N64) {
+        engine == E_WGMMA_N64 || engine == E_WGMMA_MF) {
         /* _gemm_only: the mainloop without the sampler; _xe: 15 sampling
          * warps of one row per call at tile 64, 7 at the others (the
          * default is 11 warps of two rows per call at tiles 32-128, 7 at
@@ -387,7 +395,7 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
         if (engine == E_GROUPED_CHUNKED)
             o.path = FLS_CUDA_PATH_CHUNKED;
     } else if (engine == E_CHUNKED || engine == E_CHUNKED_NS || engine == E_CHUNK_GEMM ||
-               engine == E_CHUNKED_CAP5)
+               engine == E_CHUNKED_CAP5 || engine == E_CHUNKED_MF)
         o.path = FLS_CUDA_PATH_CHUNKED;
     else if (engine == E_UGUMBEL)
         req.method = FLS_METHOD_UNFUSED_GUMBEL;

@@ -58,6 +58,10 @@ static void sample_help(void)
            "                          materialize the logits)\n"
            "  --group-size G          --method grouped: tokens per group, a power of two in [2, 2^20],\n"
            "                          default %d\n"
+           "  --noise SCHEME          how the Gumbel noise is made from the seed (docs/NOISE.md):\n"
+           "                          per-token (default) or min-first (each 64-token group's smallest\n"
+           "                          exponential first: the same distribution, other tokens); min-first\n"
+           "                          takes --method fused or unfused-gumbel, no rule, no streaming\n"
            "%s"
            "streaming (both engines, --method fused or grouped, no rules; the tokens of one call):\n"
            "  --stream-chunk C        feed the vocabulary to the streaming API (fls_stream_*) in\n"
@@ -92,7 +96,7 @@ static void sample_help(void)
 
 typedef struct sample_opts {
     const char *logits, *weights, *hidden, *weights_dtype, *temperature, *seed, *row_seeds, *offset, *samples,
-        *device, *threads, *simd, *out, *counts, *method, *group_size, *stream_chunk, *shards;
+        *device, *threads, *simd, *out, *counts, *method, *group_size, *noise, *stream_chunk, *shards;
     int early;
     cli_rule_opts rule;
 } sample_opts;
@@ -115,6 +119,19 @@ static int parse_method(const char *s, fls_method *m)
             return 0;
         }
     cli_error("--method: expected fused, grouped, unfused-gumbel or unfused-multinomial, got '%s'", s);
+    return -1;
+}
+
+static int parse_noise(const char *s, fls_noise *n)
+{
+    *n = FLS_NOISE_PER_TOKEN;
+    if (!s || strcmp(s, "per-token") == 0)
+        return 0;
+    if (strcmp(s, "min-first") == 0) {
+        *n = FLS_NOISE_MIN_FIRST;
+        return 0;
+    }
+    cli_error("--noise: expected per-token or min-first, got '%s'", s);
     return -1;
 }
 
@@ -359,6 +376,7 @@ typedef struct sample_run {
     fls_engine engine;
     fls_simd simd;
     fls_method method;
+    fls_noise noise;
     cli_rule rule;
     int rules, streaming;
     /* the inputs: L (B, V), or W (V, D) and H (B, D) */
@@ -405,6 +423,7 @@ static int sample_parse_args(int argc, char **argv, sample_run *s, int *help)
                                {"--counts", &o->counts, NULL},
                                {"--method", &o->method, NULL},
                                {"--group-size", &o->group_size, NULL},
+                               {"--noise", &o->noise, NULL},
                                {"--stream-chunk", &o->stream_chunk, NULL},
                                {"--early-finalize", NULL, &o->early},
                                {"--shards", &o->shards, NULL},
@@ -460,13 +479,41 @@ static int sample_parse_values(sample_run *s)
                                           &s->stream_chunk) != 0) ||
         (o->shards && cli_parse_i64("--shards", o->shards, 1, 65536, &s->shards) != 0) ||
         cli_parse_device(o->device, &s->engine) != 0 || cli_parse_simd(o->simd, &s->simd) != 0 ||
-        parse_method(o->method, &s->method) != 0 || cli_rule_parse(&o->rule, &s->rule) != CLI_OK)
+        parse_method(o->method, &s->method) != 0 || parse_noise(o->noise, &s->noise) != 0 ||
+        cli_rule_parse(&o->rule, &s->rule) != CLI_OK)
         return CLI_USAGE;
     return CLI_OK;
 }
 
+/* --noise min-first: what the library takes it with (fls_noise), said before
+ * any work. CLI_OK or CLI_USAGE. */
+static int sample_check_noise(const sample_run *s)
+{
+    const sample_opts *o = &s->o;
+    if (s->noise != FLS_NOISE_MIN_FIRST)
+        return CLI_OK;
+    if (s->method != FLS_METHOD_FUSED && s->method != FLS_METHOD_UNFUSED_GUMBEL) {
+        cli_error("--noise min-first takes --method fused or unfused-gumbel (the flat Gumbel-max), not %s",
+                  method_name(s->method));
+        return CLI_USAGE;
+    }
+    if (s->rules) {
+        cli_error("--noise min-first takes no rule (%s): use --noise per-token",
+                  cli_rule_first_flag(&o->rule));
+        return CLI_USAGE;
+    }
+    if (o->stream_chunk || o->shards || o->early) {
+        cli_error("--noise min-first is for one-shot calls: %s streams; use --noise per-token",
+                  o->stream_chunk ? "--stream-chunk"
+                  : o->shards     ? "--shards"
+                                  : "--early-finalize");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
 /* The values that do not go together: temperature, --simd, the method's
- * options and the rules. CLI_OK or CLI_USAGE. */
+ * options, the noise scheme and the rules. CLI_OK or CLI_USAGE. */
 static int sample_check_method(sample_run *s)
 {
     const sample_opts *o = &s->o;
@@ -500,7 +547,7 @@ static int sample_check_method(sample_run *s)
             "fused or unfused-gumbel");
         return CLI_USAGE;
     }
-    return CLI_OK;
+    return sample_check_noise(s);
 }
 
 /* --stream-chunk, --shards, --early-finalize: what they take, and the
@@ -709,6 +756,7 @@ static int sample_setup_engine(sample_run *s)
     fls_params_default(p);
     p->method = s->method;
     p->group_size = s->group_size;
+    p->noise = s->noise;
     p->temperature_value = s->temperature;
     p->seed = s->seed;
     p->row_seeds = s->row_seeds;
@@ -926,6 +974,8 @@ static void sample_report_run(const sample_run *s)
             printf(" (group size %lld)", (long long)(s->group_size ? s->group_size : FLS_GROUP_SIZE_DEFAULT));
         printf("; rule: %s\n", rdesc);
     }
+    if (s->noise == FLS_NOISE_MIN_FIRST)
+        printf("noise min-first (docs/NOISE.md)\n");
     if (s->rules) {
         fls_counters c;
         fls_counters_default(&c);

@@ -123,7 +123,7 @@ skip_reasons "$prefix-ci"
 # this build's command line for the CLI identity tests and the audit notebooks
 FLASHSAMPLE_TOOL="$PWD/$prefix-ci/tools/flashsample" FLASHSAMPLE_VENV="$PWD/$prefix-pyvenv" bash python/run-tests.sh
 
-stage "suite stats (goodness of fit; about 4 minutes on 2 cores, one line per test)"
+stage "suite stats (goodness of fit; about 6 minutes on 2 cores, one line per test)"
 # --verbose streams the tests' output; Criterion's --verbose prints a line as each test ends.
 meson test -C "$prefix-ci" --print-errorlogs --num-processes 1 --suite stats --verbose --test-args=--verbose
 skip_reasons "$prefix-ci"

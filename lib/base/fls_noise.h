@@ -248,6 +248,61 @@ FLS_HD float fls_group_gumbel(uint64_t gkey, uint64_t offset, uint32_t draw, uin
     return fls_gumbel_from_bits(fls_group_noise_bits(gkey, offset, draw, group));
 }
 
+/*
+ * The min-first scheme (FLS_NOISE_MIN_FIRST, docs/NOISE.md "The min-first
+ * scheme"): the 64 tokens 64g .. 64g + 63 of group g (tokens past V count)
+ * get the joint law of 64 independent Exp(1) variables built from their
+ * minimum: Emin = E0 / 64 (E0 the exponential of the group's own block; the
+ * scaling by 2^-6 is exact), the minimum at token 64g + idx, the other 63
+ * at Emin + E_v (memorylessness) with E_v the exponential of token v's own
+ * bits (fls_noise_bits, as in the per-token scheme). G = -log of that,
+ * clamped to the group's largest noise M = -log(Emin), so M bounds every
+ * noise of the group rigorously in float: a token with fl(x + M) below a
+ * known key cannot win, and its Philox block is never needed.
+ * The group block is Philox4x32-10 under the row seed at counter
+ * (2^31 | g, d, lo32(o), hi32(o)); token blocks use v >> 1 < 2^31 there
+ * (V <= 2^32 with this scheme), so the two never share a counter.
+ */
+#define FLS_MF_GROUP      64
+#define FLS_MF_TAG        0x80000000u
+#define FLS_MF_VOCAB_MAX  (((int64_t)1) << 32)
+#define FLS_MF_GUMBEL_MAX 49.22f /* -log(2^-65 / 64) = 49.213: bounds every min-first noise */
+
+typedef struct fls_mf_group {
+    float emin;   /* the group's smallest exponential */
+    float m;      /* -log(emin): the group's largest noise */
+    uint32_t idx; /* the token of the minimum: 64g + idx */
+} fls_mf_group;
+
+FLS_HD fls_mf_group fls_mf_group_of(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t group)
+{
+    uint32_t c[4] = {FLS_MF_TAG | (uint32_t)group, draw, (uint32_t)offset, (uint32_t)(offset >> 32)};
+    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    fls_philox_block b = fls_philox4x32_10(c, k);
+    fls_mf_group g;
+    g.emin = FLS_FMUL(fls_exponential_from_bits(((uint64_t)b.r[1] << 32) | b.r[0]), 0x1p-6f);
+    g.m = -fls_logf_(g.emin);
+    g.idx = b.r[2] & (FLS_MF_GROUP - 1);
+    return g;
+}
+
+/* The noise of token v of group g, given v's own 64 bits. */
+FLS_HD float fls_mf_noise(const fls_mf_group *g, uint64_t token, uint64_t bits)
+{
+    if ((uint32_t)(token & (FLS_MF_GROUP - 1)) == g->idx)
+        return g->m;
+    float e = FLS_FADD(g->emin, fls_exponential_from_bits(bits));
+    float n = -fls_logf_(e);
+    return n < g->m ? n : g->m;
+}
+
+/* The min-first noise of token v: the whole scheme in one call. */
+FLS_HD float fls_gumbel_mf(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t token)
+{
+    fls_mf_group g = fls_mf_group_of(seed, offset, draw, token / FLS_MF_GROUP);
+    return fls_mf_noise(&g, token, fls_noise_bits(seed, offset, draw, token));
+}
+
 /* Row seed of row b when only one seed is given: splitmix64's finalizer of
  * seed + (b + 1) * golden gamma. Documented in docs/NOISE.md; frozen. */
 FLS_HD uint64_t fls_splitmix64_(uint64_t z)

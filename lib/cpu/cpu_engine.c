@@ -209,6 +209,13 @@ static int too_big(int64_t a, int64_t b, size_t es)
     return a > 0 && b > 0 && (uint64_t)b > (uint64_t)(SIZE_MAX / es) / (uint64_t)a;
 }
 
+/* The noise of the request's scheme (the SIMD span kernels are per-token). */
+static void noise_kernels(fls_cpu_kernels *k, fls_noise noise)
+{
+    if (noise == FLS_NOISE_MIN_FIRST)
+        k->gumbel = fls_ref_gumbel_span_mf;
+}
+
 static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
 {
     const int64_t B = j->req->batch;
@@ -683,6 +690,7 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     tile_job j;
     memset(&j, 0, sizeof j);
     fls_cpu_select_kernels(ctx->simd, &j.k);
+    noise_kernels(&j.k, req->noise);
     j.req = req;
     job_rule(&j, out);
     j.src = SRC_FUSED;
@@ -764,6 +772,7 @@ fls_status fls_cpu_sample_logits(const fls_context_t *ctx, const fls_matrix *L, 
     tile_job j;
     memset(&j, 0, sizeof j);
     fls_cpu_select_kernels(ctx->simd, &j.k);
+    noise_kernels(&j.k, req->noise);
     j.req = req;
     job_rule(&j, out);
     j.src = SRC_LOGITS;
@@ -828,6 +837,7 @@ static fls_status unfused_rules(const fls_context_t *ctx, const fls_matrix *L, c
     j.req = req;
     (void)cpu_rule_for(req, out->logsumexp || out->logprobs, &j.rc);
     fls_cpu_select_kernels(ctx->simd, &j.k);
+    noise_kernels(&j.k, req->noise);
     atomic_init(&j.next, 0);
     atomic_init(&j.oom, 0);
     j.row_status = calloc((size_t)B, sizeof *j.row_status);

@@ -426,6 +426,22 @@ static fls_status check_params(const fls_params *p, int64_t B, int64_t V, char *
     const fls_status rst = check_rule_params(p, B, V, why, cap);
     if (rst != FLS_OK)
         return rst;
+    if (p->noise != FLS_NOISE_PER_TOKEN && p->noise != FLS_NOISE_MIN_FIRST)
+        return refuse(FLS_ERR_PARAM, why, cap, "noise = %d is no fls_noise", (int)p->noise);
+    if (p->noise == FLS_NOISE_MIN_FIRST) {
+        if (p->method != FLS_METHOD_FUSED && p->method != FLS_METHOD_UNFUSED_GUMBEL)
+            return refuse(FLS_ERR_UNSUPPORTED, why, cap,
+                          "noise = FLS_NOISE_MIN_FIRST takes the flat method (FUSED or UNFUSED_GUMBEL), not "
+                          "method = %d",
+                          (int)p->method);
+        if (rule_active(p, B) || p->without_replacement_k != 0)
+            return refuse(FLS_ERR_UNSUPPORTED, why, cap,
+                          "noise = FLS_NOISE_MIN_FIRST takes no rule (top-k, top-p, min-p, filter, "
+                          "without replacement)");
+        if (V > FLS_MF_VOCAB_MAX)
+            return refuse(FLS_ERR_SIZE, why, cap, "noise = FLS_NOISE_MIN_FIRST takes V <= 2^32, not %lld",
+                          (long long)V);
+    }
     if (p->draws < 1 || p->draws > (int64_t)UINT32_MAX || p->first_draw < 0 ||
         p->first_draw > (int64_t)UINT32_MAX - p->draws)
         return refuse(FLS_ERR_SIZE, why, cap,
@@ -542,6 +558,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         req->needs = needs;
         req->second_pass_rows = NULL;
         req->group_size = gs;
+        req->noise = p->noise;
         req->params_on_device = 1;
         req->dev_temperature = p->temperature;
         req->temperature_value = p->temperature_value == 0.0f ? 0.0f : p->temperature_value;
@@ -589,6 +606,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
     req->needs = needs;
     req->second_pass_rows = NULL;
     req->group_size = gs;
+    req->noise = p->noise;
     req->params_on_device = 0;
     req->dev_temperature = NULL;
     req->dev_row_seeds = NULL;

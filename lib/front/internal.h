@@ -47,6 +47,7 @@ typedef struct fls_request {
     unsigned needs;             /* FLS_NEED_* of the filters some row uses */
     uint64_t *second_pass_rows; /* the engine adds the rows it decided by a second pass */
     int64_t group_size;         /* FLS_METHOD_GROUPED: tokens per group (a power of two) */
+    fls_noise noise;            /* the noise scheme (FLS_NOISE_MIN_FIRST: flat method, no rule) */
     /* params_on_device: rows is NULL and these device arrays (or scalars)
      * give the rows (the CUDA engine packs them on the device) */
     int params_on_device;

@@ -89,6 +89,18 @@ typedef enum fls_method {
                                            distribution, its own noise contract */
 } fls_method;
 
+/* The noise scheme (docs/NOISE.md): how the Gumbel noise of each token is
+ * made from the row's seed, offset and draw. Both give every token an
+ * independent standard Gumbel, so the same distribution of tokens; they
+ * give different tokens for the same seed. */
+typedef enum fls_noise {
+    FLS_NOISE_PER_TOKEN = 0, /* each token from its own Philox bits (the default) */
+    FLS_NOISE_MIN_FIRST = 1  /* each 64-token group's smallest exponential first: a token
+                                that cannot win needs no Philox block (faster at large B).
+                                The flat method without rules (FUSED, UNFUSED_GUMBEL),
+                                one-shot calls, V <= 2^32; else FLS_ERR_UNSUPPORTED */
+} fls_noise;
+
 typedef struct fls_context fls_context_t; /* opaque */
 
 /* Structs that grow with new versions (fls_context_config, fls_params) start
@@ -214,6 +226,8 @@ typedef struct fls_params {
      * async context, and a capture needs one value for every row
      * (docs/GPU.md). */
     int params_on_device;
+    /* ---- since 0.3 ---- */
+    fls_noise noise; /* default FLS_NOISE_PER_TOKEN */
 } fls_params;
 
 /* Why params are refused for a (B, V) request, in words: checks what the

@@ -34,6 +34,21 @@ void fls_ref_gumbel_span(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t
         g[i] = fls_gumbel(seed, offset, draw, v0 + (uint64_t)i);
 }
 
+/* The min-first scheme (fls_gumbel_mf) on a span: one group block per
+ * 64-token group the span touches, one token block per pair. */
+void fls_ref_gumbel_span_mf(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g)
+{
+    int64_t i = 0;
+    while (i < n) {
+        const uint64_t v = v0 + (uint64_t)i, grp = v / FLS_MF_GROUP;
+        const fls_mf_group mg = fls_mf_group_of(seed, offset, draw, grp);
+        const int64_t left = (int64_t)((grp + 1) * FLS_MF_GROUP - v0); /* the group's end in the span */
+        const int64_t end = left < n ? left : n;
+        for (; i < end; i++)
+            g[i] = fls_mf_noise(&mg, v0 + (uint64_t)i, fls_noise_bits(seed, offset, draw, v0 + (uint64_t)i));
+    }
+}
+
 /* ---- partial statistics ---- */
 
 fls_row_part fls_row_part_empty(void)

@@ -37,6 +37,8 @@ void fls_row_part_merge(fls_row_part *a, const fls_row_part *b);
 typedef void (*fls_gumbel_span_fn)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n,
                                    float *g);
 void fls_ref_gumbel_span(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
+/* The same under FLS_NOISE_MIN_FIRST (fls_gumbel_mf). */
+void fls_ref_gumbel_span_mf(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
 
 /* The plan of a request: the top list's capacity its rows' descriptors ask
  * for (every list a value sizes up to 65536, at least 1024), the staircase's

@@ -18,6 +18,7 @@ from ._audit import AuditResult, AuditRow, FlashSampleAuditError, audit_tokens
 from ._capi import GROUP_SIZE_DEFAULT, HEADER_VERSION
 from ._core import (
     METHODS,
+    NOISES,
     PARAM_NAMES,
     Context,
     Counters,
@@ -62,6 +63,7 @@ __all__ = [
     "GROUP_SIZE_DEFAULT",
     "HEADER_VERSION",
     "METHODS",
+    "NOISES",
     "PARAM_NAMES",
     "Progress",
     "Sample",

@@ -54,6 +54,7 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 ENGINE_CPU, ENGINE_CUDA = 0, 1
 SIMD_AUTO, SIMD_PORTABLE, SIMD_AVX2, SIMD_AVX512 = 0, 1, 2, 3
 METHOD_FUSED, METHOD_UNFUSED_GUMBEL, METHOD_UNFUSED_MULTINOMIAL, METHOD_GROUPED = 0, 1, 2, 3
+NOISE_PER_TOKEN, NOISE_MIN_FIRST = 0, 1
 GROUP_SIZE_DEFAULT = 128
 
 # C enums are int-sized on every ABI this library builds for.
@@ -114,6 +115,8 @@ class fls_params(Structure):
         ("row_filter_value", POINTER(c_double)),
         ("group_size", c_int64),
         ("params_on_device", c_int),
+        # ---- since 0.3 ----
+        ("noise", c_enum),
     ]
 
 

@@ -25,7 +25,7 @@ from ._errors import FlashSampleError, FlashSampleTypeError, FlashSampleValueErr
 
 ERR_SHAPE, ERR_DTYPE, ERR_PARAM, ERR_POINTER = -4, -5, -9, -10
 ERR_NAN, ERR_ALL_MASKED, ERR_NO_DEVICE = -7, -8, -12
-ERR_SIZE, ERR_TEMPERATURE = -3, -6
+ERR_SIZE, ERR_TEMPERATURE, ERR_UNSUPPORTED = -3, -6, -11
 
 Sample = namedtuple("Sample", ["tokens", "logsumexp", "logprobs"])
 Sample.__doc__ = """What a sampling call returns.
@@ -50,6 +50,10 @@ METHODS = {
     "unfused-gumbel": _capi.METHOD_UNFUSED_GUMBEL,
     "unfused-multinomial": _capi.METHOD_UNFUSED_MULTINOMIAL,
     "grouped": _capi.METHOD_GROUPED,
+}
+NOISES = {
+    "per-token": _capi.NOISE_PER_TOKEN,
+    "min-first": _capi.NOISE_MIN_FIRST,
 }
 _U64_MAX = (1 << 64) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -97,6 +101,19 @@ def _method(value: Any, fn: str) -> int:
     if v not in METHODS.values():
         raise FlashSampleValueError(ERR_PARAM, fn, "method=%d is not an fls_method" % v)
     return v
+
+
+def _noise(value: Any, fn: str) -> int:
+    if not isinstance(value, str):
+        raise FlashSampleTypeError(
+            ERR_PARAM, fn, "noise must be one of %s, got %r" % (", ".join(NOISES), value)
+        )
+    key = value.lower().replace("_", "-")
+    if key not in NOISES:
+        raise FlashSampleValueError(
+            ERR_PARAM, fn, "noise=%r: expected one of %s" % (value, ", ".join(NOISES))
+        )
+    return NOISES[key]
 
 
 def status_string(status: int) -> str:
@@ -219,6 +236,7 @@ PARAM_NAMES = (
     + tuple(_ROW_ALIASES)
     + (
         "method",
+        "noise",
         "draws",
         "first_draw",
         "group_size",
@@ -305,6 +323,8 @@ class _Params:
                     setattr(p, field, _int(value, fn, name))
         if kw.get("method") is not None:
             p.method = _method(kw["method"], fn)
+        if kw.get("noise") is not None:
+            p.noise = _noise(kw["noise"], fn)
         for name in ("draws", "first_draw", "group_size"):
             if kw.get(name) is not None:
                 setattr(p, name, _int(kw[name], fn, name))
@@ -686,6 +706,8 @@ class Context:
           temperature (float or per-row array), seed (int, or per-row array = row_seeds),
           row_seeds, offset (int or per-row array = row_offsets), row_offsets, draws, first_draw,
           method ('fused', 'unfused-gumbel', 'unfused-multinomial', 'grouped'), group_size,
+          noise ('per-token', the default, or 'min-first': docs/NOISE.md; the same distribution,
+          other tokens; min-first takes the methods 'fused' and 'unfused-gumbel' without rules),
           top_k, top_p, min_p (scalar or per-row array; or row_top_k, row_top_p, row_min_p),
           without_replacement_k (K; tokens become (B, draws, K)), row_without_replacement_k,
           filter (a registry rule's name, e.g. 'top-nsigma'), filter_value (scalar or per-row
@@ -799,7 +821,7 @@ class Context:
 def _explain(status: int, prm: "_Params", rows: int, vocab: int) -> str:
     """Which parameter a refused call got wrong, and its range, in the library's words
     (fls_params_explain), for the statuses that a parameter causes; "" otherwise."""
-    if status not in (ERR_PARAM, ERR_TEMPERATURE, ERR_SIZE):
+    if status not in (ERR_PARAM, ERR_TEMPERATURE, ERR_SIZE, ERR_UNSUPPORTED):
         return ""
     buf = ctypes.create_string_buffer(256)
     _capi.fls_params_explain(ctypes.byref(prm.p), int(rows), int(vocab), buf, len(buf))

@@ -1050,6 +1050,7 @@ Test(cli, help_lists_every_option)
                             "--filter-value-per-row",
                             "--method",
                             "--group-size",
+                            "--noise",
                             "--stream-chunk",
                             "--early-finalize",
                             "--shards"};
@@ -1430,6 +1431,102 @@ Test(cli, streamed_and_sharded_tokens_equal_one_call_for_both_methods)
             free(one);
         }
     }
+    free(W);
+    free(H);
+    free(L);
+}
+
+/* --noise: min-first gives the API's min-first tokens on both paths and both
+ * flat methods (and other tokens than per-token, the default); a bad value
+ * and the combinations the library refuses are usage errors, said before any
+ * work. */
+Test(cli, noise_flag_gives_the_api_tokens_and_refuses_bad_values)
+{
+    const int64_t B = 3, V = 1000, D = 24, N = 6;
+    float *W = random_f32(V * D, 1.0f, 41), *H = random_f32(B * D, 1.5f, 42),
+          *L = random_f32(B * V, 3.0f, 43);
+    const int64_t ws[2] = {V, D}, hs[2] = {B, D}, ls[2] = {B, V};
+    const char *wp = tpath("W.npy"), *hp = tpath("H.npy"), *lp = tpath("L.npy"), *tp = tpath("t.npy");
+    save(wp, FLS_NPY_F32, 2, ws, W);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    fls_context_t *ctx = cpu_ctx();
+    fls_matrix mW = {W, FLS_DTYPE_F32, V, D, D}, mH = {H, FLS_DTYPE_F32, B, D, D},
+               mL = {L, FLS_DTYPE_F32, B, V, V};
+    const char *methods[2] = {"fused", "unfused-gumbel"};
+    for (int src = 0; src < 2; src++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int scheme = 0; scheme < 3; scheme++) { /* min-first, per-token, the default */
+                const char *in1 = src ? "--weights" : "--logits", *p1 = src ? wp : lp;
+                const char *in2 = src ? "--hidden" : "--offset", *p2 = src ? hp : "5";
+                const char *nv = scheme == 0 ? "min-first" : "per-token";
+                const int rc =
+                    scheme < 2
+                        ? run_tool("sample", in1, p1, in2, p2, "--method", methods[mi], "--noise", nv,
+                                   "--seed", "7", "--temperature", "0.7", "--samples", "6", "--out", tp, NULL)
+                        : run_tool("sample", in1, p1, in2, p2, "--method", methods[mi], "--seed", "7",
+                                   "--temperature", "0.7", "--samples", "6", "--out", tp, NULL);
+                cr_assert_eq(rc, 0, "%s %s scheme %d: %s", in1, methods[mi], scheme, err_text);
+                cr_expect(scheme != 0 || strstr(out_text, "noise min-first"), "%s", out_text);
+                cr_expect(scheme == 0 || !strstr(out_text, "min-first"), "%s", out_text);
+                int64_t *got = load_i64(tp, B, N);
+                fls_params p;
+                fls_params_default(&p);
+                p.method = mi ? FLS_METHOD_UNFUSED_GUMBEL : FLS_METHOD_FUSED;
+                p.noise = scheme == 0 ? FLS_NOISE_MIN_FIRST : FLS_NOISE_PER_TOKEN;
+                p.seed = 7;
+                p.offset = src ? 0 : 5;
+                p.temperature_value = 0.7f;
+                p.draws = N;
+                int64_t want[18], other[18];
+                fls_outputs out = {want, NULL, NULL};
+                cr_assert_eq(src ? fls_sample_fused(ctx, &mW, &mH, &p, &out)
+                                 : fls_sample_logits(ctx, &mL, &p, &out),
+                             FLS_OK);
+                p.noise = scheme == 0 ? FLS_NOISE_PER_TOKEN : FLS_NOISE_MIN_FIRST;
+                out.tokens = other;
+                cr_assert_eq(src ? fls_sample_fused(ctx, &mW, &mH, &p, &out)
+                                 : fls_sample_logits(ctx, &mL, &p, &out),
+                             FLS_OK);
+                int differ = 0;
+                for (int64_t i = 0; i < B * N; i++) {
+                    cr_expect_eq(got[i], want[i], "%s %s scheme %d token %lld: tool %lld, api %lld", in1,
+                                 methods[mi], scheme, (long long)i, (long long)got[i], (long long)want[i]);
+                    differ += other[i] != want[i];
+                }
+                cr_expect(differ > 0, "%s %s: min-first and per-token gave the same %lld tokens", in1,
+                          methods[mi], (long long)(B * N));
+                free(got);
+            }
+    fls_context_destroy(ctx);
+    /* bad values and what min-first does not go with: exit 2, the flag named, nothing written */
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", "min_first", NULL), 2);
+    cr_expect(strstr(err_text, "--noise: expected per-token or min-first, got 'min_first'"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", "", NULL), 2);
+    cr_expect(strstr(err_text, "--noise"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", NULL), 2);
+    cr_expect(strstr(err_text, "--noise needs a value"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", "min-first", "--method", "grouped", NULL), 2);
+    cr_expect(strstr(err_text, "--noise min-first takes --method fused or unfused-gumbel"), "%s", err_text);
+    cr_expect_eq(
+        run_tool("sample", "--logits", lp, "--noise", "min-first", "--method", "unfused-multinomial", NULL),
+        2);
+    cr_expect(strstr(err_text, "unfused-multinomial"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", "min-first", "--top-p", "0.9", NULL), 2);
+    cr_expect(strstr(err_text, "--noise min-first takes no rule (--top-p)"), "%s", err_text);
+    cr_expect_eq(
+        run_tool("sample", "--logits", lp, "--noise", "min-first", "--without-replacement", "2", NULL), 2);
+    cr_expect(strstr(err_text, "no rule"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", "min-first", "--stream-chunk", "100", NULL),
+                 2);
+    cr_expect(strstr(err_text, "--stream-chunk"), "%s", err_text);
+    cr_expect_eq(
+        run_tool("sample", "--weights", wp, "--hidden", hp, "--noise", "min-first", "--shards", "2", NULL),
+        2);
+    cr_expect(strstr(err_text, "--shards"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--noise", "min-first", "--out", tp, "--seed", "x", NULL),
+                 2);
+    cr_expect_eq(dir_entries(), 4, "only the inputs and the last good output remain");
     free(W);
     free(H);
     free(L);

@@ -206,6 +206,9 @@ static fls_cuda_opts cfg_opts(int k)
     return o;
 }
 
+/* The noise scheme exact_case runs (test_min_first sets FLS_NOISE_MIN_FIRST). */
+static fls_noise g_noise = FLS_NOISE_PER_TOKEN;
+
 /* Configuration k of the fused flat method on W, H: B rows, V tokens, draws from draw 0. */
 static fls_status run_cfg(int k, const fls_matrix *dW, const fls_matrix *dH, const fls_row_params *rows,
                           int64_t B, int64_t V, int64_t draws, const fls_outputs *out)
@@ -216,7 +219,8 @@ static fls_status run_cfg(int k, const fls_matrix *dW, const fls_matrix *dH, con
                        .draws = draws,
                        .method = k_cfgs[k].method,
                        .first_draw = 0,
-                       .K = 1};
+                       .K = 1,
+                       .noise = g_noise};
     fls_cuda_opts o = cfg_opts(k);
     return fls_cuda_run(g_gpu, dW, dH, NULL, &req, out, &o);
 }
@@ -281,6 +285,7 @@ static void exact_case(const case_spec *c, int *mismatch_out)
     p.row_seeds = seeds;
     p.row_offsets = offs;
     p.draws = c->draws;
+    p.noise = g_noise;
     fls_matrix Wm = {W, c->wd, c->V, c->D, c->ldw}, Hm = {H, c->hd, c->B, c->D, c->ldh};
     fls_outputs oc = {tok_cpu, lse_cpu, lp_cpu};
     fls_status st = fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
@@ -476,6 +481,26 @@ static void test_gumbel_edge_bits(void)
           (unsigned long long)kf);
 }
 
+/* exact_case on each case (the large ones skipped with --quick), one line
+ * each; the number of mismatching tokens. */
+static int exact_cases(const case_spec *cases, int nc)
+{
+    int total_mis = 0;
+    for (int i = 0; i < nc; i++) {
+        if (g_quick && cases[i].V * cases[i].B > 2000000)
+            continue;
+        int mis = 0;
+        exact_case(&cases[i], &mis);
+        total_mis += mis;
+        printf("    %sV=%-7lld D=%-4lld B=%-5lld draws=%lld %s/%s: %d configs, %s\n",
+               g_noise == FLS_NOISE_MIN_FIRST ? "min-first " : "", (long long)cases[i].V,
+               (long long)cases[i].D, (long long)cases[i].B, (long long)cases[i].draws,
+               fls_dtype_name(cases[i].wd), fls_dtype_name(cases[i].hd), N_CFGS,
+               mis ? "MISMATCH" : "identical to the CPU engine");
+    }
+    return total_mis;
+}
+
 static void test_exact_tokens_shapes(void)
 {
     /* V not a multiple of the tile, V = 1, odd D, strided rows, B up to 1024 */
@@ -501,20 +526,35 @@ static void test_exact_tokens_shapes(void)
         {20003, 328, 8, 328, 328, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
         {5001, 584, 16, 584, 584, 1, FLS_DTYPE_F16, FLS_DTYPE_F16, 3},
     };
-    int nc = (int)(sizeof cases / sizeof cases[0]);
-    int total_mis = 0;
-    for (int i = 0; i < nc; i++) {
-        if (g_quick && cases[i].V * cases[i].B > 2000000)
-            continue;
-        int mis = 0;
-        exact_case(&cases[i], &mis);
-        total_mis += mis;
-        printf("    V=%-7lld D=%-4lld B=%-5lld draws=%lld %s/%s: %d configs, %s\n", (long long)cases[i].V,
-               (long long)cases[i].D, (long long)cases[i].B, (long long)cases[i].draws,
-               fls_dtype_name(cases[i].wd), fls_dtype_name(cases[i].hd), N_CFGS,
-               mis ? "MISMATCH" : "identical to the CPU engine");
-    }
+    const int total_mis = exact_cases(cases, (int)(sizeof cases / sizeof cases[0]));
     CHECK(total_mis == 0, "%d mismatching tokens on inputs without near-ties", total_mis);
+}
+
+/*
+ * The min-first noise scheme: every configuration identical to the CPU
+ * engine (whose span reference is the scheme's definition), on the shapes
+ * that exercise the wgmma sampler's group blocks (tail tiles, V not a
+ * multiple of 64, several batch tiles and passes of draws, greedy and
+ * extreme-temperature rows) and the segment sampler's plain loop.
+ */
+static void test_min_first(void)
+{
+    const case_spec cases[] = {
+        {1, 16, 1, 16, 16, 3, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+        {17, 24, 3, 24, 24, 4, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 2},
+        {1000, 40, 9, 48, 56, 2, FLS_DTYPE_F16, FLS_DTYPE_F16, 3},
+        {4099, 72, 33, 72, 72, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 5},
+        {3001, 40, 300, 40, 40, 4, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 6},
+        {4099, 72, 3, 72, 72, 40, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 2},
+        {3001, 24, 11, 24, 24, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, -1},
+        {151936, 128, 64, 128, 128, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 9},
+        {50257, 64, 130, 64, 64, 1, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 7},
+        {20003, 328, 8, 328, 328, 2, FLS_DTYPE_BF16, FLS_DTYPE_BF16, 0},
+    };
+    g_noise = FLS_NOISE_MIN_FIRST;
+    const int total_mis = exact_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+    g_noise = FLS_NOISE_PER_TOKEN;
+    CHECK(total_mis == 0, "%d mismatching tokens under the min-first scheme", total_mis);
 }
 
 /* The CPU engine's status on bf16 W (V x D) and H (B x D) with per-row
@@ -3290,6 +3330,7 @@ int main(int argc, char **argv)
     run_test("logits_path_masks_nan", test_logits_path);
     run_test("skip_identity_adversarial", test_skip_identity);
     run_test("exact_tokens_all_configs_awkward_shapes", test_exact_tokens_shapes);
+    run_test("min_first_all_configs_identical_to_cpu", test_min_first);
     run_test("first_draw_all_configs", test_first_draw);
     run_test("grouped_vs_cpu", test_grouped);
     run_test("async_graph_capture", test_async_graph);

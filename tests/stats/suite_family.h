@@ -28,7 +28,7 @@
 #define SUITE_MUTATION_DEFECTS     10
 
 /* The audit as the suite runs it: every case of the full list on the CPU
- * engine but the heavy ones (tier 4: minutes each on two cores). */
+ * engine but the heavy ones (tiers 4 and 5: minutes each on two cores). */
 static inline void suite_audit_options(fls_audit_options *o)
 {
     fls_audit_options_default(o);

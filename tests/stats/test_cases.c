@@ -20,7 +20,7 @@
 #include "stats/fls_tokens.h"
 #include "tests/stats/suite_family.h"
 
-#define MAX_CASES 96
+#define MAX_CASES 128
 #define MAX_ROWS  (2 + FLS_STATS_N_TAILS)
 
 /* Checks every row of one case. */
@@ -101,10 +101,11 @@ Test(cases, list_is_consistent)
     suite_family(&f);
     fls_stats_family_print(stdout, "", &f);
     cr_assert(fls_audit_case_count() <= MAX_CASES);
-    /* the suite's audit part is every test of every case of a full CPU run but the heavy ones (tier 4) */
+    /* the suite's audit part is every test of every case of a full CPU run but the heavy ones (tiers 4, 5) */
     int tests = 0;
     for (size_t k = 0; k < fls_audit_case_count(); k++)
-        if (fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU) && fls_audit_case_get(k)->tier != 4)
+        if (fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU) && fls_audit_case_get(k)->tier != 4 &&
+            fls_audit_case_get(k)->tier != 5)
             tests += fls_audit_case_tests(k);
     cr_assert_eq(f.parts[0].tests, tests);
     cr_assert_eq(tests, fls_audit_run_tests(FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU));
@@ -118,20 +119,21 @@ Test(cases, list_is_consistent)
         cr_assert(q >= 1 && q < fls_audit_run_count(1, eng));
         for (size_t k = 0; k < q; k++) {
             size_t i = fls_audit_run_index(0, eng, k);
-            cr_assert(fls_audit_case_get(i)->tier == 0 || (e && fls_audit_case_get(i)->tier == 3));
+            const int tier = fls_audit_case_get(i)->tier;
+            cr_assert(tier == 0 || (e && (tier == 3 || tier == 5)));
             cr_assert(fls_audit_case_in_run(i, 1, eng));
         }
         cr_assert_eq(fls_audit_run_index(0, eng, q), (size_t)-1);
     }
     /* CUDA's full run has every case the CUDA engine runs (the rule family and without replacement
-     * too, since 0.3), the heavy CPU cases only the CPU's full run */
+     * too, since 0.3), the heavy CPU cases only the CPU's full run (tier 5: and every CUDA run) */
     size_t on_cuda = 0;
     for (size_t k = 0; k < fls_audit_case_count(); k++) {
         const fls_audit_case *c = fls_audit_case_get(k);
         on_cuda += !fls_audit_case_cpu_only(c) && c->tier != 4;
-        cr_expect(c->tier != 4 || fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU), "%s", c->name);
-        cr_expect(!fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU) || c->tier != 4, "%s",
-                  c->name);
+        cr_expect(c->tier < 4 || fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU), "%s", c->name);
+        cr_expect(!fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU) || c->tier < 4, "%s", c->name);
+        cr_expect(c->tier != 5 || fls_audit_case_in_run(k, 0, FLS_ENGINE_CUDA), "%s", c->name);
     }
     cr_assert_eq(fls_audit_run_count(1, FLS_ENGINE_CUDA), on_cuda);
     /* every mechanism in the quick list: temperatures other than 0 and 1 on
@@ -143,7 +145,7 @@ Test(cases, list_is_consistent)
     const size_t quick = fls_audit_run_count(0, FLS_ENGINE_CUDA);
     for (size_t k = 0; k < quick; k++) {
         const fls_audit_case *c = fls_audit_case_get(fls_audit_run_index(0, FLS_ENGINE_CUDA, k));
-        if (c->tier == 3) { /* CUDA's quick list only */
+        if (c->tier == 3 || c->tier == 5) { /* CUDA's quick list only */
             deep_fused |= c->shape == FLS_SHAPE_DEEP && c->fused && c->method == FLS_METHOD_FUSED;
             continue;
         }
@@ -179,7 +181,7 @@ Test(cases, list_is_consistent)
         vmax = c->V > vmax ? c->V : vmax;
         if (c->tail_deficit > 0.0 && c->tail_deficit < finest)
             finest = c->tail_deficit;
-        cr_expect(c->tier >= 0 && c->tier <= 4);
+        cr_expect(c->tier >= 0 && c->tier <= 5);
         cr_expect(!(c->tail_deficit > 0.0) || (c->tail && c->groups == 1), "%s", c->name);
         const int cond = c->ext && c->ext->wr_k >= 2 && !fls_audit_case_tuples(c);
         cr_expect_eq(fls_audit_case_tests(k), 1 + (c->tail ? FLS_STATS_N_TAILS : 0) + cond, "%s", c->name);
@@ -277,6 +279,81 @@ Test(cases, rules_grouped_and_streams_are_covered)
     cr_expect_eq(vmax_rule, 262144);
     cr_expect(gmin <= 32 && gmax >= 1024 && g_not_multiple && g_heavy && g_deep && g_masked && g_fused);
     cr_expect(stream_grouped && stream_flat && shards_grouped && shards_flat && stream_fused);
+}
+
+/* The min-first noise scheme (FLS_NOISE_MIN_FIRST): its cases, and only
+ * they, are named "mf-"; they take the flat methods without rules in one-shot
+ * calls; each is its per-token twin's (the name without "mf-") but for the
+ * noise, and runs on the CUDA engine in every run its twin does (on the CPU,
+ * whose min-first noise is the scalar reference, the costly ones are left to
+ * full runs outside the CI suite: tier 5). What the list covers: the CPU's
+ * quick list and CI run (both paths, both flat methods, a T = 0 row, V below
+ * 64 and not a multiple of 64, a deep tail, offsets, draws, seeds), the deep
+ * tail on both paths in CUDA's quick run and in the CPU's full run, a deep
+ * tail inside one 64-token group. */
+Test(cases, min_first_is_covered)
+{
+    int n = 0, cpu_quick = 0, ci_fused = 0, ci_unfused = 0, ci_t0 = 0, ci_partial = 0, ci_small = 0,
+        ci_deep = 0;
+    int pairs[4] = {0}, cuda_quick_deep[2] = {0}, cpu_full_deep[2] = {0}, group_deep = 0;
+    for (size_t k = 0; k < fls_audit_case_count(); k++) {
+        const fls_audit_case *c = fls_audit_case_get(k);
+        const fls_case_ext *x = c->ext;
+        cr_expect(!x || x->noise == FLS_NOISE_PER_TOKEN || x->noise == FLS_NOISE_MIN_FIRST, "%s", c->name);
+        const int mf = x && x->noise == FLS_NOISE_MIN_FIRST;
+        cr_expect_eq(mf, strncmp(c->name, "mf-", 3) == 0, "%s", c->name);
+        if (!mf)
+            continue;
+        n++;
+        cr_expect(c->method == FLS_METHOD_FUSED || c->method == FLS_METHOD_UNFUSED_GUMBEL, "%s", c->name);
+        cr_expect(!fls_audit_case_has_rule(c) && x->wr_k == 0 && x->group_size == 0 && x->io == FLS_IO_CALL,
+                  "%s", c->name);
+        cr_expect(!fls_audit_case_cpu_only(c), "%s", c->name);
+        for (size_t i = 0; i < fls_audit_case_count(); i++) {
+            const fls_audit_case *t = fls_audit_case_get(i);
+            if (strcmp(t->name, c->name + 3) != 0)
+                continue;
+            cr_expect(t->ext == NULL && t->kind == c->kind && t->fused == c->fused &&
+                          t->method == c->method && t->shape == c->shape && t->scale == c->scale &&
+                          t->V == c->V && t->groups == c->groups && t->rows_per_group == c->rows_per_group &&
+                          t->w_dtype == c->w_dtype && t->D == c->D && t->tail == c->tail &&
+                          t->tail_deficit == c->tail_deficit &&
+                          !memcmp(t->temps, c->temps, (size_t)c->groups * sizeof c->temps[0]),
+                      "%s is not %s but for the noise", c->name, t->name);
+            for (int full = 0; full < 2; full++)
+                cr_expect(!fls_audit_case_in_run(i, full, FLS_ENGINE_CUDA) ||
+                              fls_audit_case_in_run(k, full, FLS_ENGINE_CUDA),
+                          "%s: not in a CUDA run (full %d) that has %s", c->name, full, t->name);
+            cr_expect(!fls_audit_case_in_run(i, 1, FLS_ENGINE_CPU) ||
+                          fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU),
+                      "%s: not in the CPU's full run", c->name);
+        }
+        cpu_quick |= fls_audit_case_in_run(k, 0, FLS_ENGINE_CPU);
+        const int deep = c->shape == FLS_SHAPE_DEEP && c->tail && c->tail_deficit > 0.0;
+        if (fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU)) {
+            ci_fused |= c->fused && c->method == FLS_METHOD_FUSED;
+            ci_unfused |= c->method == FLS_METHOD_UNFUSED_GUMBEL;
+            for (int g = 0; g < c->groups; g++)
+                ci_t0 |= c->groups > 1 && c->temps[g] == 0.0f;
+            ci_partial |= c->V > 64 && c->V % 64 != 0;
+            ci_small |= c->V < 64;
+            ci_deep |= deep;
+            pairs[c->kind] = 1;
+        }
+        if (deep) {
+            cuda_quick_deep[c->fused] |= fls_audit_case_in_run(k, 0, FLS_ENGINE_CUDA);
+            cpu_full_deep[c->fused] |= fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU);
+        }
+        group_deep |= c->shape == FLS_SHAPE_GROUP_DEEP && c->tail && c->tail_deficit > 0.0;
+    }
+    cr_expect(n >= 20, "%d min-first cases", n);
+    cr_expect(cpu_quick && ci_fused && ci_unfused && ci_t0 && ci_partial && ci_small && ci_deep,
+              "the CPU's quick list and CI run");
+    cr_expect(pairs[FLS_CASE_GOF] && pairs[FLS_CASE_PAIRS_OFFSET] && pairs[FLS_CASE_PAIRS_DRAW] &&
+                  pairs[FLS_CASE_PAIRS_SEED],
+              "offsets, draws, seeds");
+    cr_expect(cuda_quick_deep[0] && cuda_quick_deep[1] && cpu_full_deep[0] && cpu_full_deep[1] && group_deep,
+              "the deep tails");
 }
 
 /* fls_audit_run itself: the quick run at the suite's alpha (its cases' only
