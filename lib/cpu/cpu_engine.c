@@ -301,6 +301,11 @@ static void tile_worker(void *arg, int thread)
         int64_t v0 = tile * j->tile_v;
         int64_t nv = V - v0 < j->tile_v ? V - v0 : j->tile_v;
         produce_tile(j, s, v0, nv);
+        /* the masks, bias and penalties on the raw logits, before the kept
+         * and stored copies: every reader sees them applied once */
+        if (j->req->mods)
+            for (int64_t b = 0; b < B; b++)
+                fls_mods_apply(&j->req->mods[b], s->ltile + b * nv, v0, nv);
         if (j->keep && dc == 0)
             for (int64_t b = 0; b < B; b++)
                 memcpy(j->keep + b * V + v0, s->ltile + b * nv, (size_t)nv * sizeof(float));
@@ -641,14 +646,18 @@ static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, 
                                    int64_t n, float *x)
 {
     const int64_t V = j->req->vocab;
-    if (j->keep) { /* the first pass's logits (the same floats a recomputation gives) */
+    if (j->keep) { /* the first pass's logits (the same floats a recomputation gives), masks,
+                      bias and penalties applied */
         for (int64_t i = 0; i < n; i++)
             memcpy(x + i * V, j->keep + rows[i] * V, (size_t)V * sizeof(float));
     } else if (j->src == SRC_LOGITS) {
         const size_t es = fls_dtype_bytes(j->L->dtype);
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++) {
             j->k.convert((const char *)j->L->data + (size_t)(rows[i] * j->L->ld) * es, j->L->dtype, V,
                          x + i * V, V);
+            if (j->req->mods)
+                fls_mods_apply(&j->req->mods[rows[i]], x + i * V, 0, V);
+        }
     } else {
         /* the rows' hidden states against all of W, through the same kernels */
         float *h = malloc((size_t)(n * j->Dp) * sizeof(float));
@@ -660,6 +669,7 @@ static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, 
         sub.batch = n;
         sub.draws = 1;
         sub.K = 1;
+        sub.mods = NULL; /* applied below, by the rows' own indices */
         tile_job m = *j;
         m.req = &sub;
         m.Hf = h;
@@ -670,6 +680,8 @@ static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, 
         free(h);
         if (st != FLS_OK)
             return st;
+        for (int64_t i = 0; j->req->mods && i < n; i++)
+            fls_mods_apply(&j->req->mods[rows[i]], x + i * V, 0, V);
     }
     for (int64_t i = 0; i < n; i++) {
         const float T = j->req->rows[rows[i]].temperature;
@@ -724,8 +736,11 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
         j.want_parts = 0;
         st = run_tiles(ctx, &j, out);
         fls_matrix L = {logits, FLS_DTYPE_F32, B, V, V};
+        /* the stored logits have the masks, bias and penalties applied */
+        fls_request plain = *req;
+        plain.mods = NULL;
         if (st == FLS_OK)
-            st = fls_cpu_sample_logits(ctx, &L, req, out);
+            st = fls_cpu_sample_logits(ctx, &L, &plain, out);
         free(logits);
     }
     free(hf);
@@ -814,6 +829,8 @@ static void unfused_rules_worker(void *arg, int thread)
         if (b >= j->req->batch)
             break;
         j->k.convert((const char *)j->L->data + (size_t)(b * j->L->ld) * es, j->L->dtype, V, x, V);
+        if (j->req->mods)
+            fls_mods_apply(&j->req->mods[b], x, 0, V);
         thread_state s;
         memset(&s, 0, sizeof s);
         temper_row(&s, x, V, j->req->rows[b].temperature);
@@ -908,6 +925,8 @@ static void multinomial_worker(void *arg, int thread)
             break;
         const fls_row_params *rp = &j->req->rows[b];
         fls_convert_row((const char *)j->L->data + (size_t)(b * j->L->ld) * es, j->L->dtype, V, x, V);
+        if (j->req->mods)
+            fls_mods_apply(&j->req->mods[b], x, 0, V);
         double m = -INFINITY;
         int64_t amax = -1;
         int nan = 0, overflow = 0;

@@ -119,6 +119,7 @@ void fls_params_default(fls_params *params)
     params->temperature_value = 1.0f;
     params->draws = 1;
     params->top_p = 1.0f;
+    params->repetition_penalty = 1.0f;
 }
 
 /* The sizes of the first versions of the growing structs (the fields up to
@@ -361,6 +362,238 @@ static fls_status check_rule_params(const fls_params *p, int64_t B, int64_t V, c
     return FLS_OK;
 }
 
+/* ---- masks, bias and penalties (docs/RULES.md) ---- */
+
+/* Whether params use any of them (any field off its default but the
+ * bitmask's layout): the engines and methods that do not take them refuse
+ * exactly these calls. */
+static int mods_present(const fls_params *p)
+{
+    return p->allowed_bitmask || p->bitmask_rows || p->logit_bias_k != 0 || p->seen_k != 0 ||
+           p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
+           p->row_repetition_penalty || p->row_presence_penalty || p->row_frequency_penalty;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The first id listed twice among the n ids (-1 padding aside) of one row,
+ * or -1; tmp holds n entries. */
+static int64_t repeated_id(const int64_t *ids, int64_t n, int64_t *tmp)
+{
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] != -1)
+            tmp[m++] = ids[i];
+    qsort(tmp, (size_t)m, sizeof *tmp, cmp_i64);
+    for (int64_t i = 1; i < m; i++)
+        if (tmp[i] == tmp[i - 1])
+            return tmp[i];
+    return -1;
+}
+
+/* Every mask, bias and penalty value in range and every array aligned;
+ * FLS_ERR_PARAM (FLS_ERR_ALIGN, FLS_ERR_SIZE) otherwise, with why naming
+ * the field, the row and the value. */
+static fls_status check_mods(const fls_params *p, int64_t B, int64_t V, char *why, size_t cap)
+{
+    char rb[32];
+    if ((p->allowed_bitmask && !ptr_aligned(p->allowed_bitmask, sizeof(int32_t))) ||
+        (p->logit_bias_ids && !ptr_aligned(p->logit_bias_ids, sizeof(int64_t))) ||
+        (p->logit_bias_values && !ptr_aligned(p->logit_bias_values, sizeof(float))) ||
+        (p->seen_ids && !ptr_aligned(p->seen_ids, sizeof(int64_t))) ||
+        (p->seen_counts && !ptr_aligned(p->seen_counts, sizeof(int32_t))) ||
+        (p->row_repetition_penalty && !ptr_aligned(p->row_repetition_penalty, sizeof(float))) ||
+        (p->row_presence_penalty && !ptr_aligned(p->row_presence_penalty, sizeof(float))) ||
+        (p->row_frequency_penalty && !ptr_aligned(p->row_frequency_penalty, sizeof(float))))
+        return refuse(FLS_ERR_ALIGN, why, cap, "a mask, bias or penalty array is misaligned for its dtype");
+    const int64_t words = (V + 31) / 32;
+    if (p->bitmask_ld < 0 || (p->bitmask_ld > 0 && p->bitmask_ld < words))
+        return refuse(FLS_ERR_PARAM, why, cap,
+                      "bitmask_ld = %lld is out of range: 0 (ceil(V / 32)) or >= ceil(V / 32) = %lld",
+                      (long long)p->bitmask_ld, (long long)words);
+    if (p->bitmask_rows && !p->allowed_bitmask)
+        return refuse(FLS_ERR_PARAM, why, cap, "bitmask_rows needs allowed_bitmask (the masks it selects)");
+    if (p->logit_bias_k < 0)
+        return refuse(FLS_ERR_PARAM, why, cap, "logit_bias_k = %lld is out of range: >= 0",
+                      (long long)p->logit_bias_k);
+    if (p->logit_bias_k > 0 && (!p->logit_bias_ids || !p->logit_bias_values))
+        return refuse(FLS_ERR_PARAM, why, cap,
+                      "logit_bias_k = %lld needs logit_bias_ids and logit_bias_values (one is NULL)",
+                      (long long)p->logit_bias_k);
+    if (p->seen_k < 0)
+        return refuse(FLS_ERR_PARAM, why, cap, "seen_k = %lld is out of range: >= 0", (long long)p->seen_k);
+    if (p->seen_k > 0 && !p->seen_ids)
+        return refuse(FLS_ERR_PARAM, why, cap, "seen_k = %lld needs seen_ids (it is NULL)",
+                      (long long)p->seen_k);
+    const int64_t lim = INT64_MAX / 64 / B;
+    if (p->logit_bias_k > lim || p->seen_k > lim - p->logit_bias_k || p->bitmask_ld > lim)
+        return refuse(FLS_ERR_SIZE, why, cap,
+                      "logit_bias_k = %lld, seen_k = %lld, bitmask_ld = %lld: too large",
+                      (long long)p->logit_bias_k, (long long)p->seen_k, (long long)p->bitmask_ld);
+    const int64_t K = p->logit_bias_k, S = p->seen_k;
+    int64_t *tmp = NULL;
+    if (K > 0 || S > 0) {
+        tmp = malloc((size_t)(K > S ? K : S) * sizeof *tmp);
+        if (!tmp)
+            return refuse(FLS_ERR_OUT_OF_MEMORY, why, cap, "no memory to check the bias and seen lists");
+    }
+    fls_status st = FLS_OK;
+    for (int64_t b = 0; b < B && st == FLS_OK; b++) {
+        const float r = p->row_repetition_penalty ? p->row_repetition_penalty[b] : p->repetition_penalty;
+        const float pr = p->row_presence_penalty ? p->row_presence_penalty[b] : p->presence_penalty;
+        const float fr = p->row_frequency_penalty ? p->row_frequency_penalty[b] : p->frequency_penalty;
+        if (!(isfinite(r) && r > 0.0f))
+            st = refuse(FLS_ERR_PARAM, why, cap, "repetition_penalty = %g%s is out of range: finite and > 0",
+                        (double)r, row_of(p->row_repetition_penalty != NULL, b, rb, sizeof rb));
+        else if (!isfinite(pr))
+            st = refuse(FLS_ERR_PARAM, why, cap, "presence_penalty = %g%s is out of range: finite",
+                        (double)pr, row_of(p->row_presence_penalty != NULL, b, rb, sizeof rb));
+        else if (!isfinite(fr))
+            st = refuse(FLS_ERR_PARAM, why, cap, "frequency_penalty = %g%s is out of range: finite",
+                        (double)fr, row_of(p->row_frequency_penalty != NULL, b, rb, sizeof rb));
+        for (int64_t i = 0; i < K && st == FLS_OK; i++) {
+            const int64_t id = p->logit_bias_ids[b * K + i];
+            const float v = p->logit_bias_values[b * K + i];
+            if (id != -1 && (id < 0 || id >= V))
+                st = refuse(FLS_ERR_PARAM, why, cap,
+                            "logit_bias_ids = %lld (row %lld) is out of range: 0 .. V - 1 = %lld, or -1 "
+                            "(padding)",
+                            (long long)id, (long long)b, (long long)(V - 1));
+            else if (id != -1 && !isfinite(v))
+                st = refuse(FLS_ERR_PARAM, why, cap,
+                            "logit_bias_values = %g (row %lld, token %lld) is out of range: finite",
+                            (double)v, (long long)b, (long long)id);
+        }
+        for (int64_t i = 0; i < S && st == FLS_OK; i++) {
+            const int64_t id = p->seen_ids[b * S + i];
+            const int32_t c = p->seen_counts ? p->seen_counts[b * S + i] : 0;
+            if (id != -1 && (id < 0 || id >= V))
+                st = refuse(FLS_ERR_PARAM, why, cap,
+                            "seen_ids = %lld (row %lld) is out of range: 0 .. V - 1 = %lld, or -1 (padding)",
+                            (long long)id, (long long)b, (long long)(V - 1));
+            else if (id != -1 && c < 0)
+                st = refuse(FLS_ERR_PARAM, why, cap,
+                            "seen_counts = %d (row %lld, token %lld) is out of range: >= 0", (int)c,
+                            (long long)b, (long long)id);
+        }
+        int64_t dup;
+        if (st == FLS_OK && K > 0 && (dup = repeated_id(p->logit_bias_ids + b * K, K, tmp)) >= 0)
+            st =
+                refuse(FLS_ERR_PARAM, why, cap, "logit_bias_ids = %lld (row %lld) is listed twice in the row",
+                       (long long)dup, (long long)b);
+        if (st == FLS_OK && S > 0 && (dup = repeated_id(p->seen_ids + b * S, S, tmp)) >= 0)
+            st = refuse(FLS_ERR_PARAM, why, cap, "seen_ids = %lld (row %lld) is listed twice in the row",
+                        (long long)dup, (long long)b);
+        if (K == 0 && S == 0 && !p->row_repetition_penalty && !p->row_presence_penalty &&
+            !p->row_frequency_penalty)
+            break; /* scalars only: one row says it all */
+    }
+    free(tmp);
+    return st;
+}
+
+static int cmp_mod(const void *a, const void *b)
+{
+    const fls_mod_entry *x = a, *y = b;
+    return (x->token > y->token) - (x->token < y->token);
+}
+
+/* The rows' changes (validated params) into one malloc'ed block: B row
+ * headers, then each row's entries sorted by token, a token in both lists
+ * merged into one entry. *out NULL when params use none. */
+static fls_status resolve_mods(const fls_params *p, int64_t B, int64_t V, const fls_row_mods **out)
+{
+    *out = NULL;
+    if (!mods_present(p))
+        return FLS_OK;
+    const int64_t K = p->logit_bias_k, S = p->seen_k, per = K + S;
+    const int64_t ld = p->bitmask_ld ? p->bitmask_ld : (V + 31) / 32;
+    if ((uint64_t)B * (uint64_t)per > (SIZE_MAX - (size_t)B * sizeof(fls_row_mods)) / sizeof(fls_mod_entry))
+        return FLS_ERR_SIZE;
+    char *block = malloc((size_t)B * sizeof(fls_row_mods) + (size_t)(B * per) * sizeof(fls_mod_entry));
+    if (!block)
+        return FLS_ERR_OUT_OF_MEMORY;
+    fls_row_mods *rows = (fls_row_mods *)block;
+    fls_mod_entry *all = (fls_mod_entry *)(block + (size_t)B * sizeof(fls_row_mods));
+    for (int64_t b = 0; b < B; b++) {
+        fls_mod_entry *e = all + b * per;
+        int64_t n = 0;
+        for (int64_t i = 0; i < S; i++)
+            if (p->seen_ids[b * S + i] != -1)
+                e[n++] = (fls_mod_entry){p->seen_ids[b * S + i],
+                                         p->seen_counts ? p->seen_counts[b * S + i] : 0, 0, 0.0f, 0};
+        for (int64_t i = 0; i < K; i++)
+            if (p->logit_bias_ids[b * K + i] != -1)
+                e[n++] =
+                    (fls_mod_entry){p->logit_bias_ids[b * K + i], -1, 1, p->logit_bias_values[b * K + i], 0};
+        qsort(e, (size_t)n, sizeof *e, cmp_mod);
+        /* each list holds a token at most once: equal neighbours are one
+         * seen entry and one bias entry */
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (m > 0 && e[m - 1].token == e[i].token) {
+                if (e[i].seen >= 0)
+                    e[m - 1].seen = e[i].seen;
+                if (e[i].has_bias) {
+                    e[m - 1].has_bias = 1;
+                    e[m - 1].bias = e[i].bias;
+                }
+            } else {
+                e[m++] = e[i];
+            }
+        }
+        rows[b].e = e;
+        rows[b].n = m;
+        rows[b].mask = p->allowed_bitmask && (!p->bitmask_rows || p->bitmask_rows[b])
+                           ? p->allowed_bitmask + b * ld
+                           : NULL;
+        rows[b].repetition = p->row_repetition_penalty ? p->row_repetition_penalty[b] : p->repetition_penalty;
+        rows[b].presence = p->row_presence_penalty ? p->row_presence_penalty[b] : p->presence_penalty;
+        rows[b].frequency = p->row_frequency_penalty ? p->row_frequency_penalty[b] : p->frequency_penalty;
+        rows[b].pad_ = 0;
+    }
+    *out = rows;
+    return FLS_OK;
+}
+
+/* The documented order and fp32 operations (docs/RULES.md); every path
+ * that samples calls this once on each raw logit it reads, never twice. */
+void fls_mods_apply(const fls_row_mods *m, float *x, int64_t v0, int64_t nv)
+{
+    const int64_t v1 = v0 + nv;
+    int64_t lo = 0, hi = m->n;
+    while (lo < hi) { /* the first entry at or past v0 */
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (m->e[mid].token < v0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const float r = m->repetition;
+    for (int64_t i = lo; i < m->n && m->e[i].token < v1; i++) {
+        const fls_mod_entry *e = &m->e[i];
+        float l = x[e->token - v0];
+        if (e->seen >= 0) {
+            if (r != 1.0f)
+                l = l > 0.0f ? l / r : l * r;
+            const float fc = m->frequency * (float)e->seen;
+            l = l - fc;
+            l = l - (e->seen > 0 ? m->presence : 0.0f);
+        }
+        if (e->has_bias)
+            l = l + e->bias;
+        x[e->token - v0] = l;
+    }
+    if (m->mask)
+        for (int64_t v = v0; v < v1; v++)
+            if (!(((uint32_t)m->mask[v >> 5] >> (v & 31)) & 1u))
+                x[v - v0] = -INFINITY;
+}
+
 /* Whether any row uses a filter or draws more than one token. */
 static int rule_active(const fls_params *p, int64_t B)
 {
@@ -426,6 +659,13 @@ static fls_status check_params(const fls_params *p, int64_t B, int64_t V, char *
     const fls_status rst = check_rule_params(p, B, V, why, cap);
     if (rst != FLS_OK)
         return rst;
+    const fls_status mst = check_mods(p, B, V, why, cap);
+    if (mst != FLS_OK)
+        return mst;
+    if (p->method == FLS_METHOD_GROUPED && mods_present(p))
+        return refuse(FLS_ERR_UNSUPPORTED, why, cap,
+                      "a mask, logit bias or penalty takes the flat or an unfused method, not "
+                      "FLS_METHOD_GROUPED");
     if (p->noise != FLS_NOISE_PER_TOKEN && p->noise != FLS_NOISE_MIN_FIRST)
         return refuse(FLS_ERR_PARAM, why, cap, "noise = %d is no fls_noise", (int)p->noise);
     if (p->noise == FLS_NOISE_MIN_FIRST) {
@@ -517,6 +757,8 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         return FLS_ERR_UNSUPPORTED; /* the multinomial baseline draws one token per draw */
     if (p->method == FLS_METHOD_GROUPED && rule_active(p, B))
         return FLS_ERR_UNSUPPORTED; /* filters need the row's maximum first (docs/GROUPED.md) */
+    if (ctx->engine == FLS_ENGINE_CUDA && mods_present(p))
+        return FLS_ERR_UNSUPPORTED; /* the CPU engine's for now (docs/RULES.md) */
     if (out && ctx->engine == FLS_ENGINE_CUDA) {
         fls_status st = fls_cuda_check_device_pointer(out->tokens);
         if (st == FLS_OK && out->logsumexp)
@@ -559,6 +801,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         req->second_pass_rows = NULL;
         req->group_size = gs;
         req->noise = p->noise;
+        req->mods = NULL; /* the CUDA engine refused them above */
         req->params_on_device = 1;
         req->dev_temperature = p->temperature;
         req->temperature_value = p->temperature_value == 0.0f ? 0.0f : p->temperature_value;
@@ -586,6 +829,13 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         free(rows);
         return FLS_ERR_OUT_OF_MEMORY;
     }
+    const fls_row_mods *mods = NULL;
+    const fls_status mst = resolve_mods(p, B, V, &mods);
+    if (mst != FLS_OK) {
+        free(rows);
+        free(rule);
+        return mst;
+    }
     for (int64_t b = 0; b < B; b++) {
         rows[b].temperature = p->temperature ? p->temperature[b] : p->temperature_value;
         /* -0.0 is greedy too */
@@ -607,6 +857,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
     req->second_pass_rows = NULL;
     req->group_size = gs;
     req->noise = p->noise;
+    req->mods = mods;
     req->params_on_device = 0;
     req->dev_temperature = NULL;
     req->dev_row_seeds = NULL;
@@ -683,6 +934,7 @@ fls_status fls_sample_fused(fls_context_t *ctx, const fls_matrix *W, const fls_m
     count_call(ctx, &req, st, second);
     free(rows);
     free((void *)req.rule);
+    free((void *)req.mods);
     return st;
 }
 
@@ -710,5 +962,6 @@ fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, const fls_
     count_call(ctx, &req, st, second);
     free(rows);
     free((void *)req.rule);
+    free((void *)req.mods);
     return st;
 }

@@ -32,6 +32,32 @@ typedef struct fls_row_rule {
     int64_t K; /* 1 unless sampling without replacement (then <= fls_request.K) */
 } fls_row_rule;
 
+/* One token's change in a row (docs/RULES.md, "Masks, bias and
+ * penalties"): the penalties when seen >= 0 (seen = its count), then the
+ * bias when has_bias. */
+typedef struct fls_mod_entry {
+    int64_t token;
+    int32_t seen; /* the count of occurrences, or -1: not in the seen list */
+    int32_t has_bias;
+    float bias;
+    uint32_t pad_;
+} fls_mod_entry;
+
+/* A row's changes to its raw logits, resolved by the front end: n entries
+ * sorted by token (each token once), the penalties, and the row's mask
+ * words (NULL = no mask). */
+typedef struct fls_row_mods {
+    const fls_mod_entry *e;
+    int64_t n;
+    const int32_t *mask;
+    float repetition, presence, frequency;
+    uint32_t pad_;
+} fls_row_mods;
+
+/* Applies row b's changes to its logits x[0 .. nv) of tokens v0 .. v0 + nv
+ * - 1, in the documented order and fp32 operations (lib/front/api.c). */
+void fls_mods_apply(const fls_row_mods *m, float *x, int64_t v0, int64_t nv);
+
 /* A validated request. rows has B entries (host memory). */
 typedef struct fls_request {
     const fls_row_params *rows;
@@ -48,6 +74,10 @@ typedef struct fls_request {
     uint64_t *second_pass_rows; /* the engine adds the rows it decided by a second pass */
     int64_t group_size;         /* FLS_METHOD_GROUPED: tokens per group (a power of two) */
     fls_noise noise;            /* the noise scheme (FLS_NOISE_MIN_FIRST: flat method, no rule) */
+    /* Masks, bias and penalties: NULL = none (the logits as computed), else
+     * B entries and their lists in one malloc'ed block (host memory, the
+     * CPU engine only). */
+    const fls_row_mods *mods;
     /* params_on_device: rows is NULL and these device arrays (or scalars)
      * give the rows (the CUDA engine packs them on the device) */
     int params_on_device;

@@ -228,6 +228,53 @@ typedef struct fls_params {
     int params_on_device;
     /* ---- since 0.3 ---- */
     fls_noise noise; /* default FLS_NOISE_PER_TOKEN */
+    /* ---- since 0.4 ---- */
+    /* What a serving engine adds to the logits (docs/RULES.md, "Masks, bias
+     * and penalties"). For row b and token v with the engine's fp32 logit l,
+     * in this order and with these fp32 operations, before temperature and
+     * the rules (which, like logsumexp and logprobs, see the result):
+     *   1. v in the row's seen list with count c (penalties r, p, f):
+     *        if r != 1: l = l > 0 ? l / r : l * r;
+     *        l = (l - f * (float)c) - (c > 0 ? p : 0);
+     *   2. v in the row's bias list with value beta: l = l + beta;
+     *   3. v disallowed by the row's mask: l = -inf.
+     * A row left with no finite logit is FLS_ERR_ALL_MASKED. Host memory,
+     * CPU engine, methods FUSED, UNFUSED_GUMBEL and UNFUSED_MULTINOMIAL;
+     * the grouped method, streams and the CUDA engine (for now) refuse
+     * them with FLS_ERR_UNSUPPORTED. Out-of-range values are FLS_ERR_PARAM
+     * (fls_params_explain names the field and the row).
+     *
+     * Allowed-token bitmask (the xgrammar / vLLM layout): int32 words, row
+     * b's word w at allowed_bitmask[b * ld + w], ld = bitmask_ld (0 means
+     * ceil(V / 32), else >= ceil(V / 32)); bit v % 32 of word v / 32 set =
+     * token v allowed; bits of v >= V are ignored. NULL = no mask.
+     * bitmask_rows (B bytes, optional): row b is masked only where
+     * bitmask_rows[b] != 0 (NULL = every row). */
+    const int32_t *allowed_bitmask;
+    int64_t bitmask_ld;
+    const uint8_t *bitmask_rows;
+    /* Sparse logit bias: logit_bias_k = K (id, value) pairs per row at
+     * [b * K + i]; id -1 is padding (skipped), other ids in [0, V), each at
+     * most once per row; values finite. */
+    const int64_t *logit_bias_ids;
+    const float *logit_bias_values;
+    int64_t logit_bias_k;
+    /* The tokens seen so far: seen_k = S ids per row at [b * S + i] (-1 is
+     * padding; others in [0, V), each at most once per row) and for each its
+     * count >= 0 of occurrences in the output (0: seen only in the prompt);
+     * seen_counts NULL = every count 0. */
+    const int64_t *seen_ids;
+    const int32_t *seen_counts;
+    int64_t seen_k;
+    /* Penalties of the seen tokens: repetition r (finite, > 0; 1 = off),
+     * presence and frequency (finite; 0 = off); a row_ array (B entries)
+     * overrides its scalar. */
+    float repetition_penalty; /* default 1 */
+    float presence_penalty;   /* default 0 */
+    float frequency_penalty;  /* default 0 */
+    const float *row_repetition_penalty;
+    const float *row_presence_penalty;
+    const float *row_frequency_penalty;
 } fls_params;
 
 /* Why params are refused for a (B, V) request, in words: checks what the
