@@ -117,6 +117,22 @@ class fls_params(Structure):
         ("params_on_device", c_int),
         # ---- since 0.3 ----
         ("noise", c_enum),
+        # ---- since 0.4 (masks, bias and penalties; docs/RULES.md) ----
+        ("allowed_bitmask", POINTER(ctypes.c_int32)),
+        ("bitmask_ld", c_int64),
+        ("bitmask_rows", POINTER(ctypes.c_uint8)),
+        ("logit_bias_ids", POINTER(c_int64)),
+        ("logit_bias_values", POINTER(c_float)),
+        ("logit_bias_k", c_int64),
+        ("seen_ids", POINTER(c_int64)),
+        ("seen_counts", POINTER(ctypes.c_int32)),
+        ("seen_k", c_int64),
+        ("repetition_penalty", c_float),
+        ("presence_penalty", c_float),
+        ("frequency_penalty", c_float),
+        ("row_repetition_penalty", POINTER(c_float)),
+        ("row_presence_penalty", POINTER(c_float)),
+        ("row_frequency_penalty", POINTER(c_float)),
     ]
 
 
