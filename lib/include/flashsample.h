@@ -279,9 +279,11 @@ typedef struct fls_params {
 
 /* Why params are refused for a (B, V) request, in words: checks what the
  * sampling calls check of params alone (method, group size, draws, host
- * temperatures, every rule value and per-row array against its range) and
- * writes the first problem, naming the field, the row and the allowed range,
- * into message (size bytes, NUL-terminated; "" when params are fine).
+ * temperatures, every rule, mask, bias and penalty value and per-row array
+ * against its range) and writes the first problem, naming the field, the
+ * row and the allowed range, into message (size bytes, NUL-terminated; ""
+ * when params are fine). It takes no context, so it cannot say that the
+ * CUDA engine refuses masks, bias and penalties (FLS_ERR_UNSUPPORTED).
  * Returns the status the check gives (FLS_OK, FLS_ERR_PARAM, ...). Call it
  * after a sampling call returned FLS_ERR_PARAM to say which value is wrong. */
 FLS_API fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, char *message,
@@ -335,7 +337,8 @@ FLS_API fls_status fls_sample_logits(fls_context_t *ctx, const fls_matrix *L, co
  * with the same params), whatever the chunking: FLS_METHOD_FUSED (the flat
  * Gumbel-max, temperature rule) or FLS_METHOD_GROUPED. The state is O(B x
  * draws) plus the groups split by chunk boundaries, and serializes to bytes.
- * Filters and without replacement are FLS_ERR_UNSUPPORTED here.
+ * Filters, without replacement, masks, logit bias and penalties are
+ * FLS_ERR_UNSUPPORTED here.
  *
  * On a CUDA context the chunks (L, Wc, H) and the outputs are device memory
  * (L fp32; params_on_device is not taken); the state stays in host memory
