@@ -263,9 +263,12 @@ Test(mods, exact_against_changed_logits)
     const fls_cpu_opts no_keep = {1};
     fls_cpu_set_dev_opts(cn, &no_keep);
     fls_context_t *ctxs[] = {c1, c3, cn};
-    const int64_t nseeds = 5;
+    /* valgrind: a subsample (seed 0 has the smallest V, seed 2 second passes on every context) */
+    const int64_t seeds[] = {0, 2, 1, 3, 4};
+    const int64_t nseeds = sweep_scale_shift() > 0 ? 2 : 5;
     int64_t ok_calls = 0, calls = 0;
-    for (int64_t seed = 0; seed < nseeds; seed++) {
+    for (int64_t si = 0; si < nseeds; si++) {
+        const int64_t seed = seeds[si];
         uint64_t rs = 0x9E37u + (uint64_t)seed * 7919u;
         const int64_t B = trng_int(&rs, 1, MAXB);
         const int64_t V = seed == 0 ? 33 : trng_int(&rs, 40, 3000);
