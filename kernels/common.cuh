@@ -66,7 +66,69 @@ enum fls_status_code : unsigned {
     FLS_SC_ALL_MASKED = 2,  /* FLS_ERR_ALL_MASKED */
     FLS_SC_TEMPERATURE = 3, /* FLS_ERR_TEMPERATURE */
     FLS_SC_UNSUPPORTED = 4, /* FLS_ERR_UNSUPPORTED: an async rule call with a row only the host can decide */
+    FLS_SC_PARAM = 5,       /* FLS_ERR_PARAM: a mask, bias or penalty value from device memory out of range */
 };
+
+/* One token's change in a row on the device (docs/RULES.md, "Masks, bias
+ * and penalties"): the penalties when seen >= 0 (its count), then the bias
+ * when has_bias. */
+struct fls_mod_dev {
+    uint32_t token;
+    int32_t seen;
+    float bias;
+    uint32_t has_bias;
+};
+
+/* A call's changes to its raw logits on the device (kernels/mods.cu builds
+ * them from the caller's lists). */
+struct fls_mods_dev {
+    const uint32_t *mask; /* row b's words at mask + b * mask_ld; NULL: no mask */
+    int64_t mask_ld;
+    const uint8_t *mask_rows; /* row b masked only where mask_rows[b] != 0; NULL: every row */
+    const fls_mod_dev *e;     /* row b's n[b] entries at e + b * per, sorted by token, each token once */
+    const int *n;
+    int64_t per;      /* 0: no lists (n and e unused) */
+    const float *pen; /* [3 b + 0, 1, 2]: repetition, presence, frequency of row b */
+};
+
+/* The documented fp32 operations on one listed token's raw logit (the CPU
+ * engine's fls_mods_apply; the files are built with -fmad=false and IEEE
+ * division, so every operation rounds once, as there). */
+__device__ __forceinline__ float fls_mod_logit(const fls_mod_dev &e, float l, const float *pen)
+{
+    if (e.seen >= 0) {
+        const float r = pen[0];
+        if (r != 1.0f)
+            l = l > 0.0f ? __fdiv_rn(l, r) : __fmul_rn(l, r);
+        const float fc = __fmul_rn(pen[2], (float)e.seen);
+        l = __fsub_rn(l, fc);
+        l = __fsub_rn(l, e.seen > 0 ? pen[1] : 0.0f);
+    }
+    if (e.has_bias)
+        l = __fadd_rn(l, e.bias);
+    return l;
+}
+
+/* Row b's mask words, or NULL where the row has none. */
+__device__ __forceinline__ const uint32_t *fls_mods_row_mask(const fls_mods_dev &m, int64_t b)
+{
+    return m.mask && (!m.mask_rows || m.mask_rows[b]) ? m.mask + b * m.mask_ld : NULL;
+}
+
+/* The index of row b's first entry at or past token v (n[b] when none). */
+__device__ __forceinline__ int fls_mods_lower(const fls_mods_dev &m, int64_t b, uint64_t v)
+{
+    const fls_mod_dev *e = m.e + b * m.per;
+    int lo = 0, hi = m.n[b];
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if ((uint64_t)e[mid].token < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 
 /* The device view of one request's workspace. */
 struct fls_ws {
@@ -101,8 +163,10 @@ struct fls_ws {
      * the group key (best then holds group << 32 | token, xw its x) */
     int group_size;
     double *gk;
-    int noise;        /* fls_noise: FLS_NOISE_MIN_FIRST takes the flat method only */
-    unsigned *sticky; /* the first error code since the last fls_context_sync (async mode) */
+    int noise;                 /* fls_noise: FLS_NOISE_MIN_FIRST takes the flat method only */
+    unsigned *sticky;          /* the first error code since the last fls_context_sync (async mode) */
+    const unsigned *paramflag; /* not 0: a mask, bias or penalty value from device memory is out of
+                                  range (kernels/mods.cu); NULL: none checked on the device */
 };
 
 /* The call's status word, and the sticky error of async mode. */
@@ -859,6 +923,8 @@ __device__ __forceinline__ void fls_finalize_item_grouped(const fls_row_params *
  */
 __device__ __forceinline__ unsigned fls_finalize_status(int B, const fls_ws &ws, int lane)
 {
+    if (ws.paramflag && __ldcg(ws.paramflag))
+        return FLS_SC_PARAM; /* the host checks its own arrays before anything else: so here */
     if (__ldcg(ws.nanflag) == ws.epoch)
         return FLS_SC_NAN;
     if (__ldcg(ws.tempflag) == ws.epoch)

@@ -111,10 +111,10 @@ static fls_status fls_dispatch_kind(const fls_matrix *W, const fls_matrix *H, co
         fls_cuda_path p = opts.path != FLS_CUDA_PATH_AUTO
                               ? opts.path
                               : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
-        if (p == FLS_CUDA_PATH_WGMMA && fls_wgmma_eligible(W, H))
+        if (p == FLS_CUDA_PATH_WGMMA && fls_wgmma_eligible(W, H) && !req->has_raw_mods)
             kind = K_WGMMA;
         else
-            kind = K_CHUNKED;
+            kind = K_CHUNKED; /* masks, bias and penalties: on each chunk's logits */
         if (kind == K_WGMMA) {
             tile_b = opts.tile_b ? opts.tile_b : fls_cuda_wgmma_tile_n(B);
             if (tile_b != 16 && tile_b != 32 && tile_b != 64 && tile_b != 128)
@@ -209,10 +209,15 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     unsigned long long *best = NULL;
     double *gk = NULL;
     float *xw = NULL, *pm = NULL, *ps = NULL, *buf = NULL, *P = NULL, *rmax = NULL, *rsum = NULL;
+    float *lmod = NULL; /* the caller's logits with the masks, bias and penalties */
     int64_t ldbuf = 0;
+    fls_mods_stage mst;
     for (int pass = 0; pass < 2; pass++) {
         fls_carve c = {pass ? s->ws : NULL, 0};
         rows_d = c.take<fls_row_params>((size_t)B);
+        fls_mods_take(c, req, &mst);
+        if (L && req->has_raw_mods)
+            lmod = c.take<float>((size_t)(B * V));
         if (kind != K_MULTINOMIAL) {
             best = c.take<unsigned long long>((size_t)(B * nd * nent));
             xw = c.take<float>((size_t)(B * nd * nent));
@@ -285,6 +290,10 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.gk = gk;
     ws.noise = req->noise;
     ws.sticky = s->sticky;
+    ws.paramflag = mst.flag;
+    st = fls_mods_stage_run(req, &mst, str);
+    if (st != FLS_OK)
+        return st;
     if (req->params_on_device) {
         ce = fls_launch_pack_rows((int)B, req->dev_temperature, req->temperature_value, req->dev_row_seeds,
                                   req->seed, req->dev_row_offsets, req->offset, rows_d, ws, str);
@@ -298,10 +307,22 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     if (L) {
         Lp = (const float *)L->data;
         ldl = L->ld;
+        if (lmod) {
+            ce = fls_launch_mods_apply(Lp, ldl, lmod, V, 0, B, 0, V, mst.dev, str);
+            if (ce != cudaSuccess)
+                return fls_from_cuda(ce);
+            Lp = lmod;
+            ldl = V;
+        }
     } else if (kind == K_UNFUSED_GUMBEL || kind == K_MULTINOMIAL) {
         st = fls_gemm_logits(s, W, H, 0, V, buf, ldbuf, opts.force_simt);
         if (st != FLS_OK)
             return st;
+        if (req->has_raw_mods) {
+            ce = fls_launch_mods_apply(buf, ldbuf, buf, ldbuf, 0, B, 0, V, mst.dev, str);
+            if (ce != cudaSuccess)
+                return fls_from_cuda(ce);
+        }
         Lp = buf;
         ldl = ldbuf;
     }
@@ -352,8 +373,11 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                     return st;
                 if (opts.gemm_only)
                     continue;
-                ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / seg), rows_d, ws,
-                                         s->sm_count, opts.seg_cap5, str);
+                if (req->has_raw_mods)
+                    ce = fls_launch_mods_apply(buf, ldbuf, buf, ldbuf, 0, B, c0, vn, mst.dev, str);
+                if (ce == cudaSuccess)
+                    ce = fls_launch_segments(buf, ldbuf, (int)B, vn, (uint64_t)c0, (int)(c0 / seg), rows_d,
+                                             ws, s->sm_count, opts.seg_cap5, str);
             }
         } else {
             ce = fls_launch_segments(Lp, ldl, (int)B, V, 0, 0, rows_d, ws, s->sm_count, opts.seg_cap5, str);
@@ -377,6 +401,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     return status[1] == FLS_SC_NAN           ? FLS_ERR_NAN
            : status[1] == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
            : status[1] == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
+           : status[1] == FLS_SC_PARAM       ? FLS_ERR_PARAM
                                              : FLS_OK;
 }
 
@@ -574,6 +599,7 @@ extern "C" fls_status fls_cuda_sync(fls_context_t *ctx)
            : code == FLS_SC_TEMPERATURE ? FLS_ERR_TEMPERATURE
            : code == FLS_SC_ALL_MASKED  ? FLS_ERR_ALL_MASKED
            : code == FLS_SC_UNSUPPORTED ? FLS_ERR_UNSUPPORTED
+           : code == FLS_SC_PARAM       ? FLS_ERR_PARAM
                                         : FLS_OK;
 }
 

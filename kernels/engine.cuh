@@ -97,6 +97,29 @@ struct fls_carve {
     }
 };
 
+/* A call's masks, bias and penalties (mods.cu): fls_mods_take carves their
+ * buffers (both carve passes), fls_mods_stage_run copies host arrays, sorts
+ * and checks the lists on the device (flag: FLS_ERR_PARAM) and fills dev. */
+struct fls_mods_stage {
+    fls_mods_dev dev;
+    unsigned *flag; /* NULL: the call has none */
+    uint32_t *up_mask;
+    uint8_t *up_rows;
+    int64_t *up_bias_ids, *up_seen_ids;
+    float *up_bias_values, *up_pen;
+    int32_t *up_seen_counts;
+    fls_mod_dev *e;
+    int *n;
+    float *pen;
+    int prep;
+};
+void fls_mods_take(fls_carve &c, const fls_request *req, fls_mods_stage *m);
+fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, cudaStream_t st);
+/* Rows b0 .. b0 + nb - 1 of logits src (column 0 = token v0, vn columns)
+ * changed into dst (may be src). */
+cudaError_t fls_launch_mods_apply(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t b0,
+                                  int64_t nb, int64_t v0, int64_t vn, const fls_mods_dev &m, cudaStream_t st);
+
 /* A call with rules (req->rule): rule_plan.cu. */
 fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_matrix *H, const fls_matrix *L,
                           const fls_request *req, const fls_outputs *out, const fls_cuda_opts &opts,

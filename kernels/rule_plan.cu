@@ -191,6 +191,7 @@ struct fls_rule_call {
     fls_row_params *rows_d;
     fls_row_rule *rule_d;
     unsigned *tflag;
+    fls_mods_stage mods; /* masks, bias and penalties (mods.flag NULL: none) */
     float *g64, *gab, *buf;
     double *gmo;
     /* the host's state */
@@ -300,7 +301,10 @@ static fls_status rule_plan_check_queued(const fls_rule_call &c)
  * where no row has a filter. */
 static void rule_plan_matmul(fls_rule_call &c)
 {
-    c.mm = c.L ? FLS_RULE_MATMUL_CUBLAS : fls_rule_matmul_of(c.opts, c.B, c.V, c.W, c.H);
+    /* masks, bias and penalties change the logits after the matmul: cuBLAS,
+     * not the wgmma kernel whose tables describe its own logits */
+    c.mm =
+        c.L || c.req->has_raw_mods ? FLS_RULE_MATMUL_CUBLAS : fls_rule_matmul_of(c.opts, c.B, c.V, c.W, c.H);
     c.wg = c.fast && c.nb == c.B && c.mm != FLS_RULE_MATMUL_CUBLAS && !c.opts.force_simt &&
            fls_wgmma_eligible(c.W, c.H) &&
            fls_wgmma_m64(c.V) * 4 <= (96 << 10); /* the row kernel holds a row's table */
@@ -354,7 +358,9 @@ static fls_status rule_carve(fls_rule_call &c)
             d.lsep = w.take<double>((size_t)(nb * c.nchunk));
             d.nsup = w.take<int>((size_t)nb);
         }
-        c.buf = c.L ? NULL : w.take<float>((size_t)(nb * c.V));
+        /* the caller's logits are read in place unless changed (a copy) */
+        c.buf = c.L && !c.req->has_raw_mods ? NULL : w.take<float>((size_t)(nb * c.V));
+        fls_mods_take(w, c.req, &c.mods);
         c.tflag = c.dev_rows ? w.take<unsigned>(1) : NULL;
         c.g64 = c.wg ? w.take<float>((size_t)(nb * c.m64)) : NULL;
         c.gab = c.wg ? w.take<float>((size_t)(nb * c.m64)) : NULL;
@@ -500,7 +506,13 @@ static fls_status rule_block_logits(fls_rule_call &c, int64_t r0, int64_t nbc)
     if (c.L) {
         d.L = (const float *)c.L->data + (size_t)r0 * c.L->ld;
         d.ldl = c.L->ld;
-        return FLS_OK;
+        if (c.mods.flag) {
+            st = fls_from_cuda(
+                fls_launch_mods_apply(d.L, d.ldl, c.buf, c.V, r0, nbc, 0, c.V, c.mods.dev, c.str));
+            d.L = c.buf;
+            d.ldl = c.V;
+        }
+        return st;
     }
     const fls_matrix *W = c.W;
     fls_matrix Hb = *c.H;
@@ -527,6 +539,9 @@ static fls_status rule_block_logits(fls_rule_call &c, int64_t r0, int64_t nbc)
                                                        c.s->sm_count, c.str));
     } else {
         st = fls_gemm_logits(c.s, W, &Hb, 0, c.V, c.buf, c.V, c.opts.force_simt);
+        if (st == FLS_OK && c.mods.flag)
+            st = fls_from_cuda(
+                fls_launch_mods_apply(c.buf, c.V, c.buf, c.V, r0, nbc, 0, c.V, c.mods.dev, c.str));
     }
     d.L = c.buf;
     d.ldl = c.V;
@@ -563,7 +578,7 @@ static fls_status rule_block_fast(fls_rule_call &c, int64_t r0, int64_t nbc)
         if (st == FLS_OK && c.commit)
             st = fls_from_cuda(fls_rule_launch_commit(
                 d.code, (int)c.B, d.tok, d.lp, d.lse, c.B * c.draws * c.K, out->tokens, out->logprobs,
-                out->logsumexp, c.queue_only ? c.s->sticky : NULL, c.tflag, d.pdl, c.str));
+                out->logsumexp, c.queue_only ? c.s->sticky : NULL, c.tflag, c.mods.flag, d.pdl, c.str));
         if (st != FLS_OK || c.queue_only)
             break;
         st = fls_rule_down(c.str, c.code + r0, d.code + r0, (size_t)nbc * sizeof(int));
@@ -652,6 +667,13 @@ static fls_status rule_block_stair(fls_rule_call &c, int64_t r0, int64_t nbc)
 static fls_status rule_finish(fls_rule_call &c, fls_status st)
 {
     const int64_t n = c.B * c.draws * c.K;
+    if (st == FLS_OK && !c.queue_only && c.mods.flag) {
+        /* a value the device found out of range comes first, as on the host */
+        unsigned bad = 0;
+        st = fls_rule_down(c.str, &bad, c.mods.flag, sizeof bad);
+        if (st == FLS_OK && bad)
+            return FLS_ERR_PARAM;
+    }
     if (st == FLS_OK && !c.queue_only) {
         const int order[3] = {FLS_RC_NAN, FLS_RC_TEMP, FLS_RC_ALL_MASKED};
         const fls_status as[3] = {FLS_ERR_NAN, FLS_ERR_TEMPERATURE, FLS_ERR_ALL_MASKED};
@@ -733,6 +755,9 @@ fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_mat
         memcpy(c.hup + rb, req->rule, ub);
     }
     rule_dev_plan(c);
+    st = fls_mods_stage_run(req, &c.mods, c.str);
+    if (st != FLS_OK)
+        return st;
     c.code = (int *)malloc((size_t)c.B * sizeof(int));
     if (!c.code)
         st = FLS_ERR_OUT_OF_MEMORY;

@@ -512,13 +512,14 @@ __global__ void fls_rule_to_float_kernel(const double *in, float *out, int64_t n
 __global__ void __launch_bounds__(256)
     fls_rule_commit_kernel(const int *code, int B, const int64_t *tok, const float *lp, const double *lse,
                            int64_t n, int64_t *otok, float *olp, float *olse, unsigned *sticky,
-                           const unsigned *tflag)
+                           const unsigned *tflag, const unsigned *pflag)
 {
     fls_pdl_wait();
     fls_pdl_trigger();
     __shared__ unsigned seen;
-    if (threadIdx.x == 0)
-        seen = tflag && *tflag ? 16u : 0u; /* a device temperature out of range: first, as on the host */
+    if (threadIdx.x == 0) /* device values out of range first, as on the host: a mask, bias or
+                             penalty value (32), then a temperature (16) */
+        seen = (pflag && *pflag ? 32u : 0u) | (tflag && *tflag ? 16u : 0u);
     __syncthreads();
     unsigned mine = 0;
     for (int k = threadIdx.x; k < B; k += blockDim.x) {
@@ -534,11 +535,12 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
     if (seen) {
         if (sticky && blockIdx.x == 0 && threadIdx.x == 0) {
-            const unsigned sc = (seen & 16u)  ? FLS_SC_TEMPERATURE
-                                : (seen & 1u) ? FLS_SC_NAN
-                                : (seen & 2u) ? FLS_SC_TEMPERATURE
-                                : (seen & 4u) ? FLS_SC_ALL_MASKED
-                                              : FLS_SC_UNSUPPORTED;
+            const unsigned sc = (seen & 32u)   ? FLS_SC_PARAM
+                                : (seen & 16u) ? FLS_SC_TEMPERATURE
+                                : (seen & 1u)  ? FLS_SC_NAN
+                                : (seen & 2u)  ? FLS_SC_TEMPERATURE
+                                : (seen & 4u)  ? FLS_SC_ALL_MASKED
+                                               : FLS_SC_UNSUPPORTED;
             atomicCAS(sticky, 0u, sc);
         }
         return;
@@ -556,11 +558,12 @@ __global__ void __launch_bounds__(256)
 
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   unsigned *sticky, const unsigned *tflag, int pdl, cudaStream_t st)
+                                   unsigned *sticky, const unsigned *tflag, const unsigned *pflag, int pdl,
+                                   cudaStream_t st)
 {
     const int64_t nblk = (n > B ? n : B) / 256 + 1;
     return fls_rlaunch(fls_rule_commit_kernel, dim3((unsigned)(nblk < 64 ? nblk : 64)), dim3(256), 0, st, pdl,
-                       code, B, tok, lp, lse, n, otok, olp, olse, sticky, tflag);
+                       code, B, tok, lp, lse, n, otok, olp, olse, sticky, tflag, pflag);
 }
 
 __global__ void fls_rule_fill_kernel(fls_row_rule *dst, int B, fls_row_rule r)

@@ -166,11 +166,13 @@ cudaError_t fls_rule_launch_fast_select(const fls_rule_dev &d, cudaStream_t st);
  * (float)lse[b]; otherwise nothing is written and, when sticky is not NULL
  * (an asynchronous call), the call's first error goes there (fls_status_code;
  * FLS_SC_UNSUPPORTED for rows only the host can decide). tflag (rows packed
- * from device arrays) not 0: a temperature out of range, FLS_SC_TEMPERATURE.
+ * from device arrays) not 0: a temperature out of range, FLS_SC_TEMPERATURE;
+ * pflag not 0 (kernels/mods.cu): a mask, bias or penalty value, FLS_SC_PARAM.
  * pdl: launched as a programmatic dependent of the kernel before it. */
 cudaError_t fls_rule_launch_commit(const int *code, int B, const int64_t *tok, const float *lp,
                                    const double *lse, int64_t n, int64_t *otok, float *olp, float *olse,
-                                   unsigned *sticky, const unsigned *tflag, int pdl, cudaStream_t st);
+                                   unsigned *sticky, const unsigned *tflag, const unsigned *pflag, int pdl,
+                                   cudaStream_t st);
 
 /* dst[b] = r for the B rows (the rule values of a captured call). */
 cudaError_t fls_rule_launch_fill(fls_row_rule *dst, int B, const fls_row_rule &r, cudaStream_t st);

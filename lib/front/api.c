@@ -435,6 +435,20 @@ static fls_status check_mods(const fls_params *p, int64_t B, int64_t V, char *wh
                       "logit_bias_k = %lld, seen_k = %lld, bitmask_ld = %lld: too large",
                       (long long)p->logit_bias_k, (long long)p->seen_k, (long long)p->bitmask_ld);
     const int64_t K = p->logit_bias_k, S = p->seen_k;
+    if (p->params_on_device) {
+        /* device arrays: the CUDA engine checks their values on the device
+         * (the call's status); the scalars are checked here */
+        if (!p->row_repetition_penalty && !(isfinite(p->repetition_penalty) && p->repetition_penalty > 0.0f))
+            return refuse(FLS_ERR_PARAM, why, cap, "repetition_penalty = %g is out of range: finite and > 0",
+                          (double)p->repetition_penalty);
+        if (!p->row_presence_penalty && !isfinite(p->presence_penalty))
+            return refuse(FLS_ERR_PARAM, why, cap, "presence_penalty = %g is out of range: finite",
+                          (double)p->presence_penalty);
+        if (!p->row_frequency_penalty && !isfinite(p->frequency_penalty))
+            return refuse(FLS_ERR_PARAM, why, cap, "frequency_penalty = %g is out of range: finite",
+                          (double)p->frequency_penalty);
+        return FLS_OK;
+    }
     int64_t *tmp = NULL;
     if (K > 0 || S > 0) {
         tmp = malloc((size_t)(K > S ? K : S) * sizeof *tmp);
@@ -592,6 +606,31 @@ void fls_mods_apply(const fls_row_mods *m, float *x, int64_t v0, int64_t nv)
         for (int64_t v = v0; v < v1; v++)
             if (!(((uint32_t)m->mask[v >> 5] >> (v & 31)) & 1u))
                 x[v - v0] = -INFINITY;
+}
+
+/* The caller's fields as they are (the CUDA engine's input). */
+static void raw_mods_of(const fls_params *p, int64_t V, fls_request *req)
+{
+    memset(&req->raw_mods, 0, sizeof req->raw_mods);
+    req->has_raw_mods = mods_present(p);
+    if (!req->has_raw_mods)
+        return;
+    fls_mods_raw *m = &req->raw_mods;
+    m->mask = p->allowed_bitmask;
+    m->mask_ld = p->bitmask_ld ? p->bitmask_ld : (V + 31) / 32;
+    m->mask_rows = p->bitmask_rows;
+    m->bias_k = p->logit_bias_k;
+    m->bias_ids = m->bias_k ? p->logit_bias_ids : NULL;
+    m->bias_values = m->bias_k ? p->logit_bias_values : NULL;
+    m->seen_k = p->seen_k;
+    m->seen_ids = m->seen_k ? p->seen_ids : NULL;
+    m->seen_counts = m->seen_k ? p->seen_counts : NULL;
+    m->repetition = p->repetition_penalty;
+    m->presence = p->presence_penalty;
+    m->frequency = p->frequency_penalty;
+    m->row_repetition = p->row_repetition_penalty;
+    m->row_presence = p->row_presence_penalty;
+    m->row_frequency = p->row_frequency_penalty;
 }
 
 /* Whether any row uses a filter or draws more than one token. */
@@ -757,8 +796,8 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         return FLS_ERR_UNSUPPORTED; /* the multinomial baseline draws one token per draw */
     if (p->method == FLS_METHOD_GROUPED && rule_active(p, B))
         return FLS_ERR_UNSUPPORTED; /* filters need the row's maximum first (docs/GROUPED.md) */
-    if (ctx->engine == FLS_ENGINE_CUDA && mods_present(p))
-        return FLS_ERR_UNSUPPORTED; /* the CPU engine's for now (docs/RULES.md) */
+    if (ctx->engine == FLS_ENGINE_CUDA && mods_present(p) && p->logit_bias_k + p->seen_k > FLS_CUDA_MODS_MAX)
+        return FLS_ERR_UNSUPPORTED; /* the device sorts a row's lists in shared memory */
     if (out && ctx->engine == FLS_ENGINE_CUDA) {
         fls_status st = fls_cuda_check_device_pointer(out->tokens);
         if (st == FLS_OK && out->logsumexp)
@@ -779,6 +818,18 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
             st = fls_cuda_check_device_pointer(p->row_seeds);
         if (st == FLS_OK && p->row_offsets)
             st = fls_cuda_check_device_pointer(p->row_offsets);
+        const void *const mod_arrays[] = {p->allowed_bitmask,
+                                          p->bitmask_rows,
+                                          p->logit_bias_ids,
+                                          p->logit_bias_values,
+                                          p->seen_ids,
+                                          p->seen_counts,
+                                          p->row_repetition_penalty,
+                                          p->row_presence_penalty,
+                                          p->row_frequency_penalty};
+        for (size_t i = 0; i < sizeof mod_arrays / sizeof mod_arrays[0] && st == FLS_OK; i++)
+            if (mod_arrays[i])
+                st = fls_cuda_check_device_pointer(mod_arrays[i]);
         if (st != FLS_OK)
             return st;
         if (!p->temperature && !(isfinite(p->temperature_value) && p->temperature_value >= 0.0f))
@@ -801,7 +852,8 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         req->second_pass_rows = NULL;
         req->group_size = gs;
         req->noise = p->noise;
-        req->mods = NULL; /* the CUDA engine refused them above */
+        req->mods = NULL;
+        raw_mods_of(p, V, req);
         req->params_on_device = 1;
         req->dev_temperature = p->temperature;
         req->temperature_value = p->temperature_value == 0.0f ? 0.0f : p->temperature_value;
@@ -830,7 +882,8 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
         return FLS_ERR_OUT_OF_MEMORY;
     }
     const fls_row_mods *mods = NULL;
-    const fls_status mst = resolve_mods(p, B, V, &mods);
+    /* the CPU engine applies resolved lists; the CUDA engine sorts them itself */
+    const fls_status mst = ctx->engine == FLS_ENGINE_CPU ? resolve_mods(p, B, V, &mods) : FLS_OK;
     if (mst != FLS_OK) {
         free(rows);
         free(rule);
@@ -858,6 +911,7 @@ fls_status fls_resolve_request(const fls_context_t *ctx, const fls_params *param
     req->group_size = gs;
     req->noise = p->noise;
     req->mods = mods;
+    raw_mods_of(p, V, req);
     req->params_on_device = 0;
     req->dev_temperature = NULL;
     req->dev_row_seeds = NULL;

@@ -54,6 +54,26 @@ typedef struct fls_row_mods {
     uint32_t pad_;
 } fls_row_mods;
 
+/* The caller's mask, bias and penalty fields of fls_params, unresolved
+ * (the CUDA engine's input; docs/RULES.md). */
+typedef struct fls_mods_raw {
+    const int32_t *mask;
+    int64_t mask_ld; /* resolved: ceil(V / 32) when params said 0 */
+    const uint8_t *mask_rows;
+    const int64_t *bias_ids;
+    const float *bias_values;
+    int64_t bias_k;
+    const int64_t *seen_ids;
+    const int32_t *seen_counts;
+    int64_t seen_k;
+    float repetition, presence, frequency;
+    const float *row_repetition, *row_presence, *row_frequency;
+} fls_mods_raw;
+
+/* The CUDA engine sorts a row's bias and seen lists in shared memory: at
+ * most this many entries (logit_bias_k + seen_k) a row. */
+#define FLS_CUDA_MODS_MAX 16384
+
 /* Applies row b's changes to its logits x[0 .. nv) of tokens v0 .. v0 + nv
  * - 1, in the documented order and fp32 operations (lib/front/api.c). */
 void fls_mods_apply(const fls_row_mods *m, float *x, int64_t v0, int64_t nv);
@@ -78,6 +98,11 @@ typedef struct fls_request {
      * B entries and their lists in one malloc'ed block (host memory, the
      * CPU engine only). */
     const fls_row_mods *mods;
+    /* The same changes as the caller gave them, for the CUDA engine (which
+     * sorts and checks the lists on the device): has_raw_mods = 0 when
+     * params use none. Host arrays, or device arrays with params_on_device. */
+    int has_raw_mods;
+    fls_mods_raw raw_mods;
     /* params_on_device: rows is NULL and these device arrays (or scalars)
      * give the rows (the CUDA engine packs them on the device) */
     int params_on_device;

@@ -149,7 +149,7 @@ fls_status fls_stream_create(fls_stream_t **stream, fls_context_t *ctx, int64_t 
         free((void *)req.rule);
         return ctx->engine == FLS_ENGINE_CUDA ? FLS_ERR_UNSUPPORTED : FLS_ERR_PARAM;
     }
-    if (req.rule || req.mods || req.noise != FLS_NOISE_PER_TOKEN ||
+    if (req.rule || req.mods || req.has_raw_mods || req.noise != FLS_NOISE_PER_TOKEN ||
         (req.method != FLS_METHOD_FUSED && req.method != FLS_METHOD_GROUPED) ||
         (ctx->engine == FLS_ENGINE_CUDA && req.method == FLS_METHOD_GROUPED && req.group_size > 4096)) {
         free(rows);

@@ -2431,6 +2431,475 @@ static void test_async_graph(void)
     async_graph_case(2);
 }
 
+/* ---- masks, logit bias and penalties ---- */
+
+/* A call's mask, bias and penalty arrays (host), and their device copies. */
+typedef struct mods_in {
+    int64_t B, V, S, K, ld;
+    int32_t *mask;
+    uint8_t *mrows;
+    int64_t *bids, *sids;
+    float *bvals, *pen; /* pen: 3 B (repetition, presence, frequency) */
+    int32_t *scnt;
+    void *d[7];
+} mods_in;
+
+static void mods_free(mods_in *m)
+{
+    free(m->mask);
+    free(m->mrows);
+    free(m->bids);
+    free(m->sids);
+    free(m->bvals);
+    free(m->pen);
+    free(m->scnt);
+    for (int i = 0; i < 7; i++)
+        fls_device_free(m->d[i]);
+    memset(m, 0, sizeof *m);
+}
+
+/* Distinct ids of one row: n of them in [0, V), from a small range where
+ * overlap is wanted (the bias and seen lists share ids), -1 padding. */
+static void mods_ids(int64_t *ids, int64_t n, int64_t V, int64_t span)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id;
+        int again;
+        do {
+            id = (int64_t)(rnd() % (uint64_t)(span < V ? span : V));
+            again = 0;
+            for (int64_t j = 0; j < i; j++)
+                again |= ids[j] == id;
+        } while (again);
+        ids[i] = id;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (rnd() % 9 == 0)
+            ids[i] = -1;
+}
+
+/* Random masks (row 1 unmasked through mrows; row 2 allows one token),
+ * bias values that lift tail tokens to the top, seen counts 0 .. 3 and
+ * per-row penalties; device copies for params_on_device. */
+static int mods_make(mods_in *m, int64_t B, int64_t V, int64_t S, int64_t K)
+{
+    memset(m, 0, sizeof *m);
+    m->B = B;
+    m->V = V;
+    m->S = S;
+    m->K = K;
+    m->ld = (V + 31) / 32 + 3;
+    m->mask = calloc((size_t)(B * m->ld), 4);
+    m->mrows = malloc((size_t)B);
+    m->bids = malloc(8 * (size_t)(B * (K ? K : 1)));
+    m->bvals = malloc(4 * (size_t)(B * (K ? K : 1)));
+    m->sids = malloc(8 * (size_t)(B * (S ? S : 1)));
+    m->scnt = malloc(4 * (size_t)(B * (S ? S : 1)));
+    m->pen = malloc(4 * (size_t)(3 * B));
+    if (!m->mask || !m->mrows || !m->bids || !m->bvals || !m->sids || !m->scnt || !m->pen)
+        return -1;
+    const float bias_vals[] = {-2.5f, 0.75f, 3.0f, 40.0f, -30.0f, 0.1f};
+    const float reps[] = {1.0f, 1.3f, 0.7f, 2.0f};
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t v = 0; v < V; v++)
+            if (b == 2 ? v == V / 2 : rnd() % 10 < 7)
+                m->mask[b * m->ld + v / 32] |= (int32_t)(1u << (v % 32));
+        for (int64_t w = (V + 31) / 32; w < m->ld; w++)
+            m->mask[b * m->ld + w] = -1; /* words past V are not read */
+        if (V % 32)
+            m->mask[b * m->ld + V / 32] |= (int32_t)(~0u << (V % 32)); /* nor bits past V */
+        m->mrows[b] = b != 1;
+        mods_ids(m->sids + b * S, S, V, 64 + (int64_t)(rnd() % 2) * V);
+        mods_ids(m->bids + b * K, K, V, 64 + (int64_t)(rnd() % 2) * V);
+        for (int64_t i = 0; i < S; i++)
+            m->scnt[b * S + i] = (int32_t)(rnd() % 4);
+        for (int64_t i = 0; i < K; i++)
+            m->bvals[b * K + i] = bias_vals[rnd() % 6];
+        m->pen[b] = reps[b % 4];
+        m->pen[B + b] = (float)(rnd() % 3) * 0.5f;
+        m->pen[2 * B + b] = (float)(rnd() % 3) * 0.25f - 0.25f;
+    }
+    return 0;
+}
+
+static int mods_upload(mods_in *m)
+{
+    const int64_t B = m->B;
+    m->d[0] = to_dev(m->mask, 4 * (size_t)(B * m->ld));
+    m->d[1] = to_dev(m->mrows, (size_t)B);
+    m->d[2] = to_dev(m->bids, 8 * (size_t)(B * (m->K ? m->K : 1)));
+    m->d[3] = to_dev(m->bvals, 4 * (size_t)(B * (m->K ? m->K : 1)));
+    m->d[4] = to_dev(m->sids, 8 * (size_t)(B * (m->S ? m->S : 1)));
+    m->d[5] = to_dev(m->scnt, 4 * (size_t)(B * (m->S ? m->S : 1)));
+    m->d[6] = to_dev(m->pen, 4 * (size_t)(3 * B));
+    for (int i = 0; i < 7; i++)
+        if (!m->d[i])
+            return -1;
+    return 0;
+}
+
+/* params p gets the arrays (host, or the device copies): which = bit 0 the
+ * mask, 1 the bias, 2 the seen lists and per-row penalties, 3 scalar
+ * penalties instead. */
+static void mods_set(fls_params *p, const mods_in *m, int which, int dev)
+{
+    const int64_t B = m->B;
+    if (which & 1) {
+        p->allowed_bitmask = dev ? m->d[0] : m->mask;
+        p->bitmask_ld = m->ld;
+        p->bitmask_rows = dev ? m->d[1] : m->mrows;
+    }
+    if (which & 2) {
+        p->logit_bias_ids = dev ? m->d[2] : m->bids;
+        p->logit_bias_values = dev ? m->d[3] : m->bvals;
+        p->logit_bias_k = m->K;
+    }
+    if (which & 12) {
+        p->seen_ids = dev ? m->d[4] : m->sids;
+        p->seen_counts = dev ? m->d[5] : m->scnt;
+        p->seen_k = m->S;
+    }
+    if (which & 4) {
+        p->row_repetition_penalty = dev ? (float *)m->d[6] : m->pen;
+        p->row_presence_penalty = dev ? (float *)m->d[6] + B : m->pen + B;
+        p->row_frequency_penalty = dev ? (float *)m->d[6] + 2 * B : m->pen + 2 * B;
+    } else if (which & 8) {
+        p->repetition_penalty = 1.25f;
+        p->presence_penalty = 0.5f;
+        p->frequency_penalty = 0.25f;
+    }
+}
+
+typedef struct mods_run {
+    const char *name;
+    int logits; /* fls_sample_logits on the exact integer logits */
+    fls_method method;
+    fls_cuda_path path;
+    int64_t top_k, wr;
+    float top_p, min_p;
+    fls_noise noise;
+    int which, dev; /* mods_set */
+} mods_run;
+
+/* The CPU engine against the CUDA engine on exactly computable logits
+ * (integer W and H, so both engines' logits are the same floats and every
+ * change is the same fp32 operation): identical tokens, log-sum-exp and
+ * log-probabilities to 2e-5, for each run. */
+static void mods_case(int64_t V, int64_t D, int64_t B, int64_t S, int64_t K, int64_t draws,
+                      const mods_run *runs, int nr)
+{
+    g_rng = 4242 + (uint64_t)V + (uint64_t)S;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3), *H = make_int_matrix(B, D, D, FLS_DTYPE_BF16, 2);
+    const int64_t kmax = 4, n = B * draws * kmax;
+    float *L = malloc(4 * (size_t)(B * V)), *T = malloc(4 * (size_t)B);
+    int64_t *tc = malloc(8 * (size_t)n), *tg = malloc(8 * (size_t)n);
+    float *lc = malloc(4 * (size_t)B), *lg = malloc(4 * (size_t)B), *pc = malloc(4 * (size_t)n),
+          *pg = malloc(4 * (size_t)n);
+    mods_in m;
+    CHECK(W && H && L && T && tc && tg && lc && lg && pc && pg && mods_make(&m, B, V, S, K) == 0 &&
+              mods_upload(&m) == 0,
+          "memory");
+    for (int64_t b = 0; b < B; b++) {
+        T[b] = b == 3 ? 0.0f : (float)(0.3 + 1.7 * rndu());
+        for (int64_t v = 0; v < V; v++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < D; k++)
+                acc +=
+                    fls_bf16_to_f32(((uint16_t *)W)[v * D + k]) * fls_bf16_to_f32(((uint16_t *)H)[b * D + k]);
+            L[b * V + v] = acc;
+        }
+    }
+    void *dW = to_dev(W, 2 * (size_t)(V * D)), *dH = to_dev(H, 2 * (size_t)(B * D)),
+         *dL = to_dev(L, 4 * (size_t)(B * V));
+    void *dT = to_dev(T, 4 * (size_t)B), *dtok = NULL, *dlse = NULL, *dlp = NULL;
+    fls_cuda_malloc(&dtok, 8 * (size_t)n);
+    fls_cuda_malloc(&dlse, 4 * (size_t)B);
+    fls_cuda_malloc(&dlp, 4 * (size_t)n);
+    CHECK(dW && dH && dL && dT && dtok && dlse && dlp, "device memory");
+    const fls_matrix Wm = {W, FLS_DTYPE_BF16, V, D, D}, Hm = {H, FLS_DTYPE_BF16, B, D, D},
+                     Lm = {L, FLS_DTYPE_F32, B, V, V}, dWm = {dW, FLS_DTYPE_BF16, V, D, D},
+                     dHm = {dH, FLS_DTYPE_BF16, B, D, D}, dLm = {dL, FLS_DTYPE_F32, B, V, V};
+    int bad = 0;
+    for (int r = 0; r < nr; r++) {
+        const mods_run *u = &runs[r];
+        fls_params p;
+        fls_params_default(&p);
+        p.temperature = T;
+        p.seed = 99 + (uint64_t)r;
+        p.draws = draws;
+        p.method = u->method;
+        p.top_k = u->top_k;
+        p.top_p = u->top_p;
+        p.min_p = u->min_p;
+        p.without_replacement_k = u->wr;
+        p.noise = u->noise;
+        mods_set(&p, &m, u->which, 0);
+        const int64_t nt = B * draws * (u->wr ? u->wr : 1);
+        fls_outputs oc = {tc, lc, pc};
+        fls_status sc =
+            u->logits ? fls_sample_logits(g_cpu, &Lm, &p, &oc) : fls_sample_fused(g_cpu, &Wm, &Hm, &p, &oc);
+        fls_params q = p;
+        if (u->dev) {
+            q.params_on_device = 1;
+            q.temperature = dT;
+            q.row_seeds = NULL;
+            mods_set(&q, &m, u->which, 1);
+        }
+        fls_cuda_opts o;
+        fls_cuda_opts_default(&o);
+        o.path = u->path;
+        fls_cuda_set_dev_opts(g_gpu, &o);
+        for (int64_t i = 0; i < nt; i++)
+            tg[i] = -7;
+        fls_cuda_memcpy(dtok, tg, 8 * (size_t)nt, 1);
+        fls_outputs og = {(int64_t *)dtok, (float *)dlse, (float *)dlp};
+        fls_status sg = u->logits ? fls_sample_logits(g_gpu, &dLm, &q, &og)
+                                  : fls_sample_fused(g_gpu, &dWm, &dHm, &q, &og);
+        fls_cuda_opts_default(&o);
+        fls_cuda_set_dev_opts(g_gpu, &o);
+        if (sc != FLS_OK || sg != FLS_OK) {
+            failf("V=%lld S=%lld %s: CPU %s, CUDA %s", (long long)V, (long long)S, u->name,
+                  fls_status_string(sc), fls_status_string(sg));
+            bad++;
+            continue;
+        }
+        fls_cuda_memcpy(tg, dtok, 8 * (size_t)nt, 0);
+        fls_cuda_memcpy(lg, dlse, 4 * (size_t)B, 0);
+        fls_cuda_memcpy(pg, dlp, 4 * (size_t)nt, 0);
+        int64_t mis = 0, first = -1;
+        double err = 0.0;
+        for (int64_t i = 0; i < nt; i++) {
+            if (tg[i] != tc[i] && first < 0)
+                first = i;
+            mis += tg[i] != tc[i];
+            err = fmax(err, fabs((double)pg[i] - pc[i]) / fmax(1.0, fabs(pc[i])));
+        }
+        for (int64_t b = 0; b < B; b++)
+            err = fmax(err, fabs((double)lg[b] - lc[b]) / fmax(1.0, fabs(lc[b])));
+        /* row 2 allows one token: every draw is that token */
+        for (int64_t i = 0; i < draws && !u->wr; i++)
+            mis += tc[2 * draws + i] != V / 2;
+        if (mis || err > 2e-5) {
+            failf("V=%lld S=%lld K=%lld %s: %lld of %lld tokens differ (first %lld: CUDA %lld, CPU %lld), "
+                  "log-prob / log-sum-exp error %.3g",
+                  (long long)V, (long long)S, (long long)K, u->name, (long long)mis, (long long)nt,
+                  (long long)first, first >= 0 ? (long long)tg[first] : 0LL,
+                  first >= 0 ? (long long)tc[first] : 0LL, err);
+            bad++;
+        }
+    }
+    printf("    V=%-6lld B=%lld S=%lld K=%lld draws=%lld: %d runs, %s\n", (long long)V, (long long)B,
+           (long long)S, (long long)K, (long long)draws, nr,
+           bad ? "MISMATCH" : "identical to the CPU engine");
+    mods_free(&m);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dL);
+    fls_cuda_free(dT);
+    fls_cuda_free(dtok);
+    fls_cuda_free(dlse);
+    fls_cuda_free(dlp);
+    free(W);
+    free(H);
+    free(L);
+    free(T);
+    free(tc);
+    free(tg);
+    free(lc);
+    free(lg);
+    free(pc);
+    free(pg);
+}
+
+static const mods_run k_mods_runs[] = {
+    {"fused, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN, 7, 0},
+    {"fused wgmma asked, mask", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 1, 0},
+    {"fused chunked, bias", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
+     2, 0},
+    {"fused, scalar penalties", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 9, 0},
+    {"unfused gumbel, all", 0, FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 7, 0},
+    {"logits, all", 1, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN, 7, 0},
+    {"fused min-first, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f, FLS_NOISE_MIN_FIRST,
+     7, 0},
+    {"fused top-k 20, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 20, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
+     7, 0},
+    {"fused min-p 0.1 + top-p 0.9, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 0.9f, 0.1f,
+     FLS_NOISE_PER_TOKEN, 7, 0},
+    {"logits top-k 50 + top-p 0.8, all", 1, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 50, 0, 0.8f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 7, 0},
+    {"fused without replacement K=4 + top-k 30, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 30, 4, 1.0f,
+     0.0f, FLS_NOISE_PER_TOKEN, 7, 0},
+    {"fused, device arrays", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
+     7, 1},
+    {"logits, device arrays", 1, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
+     7, 1},
+    {"unfused gumbel, device arrays", 0, FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 7, 1},
+};
+
+/* Device arrays with a bad value: FLS_ERR_PARAM from the call's status, the
+ * outputs untouched; an all-masked row: FLS_ERR_ALL_MASKED. */
+static void mods_errors(void)
+{
+    const int64_t V = 3001, D = 24, B = 6, S = 20, K = 8;
+    g_rng = 31337;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3), *H = make_int_matrix(B, D, D, FLS_DTYPE_BF16, 2);
+    mods_in m;
+    CHECK(W && H && mods_make(&m, B, V, S, K) == 0 && mods_upload(&m) == 0, "memory");
+    void *dW = to_dev(W, 2 * (size_t)(V * D)), *dH = to_dev(H, 2 * (size_t)(B * D)), *dtok = NULL;
+    fls_cuda_malloc(&dtok, 8 * (size_t)B);
+    CHECK(dW && dH && dtok, "device memory");
+    const fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+    const char *names[7] = {"bias id = V", "seen id = -2",         "seen id twice", "negative count",
+                            "NaN bias",    "repetition 0 (row 4)", "all masked row"};
+    int wrong = 0;
+    for (int c = 0; c < 7; c++) {
+        mods_in e;
+        CHECK(mods_make(&e, B, V, S, K) == 0, "memory");
+        memcpy(e.mask, m.mask, 4 * (size_t)(B * m.ld));
+        if (c == 0)
+            e.bids[3 * K + 1] = V;
+        else if (c == 1)
+            e.sids[5 * S + 2] = -2;
+        else if (c == 2) {
+            e.sids[4 * S + 0] = 17;
+            e.sids[4 * S + 7] = 17;
+        } else if (c == 3)
+            e.scnt[0] = -1;
+        else if (c == 4)
+            e.bvals[2 * K + 5] = NAN, e.bids[2 * K + 5] = 9;
+        else if (c == 5)
+            e.pen[4] = 0.0f;
+        else
+            memset(e.mask + 0 * e.ld, 0, 4 * (size_t)e.ld);
+        CHECK(mods_upload(&e) == 0, "device memory");
+        const fls_status want = c == 6 ? FLS_ERR_ALL_MASKED : FLS_ERR_PARAM;
+        for (int dev = 0; dev < 2; dev++) {
+            fls_params p;
+            fls_params_default(&p);
+            p.params_on_device = dev;
+            mods_set(&p, &e, 7, dev);
+            int64_t guard[6] = {-777, -777, -777, -777, -777, -777}, got[6];
+            fls_cuda_memcpy(dtok, guard, sizeof guard, 1);
+            fls_outputs o = {(int64_t *)dtok, NULL, NULL};
+            const fls_status st = fls_sample_fused(g_gpu, &dWm, &dHm, &p, &o);
+            fls_cuda_memcpy(got, dtok, sizeof got, 0);
+            if (st != want || memcmp(got, guard, sizeof got) != 0) {
+                failf("%s (%s arrays): %s, outputs %s", names[c], dev ? "device" : "host",
+                      fls_status_string(st), memcmp(got, guard, sizeof got) ? "written" : "untouched");
+                wrong++;
+            }
+        }
+        mods_free(&e);
+    }
+    printf("    7 bad inputs x host / device arrays: %s\n", wrong ? "WRONG" : "the error, nothing written");
+    mods_free(&m);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dtok);
+    free(W);
+    free(H);
+}
+
+/* A decode step with device arrays captured in a CUDA graph (plain, then
+ * top-k 50) and replayed with changed seen counts, bias and mask: tokens
+ * identical to synchronous calls with host arrays. */
+static void mods_graph(int rule)
+{
+    const int64_t V = 20011, D = 40, B = 8, S = 30, K = 6;
+    g_rng = 8080 + (uint64_t)rule;
+    void *W = make_int_matrix(V, D, D, FLS_DTYPE_BF16, 3), *H = make_int_matrix(B, D, D, FLS_DTYPE_BF16, 2);
+    mods_in m;
+    CHECK(W && H && mods_make(&m, B, V, S, K) == 0 && mods_upload(&m) == 0, "memory");
+    void *dW = to_dev(W, 2 * (size_t)(V * D)), *dH = to_dev(H, 2 * (size_t)(B * D)), *dtok = NULL;
+    fls_cuda_malloc(&dtok, 8 * (size_t)B);
+    CHECK(dW && dH && dtok, "device memory");
+    const fls_matrix dWm = {dW, FLS_DTYPE_BF16, V, D, D}, dHm = {dH, FLS_DTYPE_BF16, B, D, D};
+    void *stream = NULL;
+    CHECK(fls_kat_stream_create(&stream) == 0, "stream");
+    fls_context_t *actx = NULL;
+    CHECK_ST(async_context(&actx, stream));
+    fls_params pd;
+    fls_params_default(&pd);
+    pd.params_on_device = 1;
+    pd.top_k = rule ? 50 : 0;
+    mods_set(&pd, &m, 7, 1);
+    fls_outputs od = {(int64_t *)dtok, NULL, NULL};
+    CHECK_ST(fls_sample_fused(actx, &dWm, &dHm, &pd, &od));
+    CHECK_ST(fls_context_sync(actx));
+    CHECK(fls_kat_capture_begin(stream) == 0, "begin capture");
+    const fls_status cst = fls_sample_fused(actx, &dWm, &dHm, &pd, &od);
+    void *exec = NULL;
+    const int cend = fls_kat_capture_end(stream, &exec);
+    CHECK(cst == FLS_OK && cend == 0, "capture: %s", fls_status_string(cst));
+    int mis = 0;
+    for (int step = 0; step < 5; step++) {
+        for (int64_t i = 0; i < B * S; i++)
+            m.scnt[i] = (m.scnt[i] + step) % 5;
+        for (int64_t i = 0; i < B * K; i++)
+            m.bvals[i] = (float)step - m.bvals[i];
+        for (int64_t i = 0; i < B * m.ld; i += 3)
+            m.mask[i] ^= (int32_t)(0x5555u << step);
+        m.mask[2 * m.ld + (V / 2) / 32] |= (int32_t)(1u << ((V / 2) % 32)); /* row 2 keeps a token */
+        CHECK(fls_device_upload(m.d[0], m.mask, 4 * (size_t)(B * m.ld)) == FLS_OK &&
+                  fls_device_upload(m.d[3], m.bvals, 4 * (size_t)(B * K)) == FLS_OK &&
+                  fls_device_upload(m.d[5], m.scnt, 4 * (size_t)(B * S)) == FLS_OK,
+              "upload");
+        CHECK(fls_kat_graph_launch(exec, stream) == 0, "replay");
+        CHECK(fls_kat_stream_sync(stream) == 0, "sync");
+        CHECK_ST(fls_context_sync(actx));
+        int64_t got[8], want[8];
+        fls_device_download(got, dtok, sizeof got);
+        fls_params ph;
+        fls_params_default(&ph);
+        ph.top_k = pd.top_k;
+        mods_set(&ph, &m, 7, 0);
+        CHECK_ST(fls_sample_fused(g_gpu, &dWm, &dHm, &ph, &od));
+        fls_device_download(want, dtok, sizeof want);
+        for (int b = 0; b < B; b++)
+            mis += got[b] != want[b];
+    }
+    /* a bad device value through the graph: the status, nothing written */
+    int64_t guard[8] = {-5, -5, -5, -5, -5, -5, -5, -5}, got[8];
+    CHECK(fls_device_upload(dtok, guard, sizeof guard) == FLS_OK, "guard");
+    m.sids[3] = V + 5;
+    CHECK(fls_device_upload(m.d[4], m.sids, 8 * (size_t)(B * S)) == FLS_OK, "upload");
+    CHECK(fls_kat_graph_launch(exec, stream) == 0, "replay");
+    const fls_status sst = fls_context_sync(actx);
+    fls_device_download(got, dtok, sizeof got);
+    CHECK(mis == 0, "%d tokens of graph replays differ from synchronous calls", mis);
+    CHECK(sst == FLS_ERR_PARAM && memcmp(got, guard, sizeof got) == 0,
+          "a seen id out of range through the graph: %s, outputs %s", fls_status_string(sst),
+          memcmp(got, guard, sizeof got) ? "written" : "untouched");
+    printf("    graph replays%s with changed mask, bias and counts: 5 x %lld tokens identical to synchronous "
+           "calls; a bad device id is FLS_ERR_PARAM through the graph\n",
+           rule ? " (top-k 50)" : "", (long long)B);
+    fls_kat_graph_destroy(exec);
+    fls_context_destroy(actx);
+    fls_kat_stream_destroy(stream);
+    mods_free(&m);
+    fls_cuda_free(dW);
+    fls_cuda_free(dH);
+    fls_cuda_free(dtok);
+    free(W);
+    free(H);
+}
+
+static void test_mods(void)
+{
+    const int nr = (int)(sizeof k_mods_runs / sizeof k_mods_runs[0]);
+    mods_case(3001, 24, 9, 40, 12, 3, k_mods_runs, nr);
+    mods_case(50257, 40, 5, 300, 50, 2, k_mods_runs, nr);
+    if (!g_quick)
+        mods_case(151936, 24, 3, 6000, 100, 1, k_mods_runs, nr); /* a sort of 8192 keys */
+    mods_errors();
+    mods_graph(0);
+    mods_graph(1);
+}
+
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
 static void test_logits_path(void)
 {
@@ -3334,6 +3803,7 @@ int main(int argc, char **argv)
     run_test("first_draw_all_configs", test_first_draw);
     run_test("grouped_vs_cpu", test_grouped);
     run_test("async_graph_capture", test_async_graph);
+    run_test("masks_bias_penalties_identical_to_cpu", test_mods);
     run_test("stream_cuda_chunkings_serialize_errors", test_stream_cuda);
     run_test("stream_cuda_fused_early_finalize", test_stream_cuda_fused);
 #ifdef FLS_HAVE_NCCL
