@@ -198,13 +198,15 @@ int cli_load_row_array(const char *opt, const char *path, int64_t B, unsigned al
     char want[96];
     size_t n = 0;
     want[0] = '\0';
-    for (int d = 0; d <= FLS_NPY_F64; d++)
+    for (int d = 0; d <= FLS_NPY_DTYPE_LAST; d++)
         if (allowed & (1u << d))
             n +=
                 (size_t)snprintf(want + n, sizeof want - n, "%s%s ('%s')", n ? " or " : "",
                                  fls_npy_dtype_name((fls_npy_dtype)d), fls_npy_dtype_descr((fls_npy_dtype)d));
-    fls_status st =
-        fls_npy_read_flags(path, (allowed & (1u << FLS_NPY_F64)) ? FLS_NPY_ACCEPT_F64 : 0u, arr, err);
+    const unsigned flags = ((allowed & (1u << FLS_NPY_F64)) ? FLS_NPY_ACCEPT_F64 : 0u) |
+                           ((allowed & (1u << FLS_NPY_I32)) ? FLS_NPY_ACCEPT_I32 : 0u) |
+                           ((allowed & (1u << FLS_NPY_U8)) ? FLS_NPY_ACCEPT_U8 : 0u);
+    fls_status st = fls_npy_read_flags(path, flags, arr, err);
     if (st != FLS_OK) {
         cli_error("%s: %s%s%s", opt, err, st == FLS_ERR_DTYPE ? "; expected " : "",
                   st == FLS_ERR_DTYPE ? want : "");

@@ -15,6 +15,7 @@
  * when the result is ready, then renamed over the target.
  */
 #include "tools/cli.h"
+#include "tools/cli_mods.h"
 #include "tools/cli_rules.h"
 #include "tools/cli_stream.h"
 
@@ -63,6 +64,7 @@ static void sample_help(void)
            "                          exponential first: the same distribution, other tokens); min-first\n"
            "                          takes --method fused or unfused-gumbel, no rule, no streaming\n"
            "%s"
+           "%s"
            "streaming (both engines, --method fused or grouped, no rules; the tokens of one call):\n"
            "  --stream-chunk C        feed the vocabulary to the streaming API (fls_stream_*) in\n"
            "                          chunks of C tokens; prints the chunks fed and skipped\n"
@@ -91,7 +93,7 @@ static void sample_help(void)
            "also the first tokens of row 0; with a rule, how many rows took the exact second pass.\n"
            "\n"
            "exit status: 0 success, 1 error (bad input, I/O), 2 usage error\n",
-           FLS_GROUP_SIZE_DEFAULT, cli_rule_help, SAMPLE_STREAM_CHUNK);
+           FLS_GROUP_SIZE_DEFAULT, cli_rule_help, cli_mods_help, SAMPLE_STREAM_CHUNK);
 }
 
 typedef struct sample_opts {
@@ -99,6 +101,7 @@ typedef struct sample_opts {
         *device, *threads, *simd, *out, *counts, *method, *group_size, *noise, *stream_chunk, *shards;
     int early;
     cli_rule_opts rule;
+    cli_mods_opts mods;
 } sample_opts;
 
 static int parse_method(const char *s, fls_method *m)
@@ -378,7 +381,8 @@ typedef struct sample_run {
     fls_method method;
     fls_noise noise;
     cli_rule rule;
-    int rules, streaming;
+    cli_mods mods;
+    int rules, streaming, has_mods;
     /* the inputs: L (B, V), or W (V, D) and H (B, D) */
     fls_npy_matrix W, H, L;
     uint64_t *row_seeds;
@@ -428,6 +432,7 @@ static int sample_parse_args(int argc, char **argv, sample_run *s, int *help)
                                {"--early-finalize", NULL, &o->early},
                                {"--shards", &o->shards, NULL},
                                CLI_RULE_OPTIONS(o->rule),
+                               CLI_MODS_OPTIONS(o->mods),
                                {NULL, NULL, NULL}};
     return cli_parse(argc, argv, opts, help);
 }
@@ -480,8 +485,9 @@ static int sample_parse_values(sample_run *s)
         (o->shards && cli_parse_i64("--shards", o->shards, 1, 65536, &s->shards) != 0) ||
         cli_parse_device(o->device, &s->engine) != 0 || cli_parse_simd(o->simd, &s->simd) != 0 ||
         parse_method(o->method, &s->method) != 0 || parse_noise(o->noise, &s->noise) != 0 ||
-        cli_rule_parse(&o->rule, &s->rule) != CLI_OK)
+        cli_rule_parse(&o->rule, &s->rule) != CLI_OK || cli_mods_parse(&o->mods, &s->mods) != CLI_OK)
         return CLI_USAGE;
+    s->has_mods = cli_mods_first_flag(&o->mods) != NULL;
     return CLI_OK;
 }
 
@@ -541,6 +547,12 @@ static int sample_check_method(sample_run *s)
                   cli_rule_first_flag(&o->rule));
         return CLI_USAGE;
     }
+    if (s->method == FLS_METHOD_GROUPED && s->has_mods) {
+        cli_error("--method grouped takes no mask, logit bias or penalty (%s): they run with --method fused, "
+                  "unfused-gumbel or unfused-multinomial (docs/RULES.md)",
+                  cli_mods_first_flag(&o->mods));
+        return CLI_USAGE;
+    }
     if (s->method == FLS_METHOD_UNFUSED_MULTINOMIAL && s->rule.wr_k > 0) {
         cli_error(
             "--without-replacement: the unfused multinomial baseline draws one token per draw; use --method "
@@ -570,6 +582,12 @@ static int sample_check_streaming(sample_run *s)
                   flag, cli_rule_first_flag(&o->rule));
         return CLI_USAGE;
     }
+    if (s->has_mods) {
+        cli_error("%s: streaming takes no mask, logit bias or penalty (%s): the streaming API refuses them "
+                  "(docs/RULES.md); drop the streaming flags",
+                  flag, cli_mods_first_flag(&o->mods));
+        return CLI_USAGE;
+    }
     if (o->early && !o->weights) {
         cli_error("--early-finalize bounds the logits by ||w|| ||h||: it needs --weights and --hidden "
                   "(materialized --logits are fed whole)");
@@ -587,14 +605,33 @@ static int sample_check_output_names(const sample_opts *o)
         cli_error("--out and --counts name the same file '%s'", o->out);
         return CLI_USAGE;
     }
-    const char *iopts[8] = {
-        "--logits",        "--weights",       "--hidden",        "--row-seeds",
-        "--top-k-per-row", "--top-p-per-row", "--min-p-per-row", "--filter-value-per-row"};
-    const char *ipaths[8] = {
+    const cli_mods_opts *m = &o->mods;
+    const char *iopts[] = {"--logits",
+                           "--weights",
+                           "--hidden",
+                           "--row-seeds",
+                           "--top-k-per-row",
+                           "--top-p-per-row",
+                           "--min-p-per-row",
+                           "--filter-value-per-row",
+                           "--allowed-bitmask",
+                           "--bitmask-rows",
+                           "--logit-bias-ids",
+                           "--logit-bias-values",
+                           "--seen-ids",
+                           "--seen-counts",
+                           "--repetition-penalty-per-row",
+                           "--presence-penalty-per-row",
+                           "--frequency-penalty-per-row"};
+    const char *ipaths[] = {
         o->logits,          o->weights,         o->hidden,          o->row_seeds,
-        o->rule.top_k_rows, o->rule.top_p_rows, o->rule.min_p_rows, o->rule.filter_value_rows};
-    if (cli_output_names_input("--out", o->out, iopts, ipaths, 8) ||
-        cli_output_names_input("--counts", o->counts, iopts, ipaths, 8))
+        o->rule.top_k_rows, o->rule.top_p_rows, o->rule.min_p_rows, o->rule.filter_value_rows,
+        m->bitmask,         m->bitmask_rows,    m->bias_ids,        m->bias_values,
+        m->seen_ids,        m->seen_counts,     m->rep_rows,        m->pres_rows,
+        m->freq_rows};
+    const int n = (int)(sizeof ipaths / sizeof ipaths[0]);
+    if (cli_output_names_input("--out", o->out, iopts, ipaths, n) ||
+        cli_output_names_input("--counts", o->counts, iopts, ipaths, n))
         return CLI_USAGE;
     return CLI_OK;
 }
@@ -688,6 +725,8 @@ static int sample_load_inputs(sample_run *s)
     int lrc;
     if (cli_rule_load(&s->rule, s->B, s->V, &lrc) != 0)
         return lrc;
+    if (s->has_mods && (lrc = cli_mods_load(&s->mods, s->B, s->V)) != CLI_OK)
+        return lrc;
     if (s->shards > s->V) {
         cli_error("--shards %lld: more shards than the V = %lld tokens of the vocabulary",
                   (long long)s->shards, (long long)s->V);
@@ -762,6 +801,7 @@ static int sample_setup_engine(sample_run *s)
     p->row_seeds = s->row_seeds;
     p->offset = s->offset;
     cli_rule_apply(&s->rule, p);
+    cli_mods_apply(&s->mods, p);
 
     const fls_npy_matrix *W = &s->W, *H = &s->H, *L = &s->L;
     s->mW = (fls_matrix){W->data, W->dtype, W->rows, W->cols, W->cols};
@@ -839,10 +879,32 @@ static int sample_setup_streaming(sample_run *s)
 static void sample_explain_failure(const sample_run *s, fls_status st, const char *where)
 {
     if (st == FLS_ERR_PARAM && !s->streaming) {
+        char msg[512];
+        if (s->has_mods && fls_params_explain(&s->p, s->B, s->V, msg, sizeof msg) != FLS_OK && msg[0]) {
+            const char *flag = cli_mods_flag_of(&s->o.mods, msg);
+            cli_error("%s%s%s", flag ? flag : "", flag ? ": " : "", msg);
+            return;
+        }
         cli_rule_explain(&s->rule, s->B, s->V);
         return;
     }
+    if (s->has_mods && st != FLS_ERR_UNSUPPORTED) {
+        /* the raw inputs do not say where: the changed logits are the engine's */
+        cli_error("sampling failed: %s%s", fls_status_string(st),
+                  st == FLS_ERR_ALL_MASKED ? " (a row has no finite logit left after --allowed-bitmask, the "
+                                             "logit bias and the penalties)"
+                  : st == FLS_ERR_NAN || st == FLS_ERR_TEMPERATURE
+                      ? " (in the logits after the logit bias and the penalties, which are checked too)"
+                      : "");
+        return;
+    }
     if (st == FLS_ERR_UNSUPPORTED) {
+        if (s->has_mods && s->engine == FLS_ENGINE_CUDA) {
+            cli_error("sampling failed: %s: this CUDA engine does not take %s (masks, logit bias and "
+                      "penalties); use --device cpu",
+                      fls_status_string(st), cli_mods_first_flag(&s->o.mods));
+            return;
+        }
         explain_unsupported(s->engine, s->method, &s->rule, s->streaming);
         return;
     }
@@ -976,6 +1038,11 @@ static void sample_report_run(const sample_run *s)
     }
     if (s->noise == FLS_NOISE_MIN_FIRST)
         printf("noise min-first (docs/NOISE.md)\n");
+    if (s->has_mods) {
+        char mdesc[256];
+        cli_mods_describe(&s->mods, mdesc, sizeof mdesc);
+        printf("logits changed by: %s\n", mdesc);
+    }
     if (s->rules) {
         fls_counters c;
         fls_counters_default(&c);
@@ -1056,6 +1123,7 @@ static void sample_release(sample_run *s)
     fls_npy_matrix_free(&s->H);
     fls_npy_matrix_free(&s->L);
     cli_rule_free(&s->rule);
+    cli_mods_free(&s->mods);
     free(s->row_seeds);
     free(s->tokens);
     free(s->counts);

@@ -51,6 +51,10 @@ size_t fls_npy_dtype_size(fls_npy_dtype dtype)
     case FLS_NPY_U64:
     case FLS_NPY_F64:
         return 8;
+    case FLS_NPY_I32:
+        return 4;
+    case FLS_NPY_U8:
+        return 1;
     }
     return 0;
 }
@@ -68,6 +72,10 @@ const char *fls_npy_dtype_descr(fls_npy_dtype dtype)
         return "<u8";
     case FLS_NPY_F64:
         return "<f8";
+    case FLS_NPY_I32:
+        return "<i4";
+    case FLS_NPY_U8:
+        return "|u1";
     }
     return "?";
 }
@@ -85,6 +93,10 @@ const char *fls_npy_dtype_name(fls_npy_dtype dtype)
         return "uint64";
     case FLS_NPY_F64:
         return "float64";
+    case FLS_NPY_I32:
+        return "int32";
+    case FLS_NPY_U8:
+        return "uint8";
     }
     return "?";
 }
@@ -211,6 +223,16 @@ static fls_status parse_descr(const char *descr, unsigned flags, fls_npy_dtype *
 {
     if ((flags & FLS_NPY_ACCEPT_F64) && strcmp(descr, "<f8") == 0) {
         *dtype = FLS_NPY_F64;
+        return FLS_OK;
+    }
+    if ((flags & FLS_NPY_ACCEPT_I32) && strcmp(descr, "<i4") == 0) {
+        *dtype = FLS_NPY_I32;
+        return FLS_OK;
+    }
+    /* numpy writes uint8 as '|u1' ('<u1' is the same type); bool '|b1' is 0 or 1 in a byte */
+    if ((flags & FLS_NPY_ACCEPT_U8) &&
+        (strcmp(descr, "|u1") == 0 || strcmp(descr, "<u1") == 0 || strcmp(descr, "|b1") == 0)) {
+        *dtype = FLS_NPY_U8;
         return FLS_OK;
     }
     static const struct {

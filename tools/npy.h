@@ -46,11 +46,19 @@ typedef enum fls_npy_dtype {
     FLS_NPY_F16 = 1, /* '<f2' float16 */
     FLS_NPY_I64 = 2, /* '<i8' int64 */
     FLS_NPY_U64 = 3, /* '<u8' uint64 */
-    FLS_NPY_F64 = 4  /* '<f8' float64: read only with FLS_NPY_ACCEPT_F64 (fls_npy_read_flags) */
+    FLS_NPY_F64 = 4, /* '<f8' float64: read only with FLS_NPY_ACCEPT_F64 (fls_npy_read_flags) */
+    FLS_NPY_I32 = 5, /* '<i4' int32: read only with FLS_NPY_ACCEPT_I32 (bitmasks, counts) */
+    FLS_NPY_U8 = 6   /* '|u1' uint8: read only with FLS_NPY_ACCEPT_U8 (row selections) */
 } fls_npy_dtype;
+#define FLS_NPY_DTYPE_LAST FLS_NPY_U8
 
 /* Flags of fls_npy_read_flags / fls_npy_parse_header_flags. */
 #define FLS_NPY_ACCEPT_F64 1u /* read '<f8' (float64); without it float64 is FLS_ERR_DTYPE */
+/* read '<i4' (int32) and '|u1' (uint8): the few inputs that take them ask
+ * for them (the mask and penalty flags of `sample`); every other input
+ * refuses them as before */
+#define FLS_NPY_ACCEPT_I32 2u
+#define FLS_NPY_ACCEPT_U8  4u
 
 /* A loaded array. data is 64-byte aligned, owned by the array (free with
  * fls_npy_free), and NULL when count is 0. */

@@ -402,3 +402,149 @@ def device_row(value: Any, rows: int, want: str, fn: str, name: str) -> tuple:
             "%s must be a contiguous (%d,) array, got shape %s" % (name, rows, tuple(cai["shape"])),
         )
     return int(cai["data"][0] or 0), value, "cai", -1
+
+
+# ---- mask, bias and penalty arrays (fls_params 0.4; docs/RULES.md) ------------------------------
+
+# kind -> (numpy dtype, accepted torch dtype names, __cuda_array_interface__ typestrs, label)
+_MOD_KINDS = {
+    "i32": (np.int32, ("int32",), ("<i4", "<u4"), "int32"),
+    "i64": (np.int64, ("int64",), ("<i8",), "int64"),
+    "f32": (np.float32, ("float32",), ("<f4",), "float32"),
+    "u8": (np.uint8, ("uint8", "bool"), ("|u1", "<u1", "|b1"), "uint8 or bool"),
+}
+
+
+def mod_array(value: Any, rows: int, kind: str, fn: str, name: str, cols: Optional[int] = None):
+    """A host mask/bias/penalty array: (rows, cols) (cols=None: any; a 1-D array is one row when
+    rows == 1), or (rows,) for kind 'u8' with cols=0. Returns (array, cols). ValueError naming
+    `name` for a shape or dtype that does not fit (values are the library's to check)."""
+    if _is_torch_tensor(value):
+        if value.is_cuda:
+            raise FlashSampleValueError(
+                ERR_POINTER,
+                fn,
+                "%s is device memory but params_on_device=False: mask, bias and penalty arrays "
+                "are host arrays unless params_on_device=True" % name,
+            )
+        value = value.detach().numpy()
+    elif hasattr(value, "__cuda_array_interface__") and not isinstance(value, np.ndarray):
+        raise FlashSampleValueError(
+            ERR_POINTER,
+            fn,
+            "%s is device memory but params_on_device=False: mask, bias and penalty arrays are "
+            "host arrays unless params_on_device=True" % name,
+        )
+    arr = np.asarray(value)
+    npd, _, _, label = _MOD_KINDS[kind]
+    if cols == 0:
+        if arr.ndim != 1 or arr.shape[0] != rows:
+            raise FlashSampleValueError(
+                ERR_SHAPE,
+                fn,
+                "%s must have one entry per row: shape (%d,), got %s" % (name, rows, arr.shape),
+            )
+    else:
+        if arr.ndim == 1 and rows == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[0] != rows or (cols is not None and arr.shape[1] != cols):
+            want = "(%d, %s)" % (rows, "K" if cols is None else cols)
+            raise FlashSampleValueError(
+                ERR_SHAPE,
+                fn,
+                "%s must be %s (one row per row of the logits%s), got shape %s"
+                % (name, want, "" if cols is None else ", as its companion array", arr.shape),
+            )
+    if kind == "i32" and name == "allowed_bitmask":
+        # the bits as they are: int32 words, or uint32 viewed as int32
+        if arr.dtype not in (np.int32, np.uint32):
+            raise FlashSampleValueError(
+                ERR_DTYPE,
+                fn,
+                "%s must be int32 (or uint32) words, got dtype %s" % (name, arr.dtype),
+            )
+        return np.ascontiguousarray(arr).view(np.int32), arr.shape[1]
+    if kind in ("i32", "i64"):
+        if arr.dtype.kind not in "iu":
+            raise FlashSampleValueError(
+                ERR_DTYPE, fn, "%s must hold integers (%s), got dtype %s" % (name, label, arr.dtype)
+            )
+        if kind == "i32" and arr.size and (arr.max() > 2**31 - 1 or arr.min() < -(2**31)):
+            raise FlashSampleValueError(
+                ERR_DTYPE, fn, "%s does not fit int32 (max %d)" % (name, int(arr.max()))
+            )
+        if kind == "i64" and arr.dtype == np.uint64 and arr.size and arr.max() > 2**63 - 1:
+            raise FlashSampleValueError(ERR_DTYPE, fn, "%s does not fit int64" % name)
+    elif kind == "f32":
+        if arr.dtype.kind not in "fiu":
+            raise FlashSampleValueError(
+                ERR_DTYPE, fn, "%s must hold numbers (float32), got dtype %s" % (name, arr.dtype)
+            )
+    elif kind == "u8":
+        if arr.dtype.kind not in "biu":
+            raise FlashSampleValueError(
+                ERR_DTYPE, fn, "%s must be bool or uint8, got dtype %s" % (name, arr.dtype)
+            )
+        arr = arr != 0
+    out = np.ascontiguousarray(arr, dtype=npd)
+    return out, (out.shape[1] if out.ndim == 2 else 0)
+
+
+def device_mod(value: Any, rows: int, kind: str, fn: str, name: str, cols: Optional[int] = None):
+    """A mask/bias/penalty array in device memory (params_on_device=True): a contiguous torch CUDA
+    tensor or __cuda_array_interface__ object of the exact dtype, shaped as mod_array says.
+    Returns (pointer, owner, view kind, device index or -1, cols)."""
+    _, tnames, typestrs, label = _MOD_KINDS[kind]
+    if _is_torch_tensor(value):
+        t = value.detach()
+        if not t.is_cuda:
+            raise FlashSampleValueError(
+                ERR_POINTER,
+                fn,
+                "%s: params_on_device needs a CUDA tensor, got one on %s" % (name, t.device),
+            )
+        tname = str(t.dtype).replace("torch.", "")
+        if tname not in tnames:
+            raise FlashSampleValueError(
+                ERR_DTYPE, fn, "%s has dtype %s; expected %s" % (name, t.dtype, label)
+            )
+        shape, contiguous = tuple(t.shape), t.is_contiguous()
+        ptr, owner, vkind, dev = t.data_ptr(), t, "torch", t.device.index or 0
+    else:
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is None or isinstance(value, np.ndarray):
+            raise FlashSampleValueError(
+                ERR_POINTER,
+                fn,
+                "%s: params_on_device needs device memory (a torch CUDA tensor or "
+                "__cuda_array_interface__), got %s" % (name, type(value).__name__),
+            )
+        if cai.get("typestr") not in typestrs:
+            raise FlashSampleValueError(
+                ERR_DTYPE,
+                fn,
+                "%s has typestr %r; expected %s" % (name, cai.get("typestr"), label),
+            )
+        shape = tuple(cai["shape"])
+        itemsize = int(np.dtype(_MOD_KINDS[kind][0]).itemsize)
+        strides = cai.get("strides")
+        contiguous = strides is None or all(
+            s == itemsize * int(np.prod(shape[k + 1 :], dtype=np.int64))
+            for k, s in enumerate(strides)
+            if shape[k] > 1
+        )
+        ptr, owner, vkind, dev = int(cai["data"][0] or 0), value, "cai", -1
+    if cols == 0:
+        ok = shape == (rows,)
+    else:
+        if len(shape) == 1 and rows == 1:
+            shape = (1, shape[0])
+        ok = len(shape) == 2 and shape[0] == rows and (cols is None or shape[1] == cols)
+    if not ok or not contiguous:
+        raise FlashSampleValueError(
+            ERR_SHAPE,
+            fn,
+            "%s must be a contiguous %s array, got shape %s"
+            % (name, "(%d,)" % rows if cols == 0 else "(%d, %s)" % (rows, cols or "K"), shape),
+        )
+    return ptr, owner, vkind, dev, (shape[1] if cols != 0 else 0)

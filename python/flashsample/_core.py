@@ -15,9 +15,11 @@ from . import _capi
 from ._arrays import (
     View,
     as_view,
+    device_mod,
     device_row,
     is_array_like,
     is_device_array,
+    mod_array,
     ptr_of,
     row_array,
 )
@@ -221,6 +223,28 @@ _ROW_PARAMS = {
     "top_p": ("top_p", "row_top_p", np.float32, ctypes.c_float, "float"),
     "min_p": ("min_p", "row_min_p", np.float32, ctypes.c_float, "float"),
     "filter_value": ("filter_value", "row_filter_value", np.float64, ctypes.c_double, "float"),
+    # penalties of the seen tokens (fls_params 0.4; docs/RULES.md, "Masks, bias and penalties")
+    "repetition_penalty": (
+        "repetition_penalty",
+        "row_repetition_penalty",
+        np.float32,
+        ctypes.c_float,
+        "float",
+    ),
+    "presence_penalty": (
+        "presence_penalty",
+        "row_presence_penalty",
+        np.float32,
+        ctypes.c_float,
+        "float",
+    ),
+    "frequency_penalty": (
+        "frequency_penalty",
+        "row_frequency_penalty",
+        np.float32,
+        ctypes.c_float,
+        "float",
+    ),
 }
 # explicit per-row keyword -> the parameter it belongs to
 _ROW_ALIASES = {
@@ -230,6 +254,18 @@ _ROW_ALIASES = {
     "row_top_p": "top_p",
     "row_min_p": "min_p",
     "row_filter_value": "filter_value",
+    "row_repetition_penalty": "repetition_penalty",
+    "row_presence_penalty": "presence_penalty",
+    "row_frequency_penalty": "frequency_penalty",
+}
+# the mask, bias and seen arrays (fls_params 0.4): name -> (fls_params field, kind, ctype, companion)
+_MOD_ARRAYS = {
+    "allowed_bitmask": ("allowed_bitmask", "i32", ctypes.c_int32, None),
+    "bitmask_rows": ("bitmask_rows", "u8", ctypes.c_uint8, "allowed_bitmask"),
+    "logit_bias_ids": ("logit_bias_ids", "i64", ctypes.c_int64, "logit_bias_values"),
+    "logit_bias_values": ("logit_bias_values", "f32", ctypes.c_float, "logit_bias_ids"),
+    "seen_ids": ("seen_ids", "i64", ctypes.c_int64, None),
+    "seen_counts": ("seen_counts", "i32", ctypes.c_int32, "seen_ids"),
 }
 PARAM_NAMES = (
     tuple(_ROW_PARAMS)
@@ -245,15 +281,24 @@ PARAM_NAMES = (
         "filter",
         "params_on_device",
     )
+    + tuple(_MOD_ARRAYS)
 )
-# the per-row fields that fls_params.params_on_device puts in device memory
-_DEVICE_ROWS = {"temperature": "f32", "seed": "u64", "offset": "u64"}
+# the per-row fields that fls_params.params_on_device puts in device memory (with the arrays of
+# _MOD_ARRAYS: the CUDA engine reads masks, bias and penalties from device memory then)
+_DEVICE_ROWS = {
+    "temperature": "f32",
+    "seed": "u64",
+    "offset": "u64",
+    "repetition_penalty": "f32",
+    "presence_penalty": "f32",
+    "frequency_penalty": "f32",
+}
 
 
 class _Params:
     """A filled fls_params and the host arrays it points to (kept alive with it)."""
 
-    def __init__(self, fn: str, rows: int, kw: dict):
+    def __init__(self, fn: str, rows: int, kw: dict, vocab: Optional[int] = None):
         unknown = sorted(set(kw) - set(PARAM_NAMES))
         if unknown:
             raise TypeError(
@@ -273,6 +318,7 @@ class _Params:
             if v is not None and is_array_like(v):
                 row_values[name] = v
         on_dev = [n for n, v in row_values.items() if is_device_array(v)]
+        on_dev += [n for n in _MOD_ARRAYS if kw.get(n) is not None and is_device_array(kw[n])]
         if pod is None:
             pod = bool(on_dev)
         elif not pod and on_dev:
@@ -355,10 +401,79 @@ class _Params:
             b = flt.encode()
             keep.append(b)
             p.filter = b
+        self.mods = self._mods(fn, rows, kw, p, keep, vocab)
         self.p = p
         self.keep = keep
         self.draws = int(p.draws)
         self.K = int(p.without_replacement_k)
+
+    def _mods(self, fn: str, rows: int, kw: dict, p: Any, keep: list, vocab: Optional[int]) -> list:
+        """The mask, bias and seen arrays into p (host arrays, or device pointers with
+        params_on_device); the names given, in _MOD_ARRAYS order."""
+        given = [n for n in _MOD_ARRAYS if kw.get(n) is not None]
+        for n in given:
+            companion = _MOD_ARRAYS[n][3]
+            if companion and kw.get(companion) is None and n != "logit_bias_ids":
+                raise FlashSampleValueError(
+                    ERR_PARAM,
+                    fn,
+                    "%s needs %s (%s)"
+                    % (
+                        n,
+                        companion,
+                        {
+                            "bitmask_rows": "the masks it selects",
+                            "logit_bias_values": "the ids the values are for",
+                            "seen_counts": "the tokens it counts",
+                        }[n],
+                    ),
+                )
+            if n == "logit_bias_ids" and kw.get("logit_bias_values") is None:
+                raise FlashSampleValueError(
+                    ERR_PARAM, fn, "logit_bias_ids needs logit_bias_values (one value per id)"
+                )
+        cols = {}
+        for n in given:
+            field, kind, ctype, companion = _MOD_ARRAYS[n]
+            want_cols = 0 if n == "bitmask_rows" else cols.get(companion)
+            if self.on_device:
+                ptr, owner, vkind, dev, c = device_mod(kw[n], rows, kind, fn, n, want_cols)
+                keep.append(owner)
+                self.device_views.append((vkind, dev, owner))
+                setattr(p, field, ctypes.cast(ctypes.c_void_p(ptr), ctypes.POINTER(ctype)))
+            else:
+                arr, c = mod_array(kw[n], rows, kind, fn, n, want_cols)
+                keep.append(arr)
+                setattr(p, field, ptr_of(arr, ctype))
+            cols[n] = c
+        if "allowed_bitmask" in cols:
+            W = cols["allowed_bitmask"]
+            if vocab is not None and W < (vocab + 31) // 32:
+                raise FlashSampleValueError(
+                    ERR_SHAPE,
+                    fn,
+                    "allowed_bitmask has %d words per row: fewer than ceil(V / 32) = %d for V = %d"
+                    % (W, (vocab + 31) // 32, vocab),
+                )
+            p.bitmask_ld = W
+        if "logit_bias_ids" in cols:
+            p.logit_bias_k = cols["logit_bias_ids"]
+        if "seen_ids" in cols:
+            p.seen_k = cols["seen_ids"]
+        return given
+
+    def has_mods(self) -> bool:
+        """Whether a mask, bias or penalty is off its default (the engine changes the logits)."""
+        p = self.p
+        return bool(
+            self.mods
+            or p.repetition_penalty != 1.0
+            or p.presence_penalty != 0.0
+            or p.frequency_penalty != 0.0
+            or p.row_repetition_penalty
+            or p.row_presence_penalty
+            or p.row_frequency_penalty
+        )
 
     def token_shape(self, rows: int) -> tuple:
         if self.K > 0:
@@ -714,12 +829,26 @@ class Context:
           array = row_filter_value), row_filter_value, params_on_device (CUDA engine:
           temperature, row_seeds and row_offsets are device arrays — float32, uint64/int64 — read
           by the kernels; default: True when one of them is device memory).
+          Masks, bias and penalties (docs/RULES.md, "Masks, bias and penalties"; applied to the
+          raw fp32 logits before temperature and the rules; methods 'fused', 'unfused-gumbel',
+          'unfused-multinomial'): allowed_bitmask (int32 or uint32 words (B, W), W >=
+          ceil(V / 32): bit v % 32 of word v // 32 set = token v allowed), bitmask_rows (bool or
+          uint8 (B,): which rows use their mask), logit_bias_ids (int64 (B, K), -1 = padding) with
+          logit_bias_values (float32 (B, K)), seen_ids (int64 (B, S), -1 = padding) with
+          seen_counts (int32 (B, S), optional: 0 = seen in the prompt only), repetition_penalty,
+          presence_penalty, frequency_penalty (scalar or per-row array; or
+          row_repetition_penalty, row_presence_penalty, row_frequency_penalty). Host arrays
+          unless params_on_device=True, where they too are device arrays (CUDA engine) of exactly
+          those dtypes. A shape or dtype that does not fit is a ValueError naming the keyword;
+          values out of range (an id outside [0, V) other than -1, an id twice in a row, a bias
+          that is not finite, a negative count, a repetition penalty <= 0) are the library's
+          FLS_ERR_PARAM with its explanation (fls_params_explain).
         Returns Sample(tokens, logsumexp, logprobs) (the last two None unless asked for).
         """
         fn = "sample_logits"
         L = as_view(logits, "logits", fn, dtype)
         self._check_views(fn, [L])
-        prm = _Params(fn, L.rows, params)
+        prm = _Params(fn, L.rows, params, L.cols)
         out, res = self._outputs(fn, L, prm, L.rows, return_logsumexp, return_logprobs)
         views = [L] + self._param_views(fn, prm)
         self._order_after_callers(views)
@@ -732,7 +861,12 @@ class Context:
         )
         self._order_callers_after(views)
         if st != 0:
-            raise FlashSampleError(st, "fls_sample_logits", _locate(st, L) or _explain(st, prm, L.rows, L.cols))
+            where = (
+                "" if prm.has_mods() else _locate(st, L)
+            )  # the raw logits are not the sampled ones
+            raise FlashSampleError(
+                st, "fls_sample_logits", where or _explain(st, prm, L.rows, L.cols)
+            )
         return res
 
     def sample_fused(
@@ -763,7 +897,7 @@ class Context:
                 "weights is (V=%d, D=%d) but hidden is (B=%d, D=%d): D must match"
                 % (W.rows, W.cols, H.rows, H.cols),
             )
-        prm = _Params(fn, H.rows, params)
+        prm = _Params(fn, H.rows, params, W.rows)
         out, res = self._outputs(fn, H, prm, H.rows, return_logsumexp, return_logprobs)
         views = [W, H] + self._param_views(fn, prm)
         self._order_after_callers(views)
@@ -821,11 +955,36 @@ class Context:
 def _explain(status: int, prm: "_Params", rows: int, vocab: int) -> str:
     """Which parameter a refused call got wrong, and its range, in the library's words
     (fls_params_explain), for the statuses that a parameter causes; "" otherwise."""
-    if status not in (ERR_PARAM, ERR_TEMPERATURE, ERR_SIZE, ERR_UNSUPPORTED):
+    if status not in (ERR_PARAM, ERR_TEMPERATURE, ERR_SIZE, ERR_UNSUPPORTED, ERR_ALL_MASKED):
         return ""
-    buf = ctypes.create_string_buffer(256)
-    _capi.fls_params_explain(ctypes.byref(prm.p), int(rows), int(vocab), buf, len(buf))
-    return buf.value.decode("utf-8", "replace")
+    p = prm.p
+    if prm.on_device:
+        # fls_params_explain reads the mask, bias and penalty arrays: in device memory it cannot,
+        # so it explains the rest (the kernels report those values through the call's status)
+        p = type(p).from_buffer_copy(p)
+        for name in list(_MOD_ARRAYS) + [
+            "row_repetition_penalty",
+            "row_presence_penalty",
+            "row_frequency_penalty",
+        ]:
+            setattr(p, _MOD_ARRAYS[name][0] if name in _MOD_ARRAYS else name, None)
+        p.bitmask_ld = p.logit_bias_k = p.seen_k = 0
+    buf = ctypes.create_string_buffer(512)
+    _capi.fls_params_explain(ctypes.byref(p), int(rows), int(vocab), buf, len(buf))
+    msg = buf.value.decode("utf-8", "replace")
+    if status == ERR_ALL_MASKED:
+        return (
+            "a row has no finite logit left after allowed_bitmask, the logit bias and the "
+            "penalties"
+            if prm.has_mods()
+            else ""
+        )
+    if status == ERR_UNSUPPORTED and prm.has_mods() and not msg:
+        return (
+            "masks, logit bias and penalties take the methods 'fused', 'unfused-gumbel' and "
+            "'unfused-multinomial' (not 'grouped', not streams) on an engine that supports them"
+        )
+    return msg
 
 
 def _locate(status: int, L: View) -> str:

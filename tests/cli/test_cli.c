@@ -1053,7 +1053,19 @@ Test(cli, help_lists_every_option)
                             "--noise",
                             "--stream-chunk",
                             "--early-finalize",
-                            "--shards"};
+                            "--shards",
+                            "--allowed-bitmask",
+                            "--bitmask-rows",
+                            "--logit-bias-ids",
+                            "--logit-bias-values",
+                            "--seen-ids",
+                            "--seen-counts",
+                            "--repetition-penalty",
+                            "--presence-penalty",
+                            "--frequency-penalty",
+                            "--repetition-penalty-per-row",
+                            "--presence-penalty-per-row",
+                            "--frequency-penalty-per-row"};
     for (size_t k = 0; k < sizeof sample / sizeof *sample; k++)
         cr_expect(strstr(out_text, sample[k]), "sample --help lacks %s", sample[k]);
     cr_assert_eq(run_tool("audit", "--help", NULL), 0);
@@ -1984,5 +1996,265 @@ Test(cli, inputs_and_outputs_larger_than_memory_are_refused_clearly)
               "%s", err_text);
     cr_expect(!exists(tp));
     cr_expect_eq(tmp_files(), 0);
+    free(L);
+}
+
+/* ---- masks, logit bias and penalties (docs/RULES.md) ---- */
+
+/* A path in tmpdir in a buffer of the caller's (tpath keeps only 8). */
+static const char *own_path(char *buf, const char *name)
+{
+    snprintf(buf, 512, "%s/%s", tmpdir, name);
+    return buf;
+}
+
+/* The mask words of B rows that allow exactly token keep[b]. */
+static int32_t *one_token_mask(const int64_t *keep, int64_t B, int64_t W)
+{
+    int32_t *m = calloc((size_t)(B * W), sizeof *m);
+    for (int64_t b = 0; b < B; b++)
+        m[b * W + keep[b] / 32] = (int32_t)(1u << (keep[b] % 32));
+    return m;
+}
+
+Test(cli, mask_bias_and_penalty_flags_give_the_api_tokens)
+{
+    static char pb[16][512];
+    const int64_t B = 3, V = 100, N = 8, W = 5; /* W > ceil(V / 32) = 4: a padded row stride */
+    float *L = random_f32(B * V, 4.0f, 41);
+    const int64_t ls[2] = {B, V}, ms[2] = {B, W}, bs[1] = {B}, ks[2] = {B, 2}, ss[2] = {B, 3};
+    const char *lp = own_path(pb[0], "L.npy"), *mp = own_path(pb[1], "mask.npy"),
+               *rp = own_path(pb[2], "rows.npy"), *ip = own_path(pb[3], "ids.npy"),
+               *vp = own_path(pb[4], "vals.npy"), *sp = own_path(pb[5], "seen.npy"),
+               *cp = own_path(pb[6], "cnt.npy"), *pp = own_path(pb[7], "rep.npy"),
+               *tp = own_path(pb[8], "t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+
+    /* a mask that leaves one token per row gives that token, every draw (31: the sign bit) */
+    const int64_t keep[3] = {31, 64, 99};
+    int32_t *mask = one_token_mask(keep, B, W);
+    save(mp, FLS_NPY_I32, 2, ms, mask);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--allowed-bitmask", mp, "--samples", "8",
+                          "--temperature", "2", "--out", tp, NULL),
+                 0, "%s", err_text);
+    cr_expect(strstr(out_text, "logits changed by: allowed-token mask"), "%s", out_text);
+    int64_t *got = load_i64(tp, B, N);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < N; j++)
+            cr_expect_eq(got[b * N + j], keep[b], "row %lld draw %lld: %lld", (long long)b, (long long)j,
+                         (long long)got[b * N + j]);
+    free(got);
+
+    /* a bias of +1000 makes its token the certain winner (noise is at most 45.1): token 17 in row 0,
+     * 50 in row 2 (row 1 has padding and a small bias); -1 is padding */
+    const int64_t ids[6] = {17, -1, -1, 3, 50, 60};
+    const float vals[6] = {1000.0f, 0.0f, 0.0f, 2.0f, 1000.0f, -5.0f};
+    save(ip, FLS_NPY_I64, 2, ks, ids);
+    save(vp, FLS_NPY_F32, 2, ks, vals);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--logit-bias-values", vp,
+                          "--samples", "8", "--out", tp, NULL),
+                 0, "%s", err_text);
+    got = load_i64(tp, B, N);
+    for (int64_t j = 0; j < N; j++) {
+        cr_expect_eq(got[0 * N + j], 17, "row 0 draw %lld: %lld", (long long)j, (long long)got[j]);
+        cr_expect_eq(got[2 * N + j], 50, "row 2 draw %lld: %lld", (long long)j, (long long)got[2 * N + j]);
+    }
+    free(got);
+
+    /* everything at once, with rules, against the API: bit-identical tokens */
+    const uint8_t rows[3] = {1, 0, 1};
+    const int64_t seen[9] = {5, 6, -1, 50, 7, 8, -1, -1, 99};
+    const int32_t cnt[9] = {0, 3, 0, 1, 2, 0, 0, 0, 4};
+    const float rep[3] = {1.5f, 1.0f, 0.7f};
+    save(rp, FLS_NPY_U8, 1, bs, rows);
+    save(sp, FLS_NPY_I64, 2, ss, seen);
+    save(cp, FLS_NPY_I32, 2, ss, cnt);
+    save(pp, FLS_NPY_F32, 1, bs, rep);
+    /* the mask of the combined case allows every token but 0..9 in rows 0 and 2 */
+    for (int64_t i = 0; i < B * W; i++)
+        mask[i] = (i % W == 0) ? (int32_t)~0x3ffu : -1;
+    save(mp, FLS_NPY_I32, 2, ms, mask);
+    cr_assert_eq(run_tool("sample", "--logits", lp, "--seed", "9", "--offset", "4", "--samples", "8",
+                          "--temperature", "0.8", "--top-k", "20", "--allowed-bitmask", mp, "--bitmask-rows",
+                          rp, "--logit-bias-ids", ip, "--logit-bias-values", vp, "--seen-ids", sp,
+                          "--seen-counts", cp, "--repetition-penalty-per-row", pp, "--presence-penalty",
+                          "0.5", "--frequency-penalty", "0.25", "--out", tp, NULL),
+                 0, "%s", err_text);
+    got = load_i64(tp, B, N);
+    fls_context_t *ctx = cpu_ctx();
+    fls_matrix m = {L, FLS_DTYPE_F32, B, V, V};
+    fls_params p;
+    fls_params_default(&p);
+    p.seed = 9;
+    p.offset = 4;
+    p.draws = N;
+    p.temperature_value = 0.8f;
+    p.top_k = 20;
+    p.allowed_bitmask = mask;
+    p.bitmask_ld = W;
+    p.bitmask_rows = rows;
+    p.logit_bias_ids = ids;
+    p.logit_bias_values = vals;
+    p.logit_bias_k = 2;
+    p.seen_ids = seen;
+    p.seen_counts = cnt;
+    p.seen_k = 3;
+    p.row_repetition_penalty = rep;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    int64_t want[24];
+    fls_outputs out = {want, NULL, NULL};
+    cr_assert_eq(fls_sample_logits(ctx, &m, &p, &out), FLS_OK);
+    for (int64_t i = 0; i < B * N; i++)
+        cr_expect_eq(got[i], want[i], "token %lld: tool %lld, api %lld", (long long)i, (long long)got[i],
+                     (long long)want[i]);
+    free(got);
+
+    /* the fused path with a penalty and a bias */
+    const int64_t D = 8, ws[2] = {V, D}, hs[2] = {B, D};
+    float *Wt = random_f32(V * D, 1.0f, 42), *H = random_f32(B * D, 1.0f, 43);
+    const char *wp = own_path(pb[9], "W.npy"), *hp = own_path(pb[10], "H.npy");
+    save(wp, FLS_NPY_F32, 2, ws, Wt);
+    save(hp, FLS_NPY_F32, 2, hs, H);
+    cr_assert_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--samples", "8", "--seen-ids", sp,
+                          "--repetition-penalty", "1.3", "--logit-bias-ids", ip, "--logit-bias-values", vp,
+                          "--method", "unfused-gumbel", "--out", tp, NULL),
+                 0, "%s", err_text);
+    got = load_i64(tp, B, N);
+    fls_matrix mw = {Wt, FLS_DTYPE_F32, V, D, D}, mh = {H, FLS_DTYPE_F32, B, D, D};
+    fls_params_default(&p);
+    p.draws = N;
+    p.method = FLS_METHOD_UNFUSED_GUMBEL;
+    p.seen_ids = seen;
+    p.seen_k = 3;
+    p.repetition_penalty = 1.3f;
+    p.logit_bias_ids = ids;
+    p.logit_bias_values = vals;
+    p.logit_bias_k = 2;
+    cr_assert_eq(fls_sample_fused(ctx, &mw, &mh, &p, &out), FLS_OK);
+    for (int64_t i = 0; i < B * N; i++)
+        cr_expect_eq(got[i], want[i], "fused token %lld", (long long)i);
+    free(got);
+    fls_context_destroy(ctx);
+    free(Wt);
+    free(H);
+    free(mask);
+    free(L);
+}
+
+Test(cli, mask_bias_and_penalty_errors_say_what_and_write_nothing)
+{
+    static char pb[32][512];
+    const int64_t B = 2, V = 40, ls[2] = {B, V}, ks[2] = {B, 2}, k3[2] = {B, 3}, ms[2] = {B, 1}, bs[1] = {B};
+    float *L = random_f32(B * V, 1.0f, 44);
+    const char *lp = own_path(pb[11], "L.npy"), *ip = own_path(pb[12], "ids.npy"),
+               *vp = own_path(pb[13], "vals.npy"), *v3 = own_path(pb[14], "v3.npy"),
+               *mp = own_path(pb[15], "mask.npy"), *sp = own_path(pb[16], "seen.npy"),
+               *cp = own_path(pb[17], "cnt.npy"), *pp = own_path(pb[18], "rep.npy"),
+               *tp = own_path(pb[19], "t.npy");
+    save(lp, FLS_NPY_F32, 2, ls, L);
+    const float vals[4] = {1.0f, 2.0f, 3.0f, 4.0f}, vals3[6] = {0};
+    save(vp, FLS_NPY_F32, 2, ks, vals);
+    save(v3, FLS_NPY_F32, 2, k3, vals3);
+
+    /* a bad id: the library's explanation (fls_params_explain), the flag, exit 2, nothing written */
+    const int64_t bad_ids[4] = {3, -1, 7, 40};
+    save(ip, FLS_NPY_I64, 2, ks, bad_ids);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--logit-bias-values", vp,
+                          "--out", tp, NULL),
+                 2);
+    cr_expect(
+        strstr(err_text, "--logit-bias-ids: logit_bias_ids = 40 (row 1) is out of range: 0 .. V - 1 = 39"),
+        "%s", err_text);
+    cr_expect(!exists(tp), "an output was written");
+    cr_expect_eq(tmp_files(), 0);
+    write_old(tp);
+    const int entries = dir_entries();
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--logit-bias-values", vp,
+                          "--out", tp, NULL),
+                 2);
+    expect_untouched(tp, entries);
+
+    /* an id twice in a row, a non-finite bias, a negative count, penalties out of range */
+    const int64_t dup_ids[4] = {3, 3, 7, 8}, ok_ids[4] = {3, 4, 7, 8};
+    save(ip, FLS_NPY_I64, 2, ks, dup_ids);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--logit-bias-values", vp,
+                          "--out", tp, NULL),
+                 2);
+    cr_expect(strstr(err_text, "logit_bias_ids = 3 (row 0) is listed twice"), "%s", err_text);
+    save(ip, FLS_NPY_I64, 2, ks, ok_ids);
+    const float inf_vals[4] = {1.0f, INFINITY, 0.0f, 0.0f};
+    save(vp, FLS_NPY_F32, 2, ks, inf_vals);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--logit-bias-values", vp,
+                          "--out", tp, NULL),
+                 2);
+    cr_expect(strstr(err_text, "--logit-bias-values: logit_bias_values = inf (row 0, token 4)"), "%s",
+              err_text);
+    const int32_t neg[4] = {1, 0, -2, 0};
+    save(sp, FLS_NPY_I64, 2, ks, ok_ids);
+    save(cp, FLS_NPY_I32, 2, ks, neg);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--seen-ids", sp, "--seen-counts", cp, "--out", tp, NULL),
+                 2);
+    cr_expect(strstr(err_text, "--seen-counts: seen_counts = -2 (row 1, token 7)"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--repetition-penalty", "-1", "--out", tp, NULL), 2);
+    cr_expect(strstr(err_text, "--repetition-penalty: repetition_penalty = -1 is out of range"), "%s",
+              err_text);
+    const float rep[2] = {1.0f, 0.0f};
+    save(pp, FLS_NPY_F32, 1, bs, rep);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--repetition-penalty-per-row", pp, "--out", tp, NULL),
+                 2);
+    cr_expect(strstr(err_text, "--repetition-penalty-per-row: repetition_penalty = 0") &&
+                  strstr(err_text, "row 1"),
+              "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--presence-penalty", "inf", "--out", tp, NULL), 2);
+    cr_expect(strstr(err_text, "--presence-penalty"), "%s", err_text);
+
+    /* dtypes and shapes name the flag and the file (exit 1) */
+    save(vp, FLS_NPY_F32, 2, ks, vals);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--logit-bias-values", v3,
+                          "--out", tp, NULL),
+                 1);
+    cr_expect(strstr(err_text, "--logit-bias-values") && strstr(err_text, "expected shape (2, 2)"), "%s",
+              err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", vp, "--logit-bias-values", vp,
+                          "--out", tp, NULL),
+                 1);
+    cr_expect(strstr(err_text, "--logit-bias-ids") && strstr(err_text, "expected int64"), "%s", err_text);
+    const int32_t narrow[2] = {-1, -1}; /* 1 word covers 32 < V = 40 tokens */
+    save(mp, FLS_NPY_I32, 2, ms, narrow);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--allowed-bitmask", mp, "--out", tp, NULL), 1);
+    cr_expect(strstr(err_text, "--allowed-bitmask") && strstr(err_text, "W >= ceil(V / 32) = 2"), "%s",
+              err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--allowed-bitmask", ip, "--out", tp, NULL), 1);
+    cr_expect(strstr(err_text, "expected int32"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--seen-ids", sp, "--seen-counts", sp, "--out", tp, NULL),
+                 1);
+    cr_expect(strstr(err_text, "--seen-counts") && strstr(err_text, "expected int32"), "%s", err_text);
+
+    /* a mask that leaves a row nothing: the call's error, nothing written */
+    const int32_t none[4] = {-1, -1, 0, 0};
+    const int64_t m2[2] = {B, 2};
+    save(mp, FLS_NPY_I32, 2, m2, none);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--allowed-bitmask", mp, "--out", tp, NULL), 1);
+    cr_expect(strstr(err_text, "no finite logit left"), "%s", err_text);
+
+    /* flags that need another, methods and streaming that refuse them: usage errors before any work */
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--out", tp, NULL), 2);
+    cr_expect(strstr(err_text, "--logit-bias-ids needs --logit-bias-values"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--seen-counts", cp, "--out", tp, NULL), 2);
+    cr_expect(strstr(err_text, "--seen-counts") && strstr(err_text, "--seen-ids"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--bitmask-rows", pp, "--out", tp, NULL), 2);
+    cr_expect(strstr(err_text, "--allowed-bitmask"), "%s", err_text);
+    cr_expect_eq(
+        run_tool("sample", "--logits", lp, "--method", "grouped", "--repetition-penalty", "1.2", NULL), 2);
+    cr_expect(strstr(err_text, "--method grouped takes no mask"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--stream-chunk", "8", "--seen-ids", sp, NULL), 2);
+    cr_expect(strstr(err_text, "streaming takes no mask"), "%s", err_text);
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--repetition-penalty", "x", NULL), 2);
+    cr_expect(strstr(err_text, "--repetition-penalty"), "%s", err_text);
+    /* an output that names one of these inputs */
+    cr_expect_eq(run_tool("sample", "--logits", lp, "--seen-ids", sp, "--out", sp, NULL), 2);
+    cr_expect(strstr(err_text, "--seen-ids"), "%s", err_text);
+    expect_untouched(tp, entries + 4); /* + seen.npy, cnt.npy, rep.npy, mask.npy */
     free(L);
 }

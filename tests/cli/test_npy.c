@@ -215,6 +215,61 @@ Test(npy, rejects_bad_dtypes)
     expect_bad("{'descr': 4, 'fortran_order': False, 'shape': (2,), }", 8, FLS_ERR_FORMAT, "'descr'");
 }
 
+/* int32 and uint8 (bool too) only where a reader asks for them (the mask and
+ * count inputs of `sample`); every other input still refuses them. */
+Test(npy, int32_and_uint8_only_with_their_flags)
+{
+    const struct {
+        const char *descr;
+        unsigned flag;
+        fls_npy_dtype dtype;
+        size_t item;
+    } cases[] = {{"<i4", FLS_NPY_ACCEPT_I32, FLS_NPY_I32, 4},
+                 {"|u1", FLS_NPY_ACCEPT_U8, FLS_NPY_U8, 1},
+                 {"<u1", FLS_NPY_ACCEPT_U8, FLS_NPY_U8, 1},
+                 {"|b1", FLS_NPY_ACCEPT_U8, FLS_NPY_U8, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char dict[128];
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (2, 3), }",
+                 cases[k].descr);
+        image im;
+        build(&im, 1, dict, 6 * cases[k].item);
+        fls_npy_array a;
+        size_t off;
+        char err[FLS_NPY_ERR_LEN];
+        cr_expect_eq(fls_npy_parse_header_flags(im.buf, im.len, 0u, &a, &off, err), FLS_ERR_DTYPE, "%s",
+                     cases[k].descr);
+        cr_expect_eq(fls_npy_parse_header_flags(im.buf, im.len, FLS_NPY_ACCEPT_F64, &a, &off, err),
+                     FLS_ERR_DTYPE, "%s", cases[k].descr);
+        const unsigned other = cases[k].flag == FLS_NPY_ACCEPT_I32 ? FLS_NPY_ACCEPT_U8 : FLS_NPY_ACCEPT_I32;
+        cr_expect_eq(fls_npy_parse_header_flags(im.buf, im.len, other, &a, &off, err), FLS_ERR_DTYPE, "%s",
+                     cases[k].descr);
+        cr_assert_eq(fls_npy_parse_header_flags(im.buf, im.len, cases[k].flag, &a, &off, err), FLS_OK,
+                     "%s: %s", cases[k].descr, err);
+        cr_expect_eq(a.dtype, cases[k].dtype);
+        cr_expect_eq(a.bytes, 6 * cases[k].item);
+        cr_expect_eq(fls_npy_dtype_size(a.dtype), cases[k].item);
+    }
+    /* written back as '<i4' and '|u1', read back with the flags */
+    const int32_t i4[3] = {-1, 0, 0x7fffffff};
+    const uint8_t u1[3] = {0, 1, 255};
+    const int64_t n3[1] = {3};
+    char err[FLS_NPY_ERR_LEN];
+    const char *p = tpath("small.npy");
+    fls_npy_array a;
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_I32, 1, n3, i4, err), FLS_OK, "%s", err);
+    cr_expect_eq(fls_npy_read(p, &a, err), FLS_ERR_DTYPE);
+    cr_assert_eq(fls_npy_read_flags(p, FLS_NPY_ACCEPT_I32, &a, err), FLS_OK, "%s", err);
+    cr_expect(a.dtype == FLS_NPY_I32 && memcmp(a.data, i4, sizeof i4) == 0);
+    fls_npy_free(&a);
+    cr_assert_eq(fls_npy_write(p, FLS_NPY_U8, 1, n3, u1, err), FLS_OK, "%s", err);
+    cr_assert_eq(fls_npy_read_flags(p, FLS_NPY_ACCEPT_U8, &a, err), FLS_OK, "%s", err);
+    cr_expect(a.dtype == FLS_NPY_U8 && memcmp(a.data, u1, sizeof u1) == 0);
+    cr_expect_str_eq(fls_npy_dtype_descr(FLS_NPY_U8), "|u1");
+    cr_expect_str_eq(fls_npy_dtype_name(FLS_NPY_I32), "int32");
+    fls_npy_free(&a);
+}
+
 Test(npy, rejects_fortran_order)
 {
     expect_bad("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24, FLS_ERR_FORMAT,

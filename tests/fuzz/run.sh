@@ -57,7 +57,7 @@ ninja -C "$out" lib/libflashsample.a stats/libfls_stats.a >/dev/null
 cflags=(-g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -ffp-contract=off
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
     -I. -Ilib/include)
-cli_sources=(tools/cli_util.c tools/cli_rules.c tools/cli_stream.c tools/cmd_sample.c tools/cmd_audit.c
+cli_sources=(tools/cli_util.c tools/cli_rules.c tools/cli_mods.c tools/cli_stream.c tools/cmd_sample.c tools/cmd_audit.c
     tools/cmd_audit_tokens.c tools/cmd_bench.c tools/bench_cuda_stub.c tools/npy.c)
 "$cc" "${cflags[@]}" tests/fuzz/fuzz_npy.c tools/npy.c "$out/lib/libflashsample.a" -lm -lpthread \
     -o "$out/fuzz_npy"
