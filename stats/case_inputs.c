@@ -107,6 +107,14 @@ void case_gen_logits(const fls_audit_case *c, gsl_rng *r, float *l, int64_t *tie
         for (int64_t v = 0; v < V; v++)
             l[v] = c->scale != 0.0 ? (float)c->scale : 0.75f;
         break;
+    case FLS_SHAPE_CLASSES: {
+        /* classes of bit-identical logits, positive, zero and negative (the
+         * repetition penalty divides the positive ones, multiplies the others) */
+        static const float cls[5] = {1.5f, 0.75f, 0.0f, -0.6f, -1.2f};
+        for (int64_t v = 0; v < V; v++)
+            l[v] = cls[v % 5];
+        break;
+    }
     case FLS_SHAPE_COIN:
         for (int64_t v = 0; v < V; v++)
             l[v] = v == 0 ? 0.0f : -0.85f;
@@ -276,4 +284,173 @@ fls_status case_gen_fused(const fls_audit_case *c, gsl_rng *r, const float *targ
         for (int64_t k = 0; k < D; k++)
             (*H)[g * D + k] = k == 0 ? 4.0f : (float)gsl_ran_gaussian(r, 1.0);
     return FLS_OK;
+}
+
+/* ---- masks, bias and penalties ---- */
+
+static int64_t mods_id(int64_t id, const sorted_l *s, int64_t V)
+{
+    if (id >= -1)
+        return id < V ? id : INT64_MIN;
+    const int64_t k = -2 - id;
+    return k < V ? s[k].i : INT64_MIN;
+}
+
+fls_status case_mods_make(const fls_audit_case *c, uint64_t input_seed, const float *target, int64_t B,
+                          case_mods *m)
+{
+    memset(m, 0, sizeof *m);
+    const fls_case_mods *x = c->ext ? c->ext->mods : NULL;
+    if (!x)
+        return FLS_OK;
+    const int64_t V = c->V, G = c->groups, words = (V + 31) / 32;
+    m->B = B;
+    m->K = x->bias_k;
+    m->S = x->seen_k;
+    m->ld = words + (x->ld_pad > 0 ? x->ld_pad : 0);
+    m->ld_param = x->ld_pad > 0 ? m->ld : 0;
+    sorted_l *s = malloc((size_t)V * sizeof *s);
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    int masked = 0, all = 1;
+    for (int64_t g = 0; g < G; g++) {
+        masked |= x->mask[g] != 0;
+        all &= x->mask[g] != 0;
+    }
+    m->mask = masked ? malloc((size_t)(B * m->ld) * sizeof *m->mask) : NULL;
+    m->rows = masked && !all ? malloc((size_t)B) : NULL;
+    m->bias_ids = m->K ? malloc((size_t)(B * m->K) * sizeof *m->bias_ids) : NULL;
+    m->bias_values = m->K ? malloc((size_t)(B * m->K) * sizeof *m->bias_values) : NULL;
+    m->seen_ids = m->S ? malloc((size_t)(B * m->S) * sizeof *m->seen_ids) : NULL;
+    m->seen_counts = m->S ? malloc((size_t)(B * m->S) * sizeof *m->seen_counts) : NULL;
+    m->rep = malloc((size_t)B * sizeof(float));
+    m->pres = malloc((size_t)B * sizeof(float));
+    m->freq = malloc((size_t)B * sizeof(float));
+    if (!s || !r || (masked && !m->mask) || (masked && !all && !m->rows) || (m->K && !m->bias_ids) ||
+        (m->K && !m->bias_values) || (m->S && (!m->seen_ids || !m->seen_counts)) || !m->rep || !m->pres ||
+        !m->freq) {
+        free(s);
+        gsl_rng_free(r);
+        return FLS_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t v = 0; v < V; v++) {
+        s[v].l = (double)target[v];
+        s[v].i = v;
+    }
+    qsort(s, (size_t)V, sizeof *s, by_l_desc);
+    fls_status st = FLS_OK;
+    for (int64_t g = 0; g < G && g < B; g++) {
+        /* group g's row, then copied to every row of the group */
+        if (m->mask) {
+            int32_t *w = m->mask + g * m->ld;
+            for (int64_t i = 0; i < m->ld; i++)
+                w[i] = i < words ? (int32_t)0xFFFFFFFFu : (int32_t)0x5A5A5A5Au; /* bits past V: ignored */
+            if (x->mask[g]) {
+                gsl_rng_set(r, (unsigned long)(input_seed ^ case_splitmix64((uint64_t)g + 1)));
+                for (int64_t k = 0; k < V; k++) {
+                    const double u = gsl_rng_uniform(r);
+                    const int drop = k < x->head_cut || (k > x->head_cut && u < x->drop);
+                    if (drop)
+                        w[s[k].i / 32] &= (int32_t) ~(1u << (s[k].i % 32));
+                }
+            }
+            if (m->rows)
+                m->rows[g] = (uint8_t)(x->mask[g] != 0);
+        }
+        for (int64_t i = 0; i < m->K; i++) {
+            m->bias_ids[g * m->K + i] = mods_id(x->bias_id[i], s, V);
+            m->bias_values[g * m->K + i] = x->bias_value[g][i];
+            st = m->bias_ids[g * m->K + i] == INT64_MIN ? FLS_ERR_PARAM : st;
+        }
+        for (int64_t i = 0; i < m->S; i++) {
+            m->seen_ids[g * m->S + i] = mods_id(x->seen_id[i], s, V);
+            m->seen_counts[g * m->S + i] = x->seen_count[g][i];
+            st = m->seen_ids[g * m->S + i] == INT64_MIN ? FLS_ERR_PARAM : st;
+        }
+        m->rep[g] = x->repetition[g] != 0.0f ? x->repetition[g] : 1.0f;
+        m->pres[g] = x->presence[g];
+        m->freq[g] = x->frequency[g];
+        m->row_pen |= m->rep[g] != m->rep[0] || m->pres[g] != m->pres[0] || m->freq[g] != m->freq[0];
+    }
+    for (int64_t b = G; b < B; b++) {
+        const int64_t g = b % G;
+        if (m->mask)
+            memcpy(m->mask + b * m->ld, m->mask + g * m->ld, (size_t)m->ld * sizeof *m->mask);
+        if (m->rows)
+            m->rows[b] = m->rows[g];
+        if (m->K) {
+            memcpy(m->bias_ids + b * m->K, m->bias_ids + g * m->K, (size_t)m->K * sizeof *m->bias_ids);
+            memcpy(m->bias_values + b * m->K, m->bias_values + g * m->K, (size_t)m->K * sizeof(float));
+        }
+        if (m->S) {
+            memcpy(m->seen_ids + b * m->S, m->seen_ids + g * m->S, (size_t)m->S * sizeof *m->seen_ids);
+            memcpy(m->seen_counts + b * m->S, m->seen_counts + g * m->S, (size_t)m->S * sizeof(int32_t));
+        }
+        m->rep[b] = m->rep[g];
+        m->pres[b] = m->pres[g];
+        m->freq[b] = m->freq[g];
+    }
+    free(s);
+    gsl_rng_free(r);
+    return st;
+}
+
+void case_mods_free(case_mods *m)
+{
+    free(m->mask);
+    free(m->rows);
+    free(m->bias_ids);
+    free(m->bias_values);
+    free(m->seen_ids);
+    free(m->seen_counts);
+    free(m->rep);
+    free(m->pres);
+    free(m->freq);
+    memset(m, 0, sizeof *m);
+}
+
+void case_mods_row(const case_mods *m, int64_t b, unsigned omit, fls_stats_mods *out)
+{
+    memset(out, 0, sizeof *out);
+    out->repetition = 1.0f;
+    if (!m->rep)
+        return;
+    if (m->mask && (!m->rows || m->rows[b]) && !(omit & FLS_AUDIT_OMIT_MASK))
+        out->mask = m->mask + b * m->ld;
+    if (m->K && !(omit & FLS_AUDIT_OMIT_BIAS)) {
+        out->bias_ids = m->bias_ids + b * m->K;
+        out->bias_values = m->bias_values + b * m->K;
+        out->bias_k = m->K;
+    }
+    if (m->S && !(omit & FLS_AUDIT_OMIT_PENALTIES)) {
+        out->seen_ids = m->seen_ids + b * m->S;
+        out->seen_counts = m->seen_counts + b * m->S;
+        out->seen_k = m->S;
+        out->repetition = m->rep[b];
+        out->presence = m->pres[b];
+        out->frequency = m->freq[b];
+    }
+}
+
+void case_mods_params(const case_mods *m, fls_params *p)
+{
+    if (!m->rep)
+        return;
+    p->allowed_bitmask = m->mask;
+    p->bitmask_ld = m->mask ? m->ld_param : 0;
+    p->bitmask_rows = m->rows;
+    p->logit_bias_ids = m->bias_ids;
+    p->logit_bias_values = m->bias_values;
+    p->logit_bias_k = m->K;
+    p->seen_ids = m->seen_ids;
+    p->seen_counts = m->seen_counts;
+    p->seen_k = m->S;
+    if (m->row_pen) {
+        p->row_repetition_penalty = m->rep;
+        p->row_presence_penalty = m->pres;
+        p->row_frequency_penalty = m->freq;
+    } else {
+        p->repetition_penalty = m->rep[0];
+        p->presence_penalty = m->pres[0];
+        p->frequency_penalty = m->freq[0];
+    }
 }

@@ -28,6 +28,33 @@ void case_gen_logits(const fls_audit_case *c, gsl_rng *r, float *l, int64_t *tie
 fls_status case_gen_fused(const fls_audit_case *c, gsl_rng *r, const float *target, const int64_t *tie,
                           int n_tie, void **W, float **H);
 
+/* The masks, bias and penalties of a case (fls_case_mods) resolved into
+ * fls_params' per-row layout for B rows (row b: group b % groups). */
+typedef struct case_mods {
+    int64_t B, ld, ld_param; /* ld: the words' row stride; ld_param: bitmask_ld */
+    int32_t *mask;           /* B * ld words, NULL: no mask */
+    uint8_t *rows;           /* bitmask_rows, NULL: every row masked */
+    int64_t K, S;
+    int64_t *bias_ids, *seen_ids; /* B * K, B * S (ranks resolved to ids) */
+    float *bias_values;
+    int32_t *seen_counts;
+    float *rep, *pres, *freq; /* B */
+    int row_pen;              /* the groups' penalties differ: the row_ arrays */
+} case_mods;
+
+/* Resolves c->ext->mods against the target logits (ranks by decreasing
+ * value, lowest index first on ties); the masks' random drops from mt19937
+ * seeded with input_seed and the group. *m is zeroed first (no mods: all
+ * NULL). FLS_ERR_OUT_OF_MEMORY, or FLS_ERR_PARAM for a rank or id outside V. */
+fls_status case_mods_make(const fls_audit_case *c, uint64_t input_seed, const float *target, int64_t B,
+                          case_mods *m);
+void case_mods_free(case_mods *m);
+/* Row b's changes as the reference reads them, less the parts in omit
+ * (FLS_AUDIT_OMIT_*). */
+void case_mods_row(const case_mods *m, int64_t b, unsigned omit, fls_stats_mods *out);
+/* The changes into the call's parameters (host arrays). */
+void case_mods_params(const case_mods *m, fls_params *p);
+
 /* ---- calling the engine (case_io.c) ---- */
 
 typedef struct case_io {

@@ -40,40 +40,75 @@
     }
 // clang-format off
 /*                                   filters per group                                      wr, wr per group  g  io  pieces  noise */
-static const fls_case_ext X_V1             = {{F(MIN_P, 0.5f), F(TOP_K, 1), F(TOP_P, 0.5f)}, 1, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_MIXED          = {{F(MIN_P, 0, 0, 0.05f, 0.01f), F(TOP_K, 5, 0, 0, 30), F(TOP_P, 0, 0.8f, 0, 0.9f), F(TOP_NSIGMA, 0, 0, 0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_FUSED_SMALL    = {{F(MIN_P, 0.01f, 0), F(TOP_K, 40, 100), F(TOP_P, 0.95f, 0.7f), F(TOP_NSIGMA, 0, 2.0)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_TOPK50         = {{F(TOP_K, 50)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_TOPK20         = {{F(TOP_K, 20)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_TOPK1          = {{F(TOP_K, 1)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_TOPP90         = {{F(TOP_P, 0.9f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_TOPP95         = {{F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_MINP_HEAVY     = {{F(MIN_P, 1e-7f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_ALL3           = {{F(MIN_P, 0.02f), F(TOP_K, 200), F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_FLAT           = {{F(MIN_P, 0.5f), F(TOP_K, 100), F(TOP_P, 0.5f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_COMBO          = {{F(MIN_P, 0.001f, 0.0005f), F(TOP_K, 300, 150), F(TOP_P, 0.95f, 0.9f), F(TOP_NSIGMA, 2.0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_NSIGMA         = {{F(TOP_NSIGMA, 1.0)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_EPSILON        = {{F(EPSILON, 2e-3)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_HEAVY_BIG      = {{F(MIN_P, 1e-8f), F(TOP_K, 60000), F(TOP_P, 0.999f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_WR_SMALL       = {{F(TOP_K, 0, 4)}, 3, {3, 2}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_WR_RULES       = {{F(MIN_P, 0, 0.1f, 0), F(TOP_K, 0, 0, 2)}, 3, {3, 2, 3}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_WR_FUSED_SMALL = {{F(TOP_P, 0.9f)}, 2, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_WR_TOPK        = {{F(TOP_K, 100)}, 4, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_WR_TOPP        = {{F(TOP_P, 0.9f)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_WR_BIG         = {{F(TOP_K, 2000)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_G32            = {{{0}}, NOWR, 32, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_G64            = {{{0}}, NOWR, 64, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_G128           = {{{0}}, NOWR, 128, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_G256           = {{{0}}, NOWR, 256, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_G512           = {{{0}}, NOWR, 512, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_G1024          = {{{0}}, NOWR, 1024, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_STREAM5        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 5, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_STREAM7        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 7, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_STREAM9_G64    = {{{0}}, NOWR, 64, FLS_IO_STREAM, 9, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_SHARDS4        = {{{0}}, NOWR, 0, FLS_IO_SHARDS, 4, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_SHARDS_G32     = {{{0}}, NOWR, 32, FLS_IO_SHARDS, 3, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_SHARDS3_G128   = {{{0}}, NOWR, 128, FLS_IO_SHARDS, 3, FLS_NOISE_PER_TOKEN};
-static const fls_case_ext X_MF             = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_MIN_FIRST};
+static const fls_case_ext X_V1             = {{F(MIN_P, 0.5f), F(TOP_K, 1), F(TOP_P, 0.5f)}, 1, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_MIXED          = {{F(MIN_P, 0, 0, 0.05f, 0.01f), F(TOP_K, 5, 0, 0, 30), F(TOP_P, 0, 0.8f, 0, 0.9f), F(TOP_NSIGMA, 0, 0, 0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_FUSED_SMALL    = {{F(MIN_P, 0.01f, 0), F(TOP_K, 40, 100), F(TOP_P, 0.95f, 0.7f), F(TOP_NSIGMA, 0, 2.0)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_TOPK50         = {{F(TOP_K, 50)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_TOPK20         = {{F(TOP_K, 20)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_TOPK1          = {{F(TOP_K, 1)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_TOPP90         = {{F(TOP_P, 0.9f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_TOPP95         = {{F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_MINP_HEAVY     = {{F(MIN_P, 1e-7f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_ALL3           = {{F(MIN_P, 0.02f), F(TOP_K, 200), F(TOP_P, 0.95f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_FLAT           = {{F(MIN_P, 0.5f), F(TOP_K, 100), F(TOP_P, 0.5f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_COMBO          = {{F(MIN_P, 0.001f, 0.0005f), F(TOP_K, 300, 150), F(TOP_P, 0.95f, 0.9f), F(TOP_NSIGMA, 2.0, 1.5)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_NSIGMA         = {{F(TOP_NSIGMA, 1.0)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_EPSILON        = {{F(EPSILON, 2e-3)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_HEAVY_BIG      = {{F(MIN_P, 1e-8f), F(TOP_K, 60000), F(TOP_P, 0.999f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_WR_SMALL       = {{F(TOP_K, 0, 4)}, 3, {3, 2}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_WR_RULES       = {{F(MIN_P, 0, 0.1f, 0), F(TOP_K, 0, 0, 2)}, 3, {3, 2, 3}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_WR_FUSED_SMALL = {{F(TOP_P, 0.9f)}, 2, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_WR_TOPK        = {{F(TOP_K, 100)}, 4, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_WR_TOPP        = {{F(TOP_P, 0.9f)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_WR_BIG         = {{F(TOP_K, 2000)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_G32            = {{{0}}, NOWR, 32, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_G64            = {{{0}}, NOWR, 64, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_G128           = {{{0}}, NOWR, 128, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_G256           = {{{0}}, NOWR, 256, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_G512           = {{{0}}, NOWR, 512, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_G1024          = {{{0}}, NOWR, 1024, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_STREAM5        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 5, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_STREAM7        = {{{0}}, NOWR, 0, FLS_IO_STREAM, 7, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_STREAM9_G64    = {{{0}}, NOWR, 64, FLS_IO_STREAM, 9, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_SHARDS4        = {{{0}}, NOWR, 0, FLS_IO_SHARDS, 4, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_SHARDS_G32     = {{{0}}, NOWR, 32, FLS_IO_SHARDS, 3, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_SHARDS3_G128   = {{{0}}, NOWR, 128, FLS_IO_SHARDS, 3, FLS_NOISE_PER_TOKEN, NULL};
+static const fls_case_ext X_MF             = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_MIN_FIRST, NULL};
+/* Masks, bias and penalties (fls_case_mods; docs/RULES.md): R(k) is the token of rank k of the target logits. */
+#define R FLS_CASE_RANK
+static const fls_case_mods M_MASK_HEAD = {.mask = {1, 0, 1}, .head_cut = 5, .drop = 0.3, .ld_pad = 3};
+static const fls_case_mods M_BIAS_DEEP = {.bias_k = 4, .bias_id = {R(1000), -1, R(0), R(500)}, .bias_value = {{30.0f, 0.0f, -1.5f, 4.0f}}};
+static const fls_case_mods M_PEN_TIES = {
+    .seen_k = 8, .seen_id = {0, 5, 10, -1, 2, 3, 8, 4},
+    .seen_count = {{0, 1, 3, 0, 2, 0, 4, 1}, {2, 0, 1, 0, 5, 3, 0, 2}, {1, 1, 6, 0, 0, 2, 2, 0}},
+    .bias_k = 2, .bias_id = {10, 13}, .bias_value = {{0.5f, 0.25f}, {-0.5f, 1.0f}, {0.3f, -0.7f}},
+    .repetition = {1.3f, 0.8f, 0.0f}, .presence = {0.4f, -0.3f, 0.6f}, .frequency = {0.25f, 0.1f, 0.5f}};
+static const fls_case_mods M_MASK_RULE = {.mask = {1, 1}, .head_cut = 3, .drop = 0.25,
+                                          .bias_k = 1, .bias_id = {R(40)}, .bias_value = {{3.0f}, {1.0f}}};
+static const fls_case_mods M_MASK_WR = {.mask = {1, 1}, .head_cut = 2, .drop = 0.2,
+                                        .bias_k = 1, .bias_id = {R(7)}, .bias_value = {{2.0f}, {1.0f}}};
+static const fls_case_mods M_FUSED = {
+    .mask = {1, 0}, .head_cut = 2, .drop = 0.2, .ld_pad = 1,
+    .bias_k = 2, .bias_id = {R(450), R(1)}, .bias_value = {{9.0f, -2.0f}, {6.0f, -2.0f}},
+    .seen_k = 4, .seen_id = {R(2), R(3), R(4), R(5)}, .seen_count = {{0, 1, 2, 3}, {3, 0, 1, 0}},
+    .repetition = {1.2f, 0.9f}, .presence = {0.3f, 0.1f}, .frequency = {0.2f, 0.4f}};
+static const fls_case_mods M_WR_FUSED = {
+    .mask = {1}, .head_cut = 4, .drop = 0.3, .bias_k = 1, .bias_id = {R(1000)}, .bias_value = {{8.0f}},
+    .seen_k = 4, .seen_id = {R(4), R(5), R(6), R(7)}, .seen_count = {{1, 2, 0, 5}},
+    .repetition = {1.5f}, .presence = {0.5f}, .frequency = {0.3f}};
+static const fls_case_mods M_UNFUSED = {
+    .mask = {1}, .head_cut = 1, .drop = 0.1, .bias_k = 2, .bias_id = {R(500), R(2)}, .bias_value = {{5.0f, -1.0f}},
+    .seen_k = 3, .seen_id = {R(1), R(3), R(4)}, .seen_count = {{2, 0, 1}},
+    .repetition = {1.4f}, .presence = {0.2f}, .frequency = {0.3f}};
+#undef R
+static const fls_case_ext X_MODS_MASK_HEAD = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_MASK_HEAD};
+static const fls_case_ext X_MODS_BIAS_DEEP = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_BIAS_DEEP};
+static const fls_case_ext X_MODS_PEN_TIES  = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_PEN_TIES};
+static const fls_case_ext X_MODS_RULE      = {{F(TOP_K, 20, 0), F(MIN_P, 0, 0.05f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_MASK_RULE};
+static const fls_case_ext X_MODS_WR        = {{F(TOP_K, 0, 4)}, 3, {3, 2}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_MASK_WR};
+static const fls_case_ext X_MODS_FUSED     = {{F(MIN_P, 0.01f, 0), F(TOP_P, 0, 0.9f)}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_FUSED};
+static const fls_case_ext X_MODS_WR_FUSED  = {{F(TOP_P, 0.9f)}, 3, {0}, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_WR_FUSED};
+static const fls_case_ext X_MODS_UNFUSED   = {{{0}}, NOWR, 0, FLS_IO_CALL, 0, FLS_NOISE_PER_TOKEN, &M_UNFUSED};
 // clang-format on
 #undef NOWR
 #undef F
@@ -155,6 +190,19 @@ static const fls_audit_case cases[] = {
     {"stream-grouped-fused", GROUPED_F,       FLS_SHAPE_NORMAL,  1.5,   1031,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_STREAM9_G64},
     {"shards-peaked-logits", LOGITS,          FLS_SHAPE_PEAKED,  0.0,   4096,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  1,   1,   0.0, &X_SHARDS4},
     {"shards-grouped-fused", GROUPED_F,       FLS_SHAPE_ZIPF,    0.0,   4096,   1, {0.9f},                         4,   FLS_DTYPE_BF16,  16, 1,   0,   0.0, &X_SHARDS3_G128},
+    /* masks, bias and penalties (fls_case_mods): a mask that cuts the head (T = 0 too, a row unmasked
+     * through bitmask_rows, a padded bitmask_ld), a bias that lifts a deep-tail token to the top,
+     * penalties on tied tokens with distinct counts (per-row arrays across groups), a mask under a rule and
+     * without replacement, both paths, the unfused methods */
+    {"mods-mask-head",      LOGITS,           FLS_SHAPE_NORMAL,  1.5,   300,    3, {1.0f, 0.8f, 0.0f},             2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MODS_MASK_HEAD},
+    {"mods-bias-deep",      LOGITS,           FLS_SHAPE_DEEP,    17.0,  1024,   1, {1.0f},                         4,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MODS_BIAS_DEEP},
+    {"mods-penalty-ties",   LOGITS,           FLS_SHAPE_CLASSES, 0.0,   60,     3, {1.0f, 1.0f, 0.7f},             2,   FLS_DTYPE_F32,   0,  0,   0,   0.0, &X_MODS_PEN_TIES},
+    {"mods-mask-rules",     LOGITS,           FLS_SHAPE_ZIPF,    0.0,   512,    2, {0.8f, 1.0f},                   2,   FLS_DTYPE_F32,   0,  3,   0,   0.0, &X_MODS_RULE},
+    {"mods-mask-wr-tuples", LOGITS,           FLS_SHAPE_NORMAL,  1.0,   8,      2, {1.0f, 0.8f},                   2,   FLS_DTYPE_F32,   0,  3,   0,   0.0, &X_MODS_WR},
+    {"mods-rules-fused",    FUSED,            FLS_SHAPE_NORMAL,  2.0,   512,    2, {0.8f, 1.3f},                   2,   FLS_DTYPE_BF16,  16, 3,   0,   0.0, &X_MODS_FUSED},
+    {"mods-wr-fused",       FUSED,            FLS_SHAPE_NORMAL,  1.5,   1024,   1, {1.0f},                         4,   FLS_DTYPE_BF16,  16, 5,   0,   0.0, &X_MODS_WR_FUSED},
+    {"mods-unfused-gumbel", FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_GUMBEL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},       4,   FLS_DTYPE_BF16,  16, 5,   0,   0.0, &X_MODS_UNFUSED},
+    {"mods-multinomial",    FLS_CASE_GOF, 1, FLS_METHOD_UNFUSED_MULTINOMIAL, FLS_SHAPE_ZIPF, 0.0, 1024, 1, {1.0f},  4,   FLS_DTYPE_BF16,  16, 3,   0,   0.0, &X_MODS_UNFUSED},
     /* the min-first noise scheme (FLS_NOISE_MIN_FIRST): each case its per-token twin's (the name without
      * "mf-": shape, sizes, tier, design; inputs from its own name) but for the noise, those of minutes on two
      * CPU cores at tier 5 (or 3 for seconds beyond the quick list's); V = 2, 8, 17 in one group
@@ -292,4 +340,5 @@ void fls_audit_options_default(fls_audit_options *o)
     o->progress = 0;
     o->family = NULL;
     o->fault_case = NULL;
+    o->omit_mods = 0;
 }

@@ -155,6 +155,7 @@ typedef struct gof_run {
     fls_stats_rule grule[8]; /* the groups' rules, centered (fls_stats_rule_center) */
     double worst_margin;
     int64_t cond_per_draw;
+    case_mods mods; /* masks, bias and penalties (all NULL without) */
     /* the plan */
     fls_gof_design design;
     int64_t calls, dpc, per_group;
@@ -213,13 +214,18 @@ static void gof_free(gof_run *g)
     free(g->rmin);
     free(g->rtop);
     free(g->rfv);
+    case_mods_free(&g->mods);
 }
 
-/* Group k's rule centered and its exact pmf from the logits in g->lg; the
+/* Group k's rule centered and its exact pmf from the raw logits in g->lg
+ * (changed here by the group's masks, bias and penalties first); the
  * margins of its decisions against need (relative). */
 static fls_status gof_group_ref(gof_run *g, int64_t k, double need)
 {
     const fls_audit_case *c = g->c;
+    fls_stats_mods m;
+    case_mods_row(&g->mods, k, g->cr->o->omit_mods, &m); /* row k is of group k */
+    fls_stats_mods_apply(&m, g->lg, g->V);
     fls_stats_rule r0 = fls_audit_case_rule(c, (int)k);
     fls_stats_support sup;
     fls_status st;
@@ -245,17 +251,21 @@ static fls_status gof_references(gof_run *g)
     gsl_rng_set(g->rng, (unsigned long)g->cr->input_seed);
     case_gen_logits(c, g->rng, g->target, tie, &n_tie);
     g->worst_margin = INFINITY;
+    snprintf(g->cr->err, sizeof g->cr->err, "the case's masks, bias or penalties");
+    if ((st = case_mods_make(c, g->cr->input_seed, g->target, B, &g->mods)) != FLS_OK)
+        return st;
     if (!c->fused) {
         if (!(g->L = malloc((size_t)(B * V) * sizeof(float))))
             return FLS_ERR_OUT_OF_MEMORY;
         for (int64_t b = 0; b < B; b++)
             memcpy(g->L + b * V, g->target, (size_t)V * sizeof(float));
         io->L = (fls_matrix){g->L, FLS_DTYPE_F32, B, V, V};
-        for (int64_t v = 0; v < V; v++)
-            g->lg[v] = (double)g->target[v];
-        for (int64_t k = 0; k < G; k++)
+        for (int64_t k = 0; k < G; k++) {
+            for (int64_t v = 0; v < V; v++)
+                g->lg[v] = (double)g->target[v];
             if ((st = gof_group_ref(g, k, c->temps[k] == 1.0f ? 1e-11 : 2e-6)) != FLS_OK)
                 return st;
+        }
         return FLS_OK;
     }
     if ((st = case_gen_fused(c, g->rng, g->target, tie, n_tie, &g->W, &g->Hg)) != FLS_OK)
@@ -403,6 +413,7 @@ static fls_status gof_params(gof_run *g, fls_params *p)
         return FLS_OK;
     p->group_size = g->x->group_size;
     p->noise = g->x->noise;
+    case_mods_params(&g->mods, p);
     fls_status st;
     if (g->rule && (st = gof_rule_params(g, p)) != FLS_OK)
         return st;
@@ -451,6 +462,26 @@ static void gof_log(const gof_run *g)
                 (long long)k, desc, (long long)group_k(c, k), (long long)g->x->group_size,
                 (long long)g->support[k], g->worst_margin);
         }
+    if (g->mods.rep) {
+        const case_mods *m = &g->mods;
+        for (int64_t k = 0; k < G; k++) {
+            fprintf(stderr, "[audit]   group %lld mods: mask %s", (long long)k,
+                    !m->mask || (m->rows && !m->rows[k]) ? "off" : "on");
+            if (m->mask)
+                fprintf(stderr, " (bitmask_ld %lld)", (long long)m->ld_param);
+            fprintf(stderr, "; bias");
+            for (int64_t i = 0; i < m->K; i++)
+                fprintf(stderr, " %lld:%+g", (long long)m->bias_ids[k * m->K + i],
+                        (double)m->bias_values[k * m->K + i]);
+            fprintf(stderr, "; seen");
+            for (int64_t i = 0; i < m->S; i++)
+                fprintf(stderr, " %lld:%d", (long long)m->seen_ids[k * m->S + i],
+                        (int)m->seen_counts[k * m->S + i]);
+            fprintf(stderr, "; r %g presence %g frequency %g%s%s\n", (double)m->rep[k], (double)m->pres[k],
+                    (double)m->freq[k], m->row_pen ? " (row_ arrays)" : "",
+                    cr->o->omit_mods ? " [the reference omits some: a mutation]" : "");
+        }
+    }
     if (io->mode != FLS_IO_CALL)
         fprintf(stderr, "[audit]   %d %s per call, cut and ordered by mt19937 seeded with case seed ^ call\n",
                 io->pieces, io->mode == FLS_IO_STREAM ? "chunks" : "shards");

@@ -40,7 +40,16 @@ typedef struct fls_audit_options {
      * every case) fails to sample, so its rows are error rows. NULL in
      * every real run. */
     const char *fault_case;
+    /* A mutation of the reference for the audit's own tests: the cases'
+     * exact references leave out these parts of their masks, bias and
+     * penalties (FLS_AUDIT_OMIT_*; the engine still gets them all), so
+     * such a case must fail. 0 in every real run. */
+    unsigned omit_mods;
 } fls_audit_options;
+
+#define FLS_AUDIT_OMIT_MASK      1u
+#define FLS_AUDIT_OMIT_BIAS      2u
+#define FLS_AUDIT_OMIT_PENALTIES 4u
 
 void fls_audit_options_default(fls_audit_options *o);
 
@@ -65,8 +74,9 @@ typedef enum fls_case_shape {
     FLS_SHAPE_TIE_P = 10, /* N(0, scale) with three bit-identical tokens straddling the nucleus of top_p[0] */
     FLS_SHAPE_MASKED_GROUPS =
         11, /* N(0, 1.5), every third group (of group_size) masked, 10% more tokens masked */
-    FLS_SHAPE_GROUP_DEEP = 12 /* the head's group: its other members 15.2-25 nats below it; every other
-                                 group 10.5-14.5 nats below (a deep tail inside one group) */
+    FLS_SHAPE_GROUP_DEEP = 12, /* the head's group: its other members 15.2-25 nats below it; every other
+                                  group 10.5-14.5 nats below (a deep tail inside one group) */
+    FLS_SHAPE_CLASSES = 13     /* five classes of tied tokens: l_v = 1.5, 0.75, 0, -0.6, -1.2 by v % 5 */
 } fls_case_shape;
 
 /* How a case's tokens are drawn. */
@@ -77,6 +87,43 @@ typedef enum fls_case_io {
     FLS_IO_SHARDS = 2 /* fls_stream_*: random shards fed to their own states, serialized, deserialized and
                          merged in a random order (the tensor-parallel exchange), then finalized */
 } fls_case_io;
+
+/* A token of a case's lists: an id >= 0, -1 (padding, passed on as is), or
+ * FLS_CASE_RANK(k): the token of rank k (0 = the highest) of the case's
+ * target logits (case_inputs.c), by decreasing value, lowest index first on
+ * ties. */
+#define FLS_CASE_RANK(k) (-2 - (int64_t)(k))
+
+/* The masks, logit bias and penalties of a case (fls_params since 0.4;
+ * docs/RULES.md), per group; every row of a group gets its group's. The
+ * exact reference applies them to the group's raw logits
+ * (fls_stats_mods_apply) before the temperature and the rule. */
+typedef struct fls_case_mods {
+    /* Allowed-token bitmask: groups with mask[g] != 0 are masked, the others
+     * are not (bitmask_rows 0 for their rows; NULL when every group is).
+     * A masked group disallows the head_cut highest tokens of the target
+     * logits (ranks 0 .. head_cut - 1) and each other token with
+     * probability drop (mt19937 seeded with the input seed and the group;
+     * the first allowed token is kept). ld_pad > 0: bitmask_ld = ceil(V /
+     * 32) + ld_pad, the padding words 0; else bitmask_ld 0. */
+    int mask[8];
+    int head_cut;
+    double drop;
+    int ld_pad;
+    /* Logit bias: bias_k entries, the same ids (FLS_CASE_RANK or ids) in
+     * every group, group g's values bias_value[g][i]. */
+    int64_t bias_k;
+    int64_t bias_id[8];
+    float bias_value[8][8];
+    /* Seen tokens: seen_k entries, the same ids in every group, group g's
+     * counts seen_count[g][i]. */
+    int64_t seen_k;
+    int64_t seen_id[8];
+    int32_t seen_count[8][8];
+    /* Penalties per group (repetition 0 is read as 1); through the scalars
+     * when every group has the same, else the row_ arrays. */
+    float repetition[8], presence[8], frequency[8];
+} fls_case_mods;
 
 /* What a case adds to the temperature rule, and its noise scheme (NULL in
  * the table: nothing, the default per-token noise). The pairs cases
@@ -96,6 +143,7 @@ typedef struct fls_case_ext {
     fls_case_io io;
     int pieces;      /* FLS_IO_STREAM: chunks per call; FLS_IO_SHARDS: shards per call */
     fls_noise noise; /* fls_params.noise (FLS_NOISE_MIN_FIRST: the flat method, no rule, FLS_IO_CALL) */
+    const fls_case_mods *mods; /* masks, bias and penalties (NULL: none); FLS_IO_CALL, not grouped */
 } fls_case_ext;
 
 typedef struct fls_audit_case {

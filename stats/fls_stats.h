@@ -104,6 +104,31 @@ fls_status fls_stats_probs_temperature_f32(const float *logits, int64_t V, doubl
  * what any test here can see. logits has W->rows entries. */
 fls_status fls_stats_logits_fused(const fls_matrix *W, const fls_matrix *H, int64_t row, double *logits);
 
+/* What a serving engine adds to one row's logits (docs/RULES.md, "Masks,
+ * bias and penalties"), in the layout of fls_params for one row: mask (NULL =
+ * none; bit v % 32 of word v / 32 set = token v allowed), bias_k (id, value)
+ * pairs and seen_k (id, count) pairs (id -1 = padding; counts NULL = all 0),
+ * and the row's penalties r (1 = off), presence, frequency. */
+typedef struct fls_stats_mods {
+    const int32_t *mask;
+    const int64_t *bias_ids;
+    const float *bias_values;
+    int64_t bias_k;
+    const int64_t *seen_ids;
+    const int32_t *seen_counts;
+    int64_t seen_k;
+    float repetition, presence, frequency;
+} fls_stats_mods;
+
+/* Applies m to a row of V raw logits in place, written from the documented
+ * formula (independent of lib/front/api.c): each listed token's logit is
+ * taken as the fp32 value (float)l[v] and changed by the documented fp32
+ * operations (penalties, then bias; each one rounding, no FMA), then
+ * disallowed tokens become -inf. Logits from a float row pass unchanged
+ * through the double; the fused path's double logits are rounded to the
+ * engine's fp32 precision only where a list touches them. */
+void fls_stats_mods_apply(const fls_stats_mods *m, double *l, int64_t V);
+
 /* Exact value of one element of a matrix, as double (independent of lib/base/half.c). */
 double fls_stats_matrix_get(const fls_matrix *M, int64_t i, int64_t j);
 

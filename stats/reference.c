@@ -184,3 +184,37 @@ double fls_stats_tv(const double *p, const double *q, int64_t V)
         s += fabs(p[v] - q[v]);
     return 0.5 * s;
 }
+
+void fls_stats_mods_apply(const fls_stats_mods *m, double *l, int64_t V)
+{
+    if (!m)
+        return;
+    /* 1. the seen tokens' penalties, each step one fp32 rounding */
+    const float r = m->repetition;
+    for (int64_t i = 0; i < m->seen_k; i++) {
+        const int64_t v = m->seen_ids[i];
+        if (v < 0 || v >= V)
+            continue; /* -1: padding */
+        const int32_t c = m->seen_counts ? m->seen_counts[i] : 0;
+        float x = (float)l[v];
+        if (r != 1.0f)
+            x = x > 0.0f ? x / r : x * r;
+        const float fc = m->frequency * (float)c;
+        x = x - fc;
+        x = x - (c > 0 ? m->presence : 0.0f);
+        l[v] = (double)x;
+    }
+    /* 2. the bias */
+    for (int64_t i = 0; i < m->bias_k; i++) {
+        const int64_t v = m->bias_ids[i];
+        if (v < 0 || v >= V)
+            continue;
+        const float x = (float)l[v] + m->bias_values[i];
+        l[v] = (double)x;
+    }
+    /* 3. the mask */
+    if (m->mask)
+        for (int64_t v = 0; v < V; v++)
+            if (!(((uint32_t)m->mask[v / 32] >> (v % 32)) & 1u))
+                l[v] = -INFINITY;
+}

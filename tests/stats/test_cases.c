@@ -356,6 +356,106 @@ Test(cases, min_first_is_covered)
               "the deep tails");
 }
 
+/* Masks, bias and penalties (fls_case_mods): the cases that carry them,
+ * named "mods-", run in one-shot calls of the flat methods with the
+ * per-token noise, on both engines in every CUDA run (tiers 0, 3, 5). What
+ * the list covers: in the CPU's quick list a mask cutting the head (with a
+ * T = 0 group, a row left unmasked, a padded bitmask_ld), a bias lifting a
+ * deep-tail token to the top, penalties on tied tokens with several counts
+ * through the per-row arrays, on negative, zero and positive logits; in the
+ * CI run a mask under a rule, without replacement, the fused path and the
+ * multinomial baseline; in the full list the unfused Gumbel baseline. */
+Test(cases, mods_are_covered)
+{
+    int quick_head = 0, quick_t0 = 0, quick_rows = 0, quick_ld = 0, quick_bias = 0, quick_pen = 0;
+    int ci_rule = 0, ci_wr = 0, ci_fused = 0, ci_multi = 0, full_gumbel = 0, n = 0;
+    for (size_t k = 0; k < fls_audit_case_count(); k++) {
+        const fls_audit_case *c = fls_audit_case_get(k);
+        const fls_case_mods *m = c->ext ? c->ext->mods : NULL;
+        cr_expect_eq(m != NULL, strncmp(c->name, "mods-", 5) == 0, "%s", c->name);
+        if (!m)
+            continue;
+        n++;
+        cr_expect(c->kind == FLS_CASE_GOF && c->method != FLS_METHOD_GROUPED && c->ext->io == FLS_IO_CALL &&
+                      c->ext->noise == FLS_NOISE_PER_TOKEN,
+                  "%s: the paths that take masks, bias and penalties", c->name);
+        cr_expect(c->tier == 0 || c->tier == 3 || c->tier == 5, "%s: in every CUDA run", c->name);
+        cr_expect(!fls_audit_case_cpu_only(c), "%s", c->name);
+        cr_expect(m->bias_k <= 8 && m->seen_k <= 8, "%s", c->name);
+        int masked = 0, all_masked = 1, pen_differ = 0;
+        for (int g = 0; g < c->groups; g++) {
+            masked |= m->mask[g] != 0;
+            all_masked &= m->mask[g] != 0;
+            pen_differ |= m->repetition[g] != m->repetition[0] || m->presence[g] != m->presence[0] ||
+                          m->frequency[g] != m->frequency[0];
+        }
+        if (fls_audit_case_in_run(k, 0, FLS_ENGINE_CPU)) {
+            quick_head |= masked && m->head_cut > 0;
+            for (int g = 0; g < c->groups; g++)
+                quick_t0 |= m->mask[g] && c->temps[g] == 0.0f;
+            quick_rows |= masked && !all_masked;
+            quick_ld |= masked && m->ld_pad > 0;
+            quick_bias |= m->bias_k > 0 && c->shape == FLS_SHAPE_DEEP;
+            quick_pen |= m->seen_k > 0 && pen_differ && c->shape == FLS_SHAPE_CLASSES;
+        }
+        if (fls_audit_case_in_run(k, FLS_AUDIT_FULL_CI, FLS_ENGINE_CPU)) {
+            ci_rule |= masked && fls_audit_case_has_rule(c);
+            ci_wr |= masked && c->ext->wr_k > 0;
+            ci_fused |= c->fused && c->method == FLS_METHOD_FUSED && masked && m->bias_k && m->seen_k;
+            ci_multi |= c->method == FLS_METHOD_UNFUSED_MULTINOMIAL;
+        }
+        full_gumbel |= c->method == FLS_METHOD_UNFUSED_GUMBEL && fls_audit_case_in_run(k, 1, FLS_ENGINE_CPU);
+    }
+    cr_expect(n >= 8, "%d mods cases", n);
+    cr_expect(quick_head && quick_t0 && quick_rows && quick_ld && quick_bias && quick_pen, "the quick list");
+    cr_expect(ci_rule && ci_wr && ci_fused && ci_multi && full_gumbel, "the CI run and the full list");
+}
+
+/* The mods cases can fail: run against a reference that leaves out the
+ * bias, the mask or the penalties (fls_audit_options.omit_mods, a mutation
+ * of the reference only: the engine still gets them), each of these cases
+ * must fail its goodness of fit. The changes move TV >= 0.05 (the bias
+ * moves ~70 % of the mass, the mask a head of five tokens and every T = 0
+ * sample onto the impossible set, the penalties several nats of tied
+ * tokens), far beyond the 0.01 the design catches with power 0.999: a pass
+ * by chance has probability far below 1e-20, so these checks are not part
+ * of the family (no false failure is possible; a miss is a defect). */
+Test(cases, mods_mutations_fail, .timeout = 300)
+{
+    const struct {
+        const char *name;
+        unsigned omit;
+    } mut[] = {{"mods-bias-deep", FLS_AUDIT_OMIT_BIAS},
+               {"mods-mask-head", FLS_AUDIT_OMIT_MASK},
+               {"mods-penalty-ties", FLS_AUDIT_OMIT_PENALTIES},
+               {"mods-mask-wr-tuples", FLS_AUDIT_OMIT_MASK}};
+    fls_context_config cfg;
+    fls_context_config_default(&cfg);
+    fls_context_t *ctx = NULL;
+    cr_assert_eq(fls_context_create(&ctx, &cfg), FLS_OK);
+    for (size_t m = 0; m < sizeof mut / sizeof mut[0]; m++) {
+        size_t i = 0;
+        while (i < fls_audit_case_count() && strcmp(fls_audit_case_get(i)->name, mut[m].name) != 0)
+            i++;
+        cr_assert(i < fls_audit_case_count(), "%s is not in the list", mut[m].name);
+        fls_audit_options o;
+        suite_audit_options(&o);
+        o.progress = 1;
+        o.omit_mods = mut[m].omit;
+        fls_audit_row rows[MAX_ROWS];
+        const int nr = fls_audit_case_tests(i);
+        cr_assert(nr >= 1 && nr <= MAX_ROWS);
+        cr_assert_eq(fls_audit_run_case(ctx, &o, suite_alpha(), i, rows), FLS_OK, "%s", mut[m].name);
+        printf("%s against a reference without part %u (a mutation, must fail):\n", mut[m].name, mut[m].omit);
+        fls_audit_print_row(stdout, &rows[0]);
+        fflush(stdout);
+        cr_expect_eq(rows[0].status, FLS_OK, "%s", mut[m].name);
+        cr_expect(!rows[0].untested && !rows[0].pass && rows[0].p < suite_alpha(),
+                  "%s passed against a reference without part %u", mut[m].name, mut[m].omit);
+    }
+    fls_context_destroy(ctx);
+}
+
 /* fls_audit_run itself: the quick run at the suite's alpha (its cases' only
  * run in the suite): rows in order, every one passing. */
 Test(audit, quick_run, .timeout = 900)

@@ -2,6 +2,7 @@
 
 #include <criterion/criterion.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,4 +406,49 @@ int64_t sweep_scale_shift(void)
     if (pre && strstr(pre, "vgpreload"))
         return 5;
     return 0;
+}
+
+const char *kat_path(const char *path, const char *env)
+{
+    const char *e = env ? getenv(env) : NULL;
+    return e && *e ? e : path;
+}
+
+int kat_each(const char *path, const char *env, const char *name, int nfields, int strict, kat_fn fn,
+             void *arg)
+{
+    const char *file = kat_path(path, env);
+    FILE *fp = fopen(file, "r");
+    cr_assert_not_null(fp, "cannot open %s: %s (set %s)", file, strerror(errno), env ? env : "its path");
+    cr_assert(nfields >= 0 && nfields <= 16);
+    char buf[512];
+    int count = 0, line = 0;
+    while (fgets(buf, sizeof buf, fp)) {
+        line++;
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = '\0';
+        char *save = NULL;
+        char *tok = strtok_r(buf, " \t\r\n", &save);
+        if (!tok)
+            continue;
+        if (strcmp(tok, name) != 0) {
+            cr_assert(!strict, "%s:%d: unknown record '%s'", file, line, tok);
+            continue;
+        }
+        uint64_t f[16];
+        int n = 0;
+        while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
+            cr_assert(n < 16, "%s:%d: too many fields", file, line);
+            char *end;
+            errno = 0;
+            f[n++] = strtoull(tok, &end, 16);
+            cr_assert(*end == '\0' && errno == 0, "%s:%d: bad hex field '%s'", file, line, tok);
+        }
+        cr_assert_eq(n, nfields, "%s:%d: %s needs %d fields, has %d", file, line, name, nfields, n);
+        fn(f, n, line, arg);
+        count++;
+    }
+    fclose(fp);
+    return count;
 }

@@ -110,6 +110,19 @@ uint16_t ref_f32_to_bf16(float x);
 uint32_t f2u(float x);
 float u2f(uint32_t u);
 
+/* Known-answer files (tests/kat_*.txt): one record a line, a name and
+ * hexadecimal fields, '#' starts a comment. kat_each reads path (the value
+ * of the environment variable env when set and not empty) and calls fn with
+ * the fields of every record named `name`, which must have nfields of them;
+ * with strict, a record of another name fails the test too. A file that
+ * cannot be opened or a malformed record fails the test (the message names
+ * the file, the line and env). Returns the number of records read. */
+typedef void (*kat_fn)(const uint64_t *f, int n, int line, void *arg);
+int kat_each(const char *path, const char *env, const char *name, int nfields, int strict, kat_fn fn,
+             void *arg);
+/* path, or the value of the environment variable env when set and not empty. */
+const char *kat_path(const char *path, const char *env);
+
 /* Scale factor for long sweeps: 1 natively, smaller under valgrind, where the
  * same checks run on a subsample. */
 int64_t sweep_scale_shift(void);

@@ -14,7 +14,6 @@
 #include <criterion/criterion.h>
 #include <gsl/gsl_cdf.h>
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,56 +135,36 @@ Test(min_first, group_bound_and_range)
 
 /* ---- the frozen values ---- */
 
-static const char *kat_path(void)
+typedef struct mf_kat {
+    const char *file;
+    int minima;
+} mf_kat;
+
+/* One "mf seed offset draw token bits" record against fls_gumbel_mf and the span. */
+static void check_mf(const uint64_t *f, int n, int line, void *arg)
 {
-    const char *env = getenv("FLS_KAT_MF_PATH");
-    return env && *env ? env : FLS_KAT_MF_PATH;
+    mf_kat *k = arg;
+    (void)n;
+    cr_assert(f[2] <= UINT32_MAX && f[3] < ((uint64_t)1 << 32) && f[4] <= UINT32_MAX, "%s:%d", k->file, line);
+    const float g = fls_gumbel_mf(f[0], f[1], (uint32_t)f[2], f[3]);
+    cr_expect_eq(f2u(g), (uint32_t)f[4], "%s:%d: token %llx: G %08x (%.9g), expected %08x (%.9g)", k->file,
+                 line, (unsigned long long)f[3], f2u(g), (double)g, (uint32_t)f[4],
+                 (double)u2f((uint32_t)f[4]));
+    float gs;
+    fls_ref_gumbel_span_mf(f[0], f[1], (uint32_t)f[2], f[3], 1, &gs);
+    cr_expect_eq(f2u(gs), (uint32_t)f[4], "%s:%d: the span differs", k->file, line);
+    const fls_mf_group mg = fls_mf_group_of(f[0], f[1], (uint32_t)f[2], f[3] / FLS_MF_GROUP);
+    k->minima += (uint32_t)(f[3] % FLS_MF_GROUP) == mg.idx;
 }
 
-/* Every "mf seed offset draw token bits" record (hexadecimal; '#' starts a
- * comment) against fls_gumbel_mf and the span. */
+/* Every record of tests/kat_min_first.txt (FLS_KAT_MF_PATH overrides it):
+ * only "mf" records (hexadecimal; '#' starts a comment). */
 Test(min_first, known_answers)
 {
-    FILE *fp = fopen(kat_path(), "r");
-    cr_assert_not_null(fp, "cannot open %s: %s (set FLS_KAT_MF_PATH)", kat_path(), strerror(errno));
-    char buf[512];
-    int count = 0, line = 0, minima = 0;
-    while (fgets(buf, sizeof buf, fp)) {
-        line++;
-        char *hash = strchr(buf, '#');
-        if (hash)
-            *hash = '\0';
-        char *save = NULL;
-        char *tok = strtok_r(buf, " \t\r\n", &save);
-        if (!tok)
-            continue;
-        cr_assert_str_eq(tok, "mf", "%s:%d: unknown record '%s'", kat_path(), line, tok);
-        uint64_t f[5];
-        int n = 0;
-        while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
-            cr_assert(n < 5, "%s:%d: too many fields", kat_path(), line);
-            char *end;
-            errno = 0;
-            f[n++] = strtoull(tok, &end, 16);
-            cr_assert(*end == '\0' && errno == 0, "%s:%d: bad hex field '%s'", kat_path(), line, tok);
-        }
-        cr_assert_eq(n, 5, "%s:%d: mf needs 5 fields, has %d", kat_path(), line, n);
-        cr_assert(f[2] <= UINT32_MAX && f[3] < ((uint64_t)1 << 32) && f[4] <= UINT32_MAX, "%s:%d", kat_path(),
-                  line);
-        const float g = fls_gumbel_mf(f[0], f[1], (uint32_t)f[2], f[3]);
-        cr_expect_eq(f2u(g), (uint32_t)f[4], "%s:%d: token %llx: G %08x (%.9g), expected %08x (%.9g)",
-                     kat_path(), line, (unsigned long long)f[3], f2u(g), (double)g, (uint32_t)f[4],
-                     (double)u2f((uint32_t)f[4]));
-        float gs;
-        fls_ref_gumbel_span_mf(f[0], f[1], (uint32_t)f[2], f[3], 1, &gs);
-        cr_expect_eq(f2u(gs), (uint32_t)f[4], "%s:%d: the span differs", kat_path(), line);
-        const fls_mf_group mg = fls_mf_group_of(f[0], f[1], (uint32_t)f[2], f[3] / FLS_MF_GROUP);
-        minima += (uint32_t)(f[3] % FLS_MF_GROUP) == mg.idx;
-        count++;
-    }
-    fclose(fp);
-    cr_assert(count >= 32, "%s: %d records", kat_path(), count);
-    cr_assert(minima >= 4, "%s: the minimum's token in %d records", kat_path(), minima);
+    mf_kat k = {kat_path(FLS_KAT_MF_PATH, "FLS_KAT_MF_PATH"), 0};
+    const int count = kat_each(FLS_KAT_MF_PATH, "FLS_KAT_MF_PATH", "mf", 5, 1, check_mf, &k);
+    cr_assert(count >= 32, "%s: %d records", k.file, count);
+    cr_assert(k.minima >= 4, "%s: the minimum's token in %d records", k.file, k.minima);
 }
 
 /* ---- the law ---- */

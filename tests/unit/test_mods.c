@@ -254,15 +254,88 @@ static void expect_same(fls_status sa, const outs *a, fls_status sb, const outs 
     cr_assert(memcmp(a->lp, b->lp, sizeof a->lp) == 0, "%s: logprobs differ", what);
 }
 
+/* The sweeps' setup: exact-valued W (V, D) and H (B, D), so the fused
+ * product is the raw logits bit for bit, and the raw logits as a matrix. */
+typedef struct sweep_in {
+    int64_t B, V, D;
+    float *Wv, *Hv, *raw;
+    tmat W, H, L;
+} sweep_in;
+
+static void sweep_make(sweep_in *s, int64_t B, int64_t V, int64_t D, uint64_t wseed, uint64_t hseed)
+{
+    s->B = B, s->V = V, s->D = D;
+    s->Wv = exact_w(V, D, wseed);
+    s->Hv = exact_h(B, D, hseed);
+    s->raw = exact_logits(s->Wv, s->Hv, V, B, D);
+    s->W = tmat_make(FLS_DTYPE_F32, V, D, D, s->Wv);
+    s->H = tmat_make(FLS_DTYPE_F32, B, D, D, s->Hv);
+    s->L = tmat_make(FLS_DTYPE_F32, B, V, V, s->raw);
+}
+
+static void sweep_free(sweep_in *s)
+{
+    tmat_free(&s->W);
+    tmat_free(&s->H);
+    tmat_free(&s->L);
+    free(s->Wv);
+    free(s->Hv);
+    free(s->raw);
+}
+
+/* The sweeps' contexts: one thread, three, and two threads keeping no
+ * logits for the exact second pass (it recomputes them). */
+#define NCTX 3
+static void sweep_contexts(fls_context_t *ctxs[NCTX])
+{
+    ctxs[0] = ctx_make(1, FLS_SIMD_AUTO, 256);
+    ctxs[1] = ctx_make(3, FLS_SIMD_AUTO, 256);
+    ctxs[2] = ctx_make(2, FLS_SIMD_AUTO, 256);
+    const fls_cpu_opts no_keep = {1};
+    fls_cpu_set_dev_opts(ctxs[2], &no_keep);
+}
+
+/* The plain call (params `plain`) on the logits changed by `with`'s inputs
+ * (ref_apply), on ctxs[0]: its status, outputs in *ref. `with` must be
+ * valid (fls_params_explain). */
+static fls_status plain_on_changed(fls_context_t *ctx, const sweep_in *s, const fls_params *plain,
+                                   const fls_params *with, outs *ref)
+{
+    float *changed = malloc((size_t)(s->B * s->V) * sizeof *changed);
+    memcpy(changed, s->raw, (size_t)(s->B * s->V) * sizeof *changed);
+    ref_apply(with, s->B, s->V, changed);
+    tmat Lc = tmat_make_rounded(FLS_DTYPE_F32, s->B, s->V, s->V, changed);
+    outs_guard(ref);
+    const fls_status st = fls_sample_logits(ctx, &Lc.m, plain, &ref->o);
+    tmat_free(&Lc);
+    free(changed);
+    return st;
+}
+
+/* The call with the inputs, from the raw logits and fused, on each of the
+ * n contexts: the status and outputs of the reference (sref, ref). */
+static void expect_paths(fls_context_t *const *ctxs, int n, const sweep_in *s, const fls_params *with,
+                         fls_status sref, const outs *ref, const char *label)
+{
+    for (int ci = 0; ci < n; ci++) {
+        char what[224];
+        outs got;
+        outs_guard(&got);
+        fls_status st = fls_sample_logits(ctxs[ci], &s->L.m, with, &got.o);
+        snprintf(what, sizeof what, "logits %s ctx %d", label, ci);
+        expect_same(st, &got, sref, ref, what);
+        outs_guard(&got);
+        st = fls_sample_fused(ctxs[ci], &s->W.m, &s->H.m, with, &got.o);
+        memcpy(what, "fused ", 6);
+        expect_same(st, &got, sref, ref, what);
+    }
+}
+
 /* (a) with the inputs == plain on the changed logits, bit for bit */
 Test(mods, exact_against_changed_logits)
 {
-    fls_context_t *c1 = ctx_make(1, FLS_SIMD_AUTO, 256);
-    fls_context_t *c3 = ctx_make(3, FLS_SIMD_AUTO, 256);
-    fls_context_t *cn = ctx_make(2, FLS_SIMD_AUTO, 256);
-    const fls_cpu_opts no_keep = {1};
-    fls_cpu_set_dev_opts(cn, &no_keep);
-    fls_context_t *ctxs[] = {c1, c3, cn};
+    fls_context_t *ctxs[NCTX];
+    sweep_contexts(ctxs);
     /* valgrind: a subsample (seed 0 has the smallest V, seed 2 second passes on every context) */
     const int64_t seeds[] = {0, 2, 1, 3, 4};
     const int64_t nseeds = sweep_scale_shift() > 0 ? 2 : 5;
@@ -272,13 +345,8 @@ Test(mods, exact_against_changed_logits)
         uint64_t rs = 0x9E37u + (uint64_t)seed * 7919u;
         const int64_t B = trng_int(&rs, 1, MAXB);
         const int64_t V = seed == 0 ? 33 : trng_int(&rs, 40, 3000);
-        const int64_t D = 24;
-        float *Wv = exact_w(V, D, 11 + (uint64_t)seed);
-        float *Hv = exact_h(B, D, 13 + (uint64_t)seed);
-        float *raw = exact_logits(Wv, Hv, V, B, D);
-        tmat W = tmat_make(FLS_DTYPE_F32, V, D, D, Wv);
-        tmat H = tmat_make(FLS_DTYPE_F32, B, D, D, Hv);
-        tmat Lraw = tmat_make(FLS_DTYPE_F32, B, V, V, raw);
+        sweep_in in;
+        sweep_make(&in, B, V, 24, 11 + (uint64_t)seed, 13 + (uint64_t)seed);
         float temps[MAXB];
         const float tset[] = {0.0f, 0.7f, 1.0f, 1.5f, 0.25f};
         for (int64_t b = 0; b < B; b++)
@@ -301,44 +369,22 @@ Test(mods, exact_against_changed_logits)
                         plain.noise = FLS_NOISE_MIN_FIRST;
                     fls_params with = plain;
                     mods_set(&with, &m, whats[wi]);
-                    float *changed = malloc((size_t)(B * V) * sizeof *changed);
-                    memcpy(changed, raw, (size_t)(B * V) * sizeof *changed);
-                    ref_apply(&with, B, V, changed);
-                    tmat Lc = tmat_make(FLS_DTYPE_F32, B, V, V, changed);
                     outs ref;
-                    outs_guard(&ref);
-                    const fls_status sref = fls_sample_logits(c1, &Lc.m, &plain, &ref.o);
+                    const fls_status sref = plain_on_changed(ctxs[0], &in, &plain, &with, &ref);
                     calls++;
                     ok_calls += sref == FLS_OK;
-                    for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
-                        char what[160];
-                        outs got;
-                        outs_guard(&got);
-                        fls_status st = fls_sample_logits(ctxs[ci], &Lraw.m, &with, &got.o);
-                        snprintf(what, sizeof what,
-                                 "%s seed %lld B %lld V %lld what %u rule %d method %d ctx %zu", "logits",
-                                 (long long)seed, (long long)B, (long long)V, whats[wi], rule, method, ci);
-                        expect_same(st, &got, sref, &ref, what);
-                        outs_guard(&got);
-                        st = fls_sample_fused(ctxs[ci], &W.m, &H.m, &with, &got.o);
-                        memcpy(what, "fused ", 6);
-                        expect_same(st, &got, sref, &ref, what);
-                    }
-                    tmat_free(&Lc);
-                    free(changed);
+                    char label[160];
+                    snprintf(label, sizeof label, "seed %lld B %lld V %lld what %u rule %d method %d",
+                             (long long)seed, (long long)B, (long long)V, whats[wi], rule, method);
+                    expect_paths(ctxs, NCTX, &in, &with, sref, &ref, label);
                 }
             }
             mods_free(&m);
         }
-        tmat_free(&W);
-        tmat_free(&H);
-        tmat_free(&Lraw);
-        free(Wv);
-        free(Hv);
-        free(raw);
+        sweep_free(&in);
     }
     /* the exact second pass ran, from kept and from recomputed logits */
-    for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
+    for (size_t ci = 0; ci < NCTX; ci++) {
         fls_counters cnt;
         fls_counters_default(&cnt);
         cr_assert_eq(fls_context_counters(ctxs[ci], &cnt), FLS_OK);
@@ -347,9 +393,231 @@ Test(mods, exact_against_changed_logits)
     /* the comparison is about sampled rows, not refusals */
     cr_assert_gt(ok_calls, calls * 3 / 4, "%lld of %lld calls sampled", (long long)ok_calls,
                  (long long)calls);
-    fls_context_destroy(c1);
-    fls_context_destroy(c3);
-    fls_context_destroy(cn);
+    for (int ci = 0; ci < NCTX; ci++)
+        fls_context_destroy(ctxs[ci]);
+}
+
+/* ---- fuzzing the inputs ---- */
+
+/* One random set of inputs (and the buffers behind it) for B rows of V
+ * tokens, off the valid range now and then. */
+typedef struct fuzz_in {
+    int32_t *mask;
+    uint8_t rows[MAXB];
+    int64_t *bias_ids, *seen_ids;
+    float *bias_vals;
+    int32_t *seen_counts;
+    float rep[MAXB], pres[MAXB], freq[MAXB];
+} fuzz_in;
+
+/* ids of one row's list: padding, distinct ids, now and then a duplicate or
+ * an id out of range */
+static void fuzz_ids(int64_t *ids, int64_t n, int64_t V, uint64_t *rs)
+{
+    distinct_ids(ids, n < V ? n : V, V, rs);
+    for (int64_t i = V; i < n; i++)
+        ids[i] = -1;
+    if (n >= 2 && trng_int(rs, 0, 15) == 0)
+        ids[n - 1] = ids[0] == -1 ? trng_int(rs, 0, V - 1) : ids[0]; /* a duplicate (or a fresh id) */
+    if (n >= 1 && trng_int(rs, 0, 40) == 0)
+        ids[trng_int(rs, 0, n - 1)] = trng_int(rs, 0, 1) ? V : -2;
+}
+
+static float fuzz_bias(uint64_t *rs)
+{
+    static const float edge[] = {1e30f, -1e30f, 3e38f, -3e38f, 88.0f, -1000.0f, 0.0f, -0.0f, 1e-45f};
+    const int64_t k = trng_int(rs, 0, 40);
+    if (k == 0)
+        return NAN;
+    if (k == 1)
+        return INFINITY;
+    if (k < 10)
+        return edge[k - 1];
+    return trng_float(rs) * 10.0f;
+}
+
+static float fuzz_rep(uint64_t *rs)
+{
+    static const float v[] = {1.0f,   1.0f,
+                              1.3f,   0.5f,
+                              2.0f,   1e-45f /* just above 0 */,
+                              1e-30f, 1.0000001f,
+                              3e38f,  0.0f /* refused */,
+                              -1.0f /* refused */};
+    if (trng_int(rs, 0, 60) == 0)
+        return NAN;
+    return v[trng_int(rs, 0, 10)];
+}
+
+static float fuzz_pen(uint64_t *rs)
+{
+    static const float v[] = {0.0f, 0.0f, 0.5f, -2.0f, 1e30f, -1e-45f, 7.25f};
+    if (trng_int(rs, 0, 60) == 0)
+        return trng_int(rs, 0, 1) ? INFINITY : NAN;
+    return v[trng_int(rs, 0, 6)];
+}
+
+/* Random inputs into p (on top of p's rule, method and temperatures). */
+static void fuzz_make(fuzz_in *f, fls_params *p, int64_t B, int64_t V, uint64_t *rs)
+{
+    memset(f, 0, sizeof *f);
+    const int64_t words = (V + 31) / 32;
+    if (trng_int(rs, 0, 1)) { /* a mask */
+        const int64_t ld = words + (trng_int(rs, 0, 2) ? 0 : trng_int(rs, 1, 2));
+        const int dens = (int)trng_int(rs, 0, 3);
+        f->mask = malloc((size_t)(B * ld) * sizeof *f->mask);
+        for (int64_t b = 0; b < B; b++) {
+            const int none = trng_int(rs, 0, 7) == 0; /* an all-masked row */
+            for (int64_t w = 0; w < ld; w++) {
+                uint32_t x = (uint32_t)trng_next(rs);
+                x = dens == 0   ? 0xFFFFFFFFu
+                    : dens == 1 ? x
+                    : dens == 2 ? x | (uint32_t)trng_next(rs)
+                                : x & (uint32_t)trng_next(rs) & (uint32_t)trng_next(rs);
+                f->mask[b * ld + w] = (int32_t)(none && w < words ? 0u : x);
+            }
+        }
+        p->allowed_bitmask = f->mask;
+        p->bitmask_ld = ld == words && trng_int(rs, 0, 1) ? 0 : ld;
+        if (trng_int(rs, 0, 30) == 0)
+            p->bitmask_ld = words - 1; /* refused (0 when words is 1: valid) */
+        if (trng_int(rs, 0, 2) == 0) {
+            for (int64_t b = 0; b < B; b++)
+                f->rows[b] = (uint8_t)trng_int(rs, 0, 1);
+            p->bitmask_rows = f->rows;
+        }
+    }
+    if (trng_int(rs, 0, 1)) { /* a bias list */
+        const int64_t K = trng_int(rs, 0, 6);
+        f->bias_ids = malloc((size_t)(B * K + 1) * sizeof *f->bias_ids);
+        f->bias_vals = malloc((size_t)(B * K + 1) * sizeof *f->bias_vals);
+        for (int64_t b = 0; b < B; b++) {
+            fuzz_ids(f->bias_ids + b * K, K, V, rs);
+            for (int64_t i = 0; i < K; i++)
+                f->bias_vals[b * K + i] = fuzz_bias(rs);
+        }
+        p->logit_bias_ids = f->bias_ids;
+        p->logit_bias_values = f->bias_vals;
+        p->logit_bias_k = K;
+    }
+    if (trng_int(rs, 0, 1)) { /* a seen list */
+        const int64_t S = trng_int(rs, 0, 6);
+        f->seen_ids = malloc((size_t)(B * S + 1) * sizeof *f->seen_ids);
+        f->seen_counts = malloc((size_t)(B * S + 1) * sizeof *f->seen_counts);
+        for (int64_t b = 0; b < B; b++) {
+            fuzz_ids(f->seen_ids + b * S, S, V, rs);
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t k = trng_int(rs, 0, 50);
+                f->seen_counts[b * S + i] = k == 0   ? -1
+                                            : k == 1 ? INT32_MAX
+                                            : k < 5  ? 1000000
+                                                     : (int32_t)trng_int(rs, 0, 5);
+            }
+        }
+        p->seen_ids = f->seen_ids;
+        p->seen_counts = trng_int(rs, 0, 3) ? f->seen_counts : NULL;
+        p->seen_k = S;
+    }
+    if (trng_int(rs, 0, 1)) { /* penalties */
+        p->repetition_penalty = fuzz_rep(rs);
+        p->presence_penalty = fuzz_pen(rs);
+        p->frequency_penalty = fuzz_pen(rs);
+        for (int64_t b = 0; b < B; b++) {
+            f->rep[b] = fuzz_rep(rs);
+            f->pres[b] = fuzz_pen(rs);
+            f->freq[b] = fuzz_pen(rs);
+        }
+        if (trng_int(rs, 0, 2) == 0)
+            p->row_repetition_penalty = f->rep;
+        if (trng_int(rs, 0, 2) == 0)
+            p->row_presence_penalty = f->pres;
+        if (trng_int(rs, 0, 2) == 0)
+            p->row_frequency_penalty = f->freq;
+    }
+}
+
+static void fuzz_free(fuzz_in *f)
+{
+    free(f->mask);
+    free(f->bias_ids);
+    free(f->bias_vals);
+    free(f->seen_ids);
+    free(f->seen_counts);
+}
+
+/* (e) random B, V, masks (all-masked rows too), bias and seen lists (padding,
+ * duplicates, ids out of range, huge and non-finite values, counts from -1
+ * to INT32_MAX), penalties (r just above 0, 0, NaN, huge), rules, methods
+ * and temperatures: every call either is refused as fls_params_explain
+ * says, or fails as the plain call on the changed logits does (all masked,
+ * a NaN or +inf, a tempered overflow), writing nothing, or gives that
+ * call's tokens, logsumexp and logprobs bit for bit, from the logits and
+ * fused. Seed fixed (printed); fewer iterations under valgrind. */
+Test(mods, fuzz_against_changed_logits, .timeout = 120)
+{
+    const uint64_t seed = 0x35F022ull;
+    const int64_t iters = 1000 >> sweep_scale_shift();
+    printf("mods fuzz: seed 0x%llx, %lld iterations\n", (unsigned long long)seed, (long long)iters);
+    fls_context_t *ctxs[NCTX];
+    sweep_contexts(ctxs);
+    uint64_t rs = seed;
+    int64_t ok = 0, refused = 0, failed = 0;
+    for (int64_t it = 0; it < iters; it++) {
+        const int64_t B = trng_int(&rs, 1, MAXB);
+        const int64_t V = trng_int(&rs, 0, 3) ? trng_int(&rs, 1, 80) : trng_int(&rs, 81, 1500);
+        sweep_in in;
+        sweep_make(&in, B, V, 8, 1000 + (uint64_t)it, 2000 + (uint64_t)it);
+        float temps[MAXB];
+        const float tset[] = {0.0f, 0.7f, 1.0f, 1.5f, 0.25f, 1e-3f};
+        for (int64_t b = 0; b < B; b++)
+            temps[b] = tset[trng_int(&rs, 0, 5)];
+        fls_params plain;
+        fls_params_default(&plain);
+        plain.method = (fls_method)trng_int(&rs, 0, 2);
+        const int rule = (int)trng_int(&rs, 0, NRULES - 1);
+        if (!(plain.method == FLS_METHOD_UNFUSED_MULTINOMIAL && rule == 5))
+            rule_set(&plain, rule);
+        if (trng_int(&rs, 0, 1))
+            plain.temperature = temps;
+        else
+            plain.temperature_value = temps[0];
+        plain.seed = seed + (uint64_t)it;
+        plain.draws = trng_int(&rs, 1, 3);
+        if (plain.method != FLS_METHOD_UNFUSED_MULTINOMIAL && !plain.without_replacement_k && !plain.top_k &&
+            plain.top_p == 1.0f && plain.min_p == 0.0f && !plain.filter && trng_int(&rs, 0, 1))
+            plain.noise = FLS_NOISE_MIN_FIRST;
+        fls_params with = plain;
+        fuzz_in f;
+        fuzz_make(&f, &with, B, V, &rs);
+        char label[200], msg[256];
+        snprintf(label, sizeof label, "iteration %lld (B %lld V %lld method %d rule %d)", (long long)it,
+                 (long long)B, (long long)V, (int)plain.method, rule);
+        const fls_status sx = fls_params_explain(&with, B, V, msg, sizeof msg);
+        if (sx != FLS_OK) {
+            /* refused before any work: nothing written, on every path */
+            outs none;
+            outs_guard(&none);
+            expect_paths(ctxs, 1, &in, &with, sx, &none, label);
+            refused++;
+        } else {
+            outs ref;
+            const fls_status sref = plain_on_changed(ctxs[0], &in, &plain, &with, &ref);
+            if (sref != FLS_OK)
+                cr_assert(outs_untouched(&ref), "%s: the plain call wrote on %s", label,
+                          fls_status_string(sref));
+            expect_paths(ctxs, it % 4 == 0 ? NCTX : 1, &in, &with, sref, &ref, label);
+            ok += sref == FLS_OK;
+            failed += sref != FLS_OK;
+        }
+        fuzz_free(&f);
+        sweep_free(&in);
+    }
+    printf("mods fuzz: %lld sampled, %lld refused by fls_params_explain, %lld failed as the plain call\n",
+           (long long)ok, (long long)refused, (long long)failed);
+    cr_assert_gt(ok, iters / 3, "too few calls sampled: %lld of %lld", (long long)ok, (long long)iters);
+    cr_assert_gt(refused + failed, 0);
+    for (int ci = 0; ci < NCTX; ci++)
+        fls_context_destroy(ctxs[ci]);
 }
 
 /* The inputs move tokens: a bias of +1000 on one token makes it the token
@@ -438,12 +706,9 @@ Test(mods, all_masked)
 Test(mods, errors)
 {
     fls_context_t *ctx = ctx_make(2, FLS_SIMD_AUTO, 0);
-    const int64_t B = 3, V = 100, D = 8, K = 4, S = 4, words = 4;
-    float *raw = random_floats(B * V, 3);
-    tmat L = tmat_make(FLS_DTYPE_F32, B, V, V, raw);
-    float *Wv = exact_w(V, D, 1), *Hv = exact_h(B, D, 2);
-    tmat W = tmat_make(FLS_DTYPE_F32, V, D, D, Wv);
-    tmat H = tmat_make(FLS_DTYPE_F32, B, D, D, Hv);
+    const int64_t B = 3, V = 100, K = 4, S = 4, words = 4;
+    sweep_in in;
+    sweep_make(&in, B, V, 8, 1, 2);
     for (int c = 0; c < 27; c++) {
         /* a valid base: every input in use */
         int32_t mask[3 * 5 + 1];
@@ -471,7 +736,7 @@ Test(mods, errors)
         p.row_repetition_penalty = rrep;
         outs o;
         outs_guard(&o);
-        cr_assert_eq(fls_sample_logits(ctx, &L.m, &p, &o.o), FLS_OK, "base of case %d", c);
+        cr_assert_eq(fls_sample_logits(ctx, &in.L.m, &p, &o.o), FLS_OK, "base of case %d", c);
         fls_status want = FLS_ERR_PARAM;
         const char *field = NULL, *row = NULL;
         switch (c) {
@@ -560,11 +825,11 @@ Test(mods, errors)
             break;
         }
         outs_guard(&o);
-        fls_status st = fls_sample_logits(ctx, &L.m, &p, &o.o);
+        fls_status st = fls_sample_logits(ctx, &in.L.m, &p, &o.o);
         cr_assert_eq(st, want, "case %d: logits gave %s", c, fls_status_string(st));
         cr_assert(outs_untouched(&o), "case %d: logits wrote", c);
         outs_guard(&o);
-        st = fls_sample_fused(ctx, &W.m, &H.m, &p, &o.o);
+        st = fls_sample_fused(ctx, &in.W.m, &in.H.m, &p, &o.o);
         cr_assert_eq(st, want, "case %d: fused gave %s", c, fls_status_string(st));
         cr_assert(outs_untouched(&o), "case %d: fused wrote", c);
         char msg[512];
@@ -576,12 +841,7 @@ Test(mods, errors)
         if (row)
             cr_assert(strstr(msg, row), "case %d: \"%s\" does not name %s", c, msg, row);
     }
-    tmat_free(&L);
-    tmat_free(&W);
-    tmat_free(&H);
-    free(raw);
-    free(Wv);
-    free(Hv);
+    sweep_free(&in);
     fls_context_destroy(ctx);
 }
 

@@ -7,7 +7,6 @@
 
 #include <criterion/criterion.h>
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,51 +16,16 @@
 #define FLS_KAT_PATH "tests/kat_philox.txt"
 #endif
 
-static const char *kat_path(void)
+/* The records named `name` of tests/kat_philox.txt (FLS_KAT_PATH overrides it). */
+static int kat_records(const char *name, int nfields, kat_fn fn)
 {
-    const char *env = getenv("FLS_KAT_PATH");
-    return env && *env ? env : FLS_KAT_PATH;
+    return kat_each(FLS_KAT_PATH, "FLS_KAT_PATH", name, nfields, 0, fn, NULL);
 }
 
-/* Reads the hexadecimal fields of every record named `name`; calls fn with
- * them. Returns the number of records. Malformed records fail the test. */
-typedef void (*kat_fn)(const uint64_t *f, int n, int line);
-
-static int kat_each(const char *name, int nfields, kat_fn fn)
-{
-    FILE *fp = fopen(kat_path(), "r");
-    cr_assert_not_null(fp, "cannot open %s: %s (set FLS_KAT_PATH)", kat_path(), strerror(errno));
-    char buf[512];
-    int count = 0, line = 0;
-    while (fgets(buf, sizeof buf, fp)) {
-        line++;
-        char *hash = strchr(buf, '#');
-        if (hash)
-            *hash = '\0';
-        char *save = NULL;
-        char *tok = strtok_r(buf, " \t\r\n", &save);
-        if (!tok || strcmp(tok, name) != 0)
-            continue;
-        uint64_t f[16];
-        int n = 0;
-        while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
-            cr_assert(n < 16, "%s:%d: too many fields", kat_path(), line);
-            char *end;
-            errno = 0;
-            f[n++] = strtoull(tok, &end, 16);
-            cr_assert(*end == '\0' && errno == 0, "%s:%d: bad hex field '%s'", kat_path(), line, tok);
-        }
-        cr_assert_eq(n, nfields, "%s:%d: %s needs %d fields, has %d", kat_path(), line, name, nfields, n);
-        fn(f, n, line);
-        count++;
-    }
-    fclose(fp);
-    return count;
-}
-
-static void check_philox(const uint64_t *f, int n, int line)
+static void check_philox(const uint64_t *f, int n, int line, void *arg)
 {
     (void)n;
+    (void)arg;
     if (f[0] != 10)
         return; /* other round counts are not part of the contract */
     uint32_t c[4] = {(uint32_t)f[1], (uint32_t)f[2], (uint32_t)f[3], (uint32_t)f[4]};
@@ -74,13 +38,14 @@ static void check_philox(const uint64_t *f, int n, int line)
 
 Test(noise, philox_known_answers)
 {
-    int n = kat_each("philox4x32", 11, check_philox);
+    int n = kat_records("philox4x32", 11, check_philox);
     cr_assert_geq(n, 3, "expected at least Random123's three philox4x32 10 vectors, found %d", n);
 }
 
-static void check_noise(const uint64_t *f, int n, int line)
+static void check_noise(const uint64_t *f, int n, int line, void *arg)
 {
     (void)n;
+    (void)arg;
     uint64_t bits = fls_noise_bits(f[0], f[1], (uint32_t)f[2], f[3]);
     cr_expect_eq(bits, f[4], "kat line %d: bits %016llx, expected %016llx", line, (unsigned long long)bits,
                  (unsigned long long)f[4]);
@@ -91,13 +56,14 @@ static void check_noise(const uint64_t *f, int n, int line)
 
 Test(noise, counter_layout_known_answers)
 {
-    int n = kat_each("noise", 5, check_noise);
+    int n = kat_records("noise", 5, check_noise);
     cr_assert_geq(n, 5, "too few noise records: %d", n);
 }
 
-static void check_gumbel(const uint64_t *f, int n, int line)
+static void check_gumbel(const uint64_t *f, int n, int line, void *arg)
 {
     (void)n;
+    (void)arg;
     float e = fls_exponential_from_bits(f[0]);
     float g = fls_gumbel_from_bits(f[0]);
     cr_expect_eq(f2u(e), (uint32_t)f[1], "kat line %d: k %016llx: E %08x (%.9g), expected %08x (%.9g)", line,
@@ -108,20 +74,21 @@ static void check_gumbel(const uint64_t *f, int n, int line)
 
 Test(noise, gumbel_known_answers)
 {
-    int n = kat_each("gumbel", 3, check_gumbel);
+    int n = kat_records("gumbel", 3, check_gumbel);
     cr_assert_geq(n, 8, "too few gumbel records: %d", n);
 }
 
-static void check_rowseed(const uint64_t *f, int n, int line)
+static void check_rowseed(const uint64_t *f, int n, int line, void *arg)
 {
     (void)n;
+    (void)arg;
     cr_expect_eq(fls_row_seed_derive(f[0], f[1]), f[2], "kat line %d: fls_row_seed_derive", line);
     cr_expect_eq(fls_row_seed(f[0], f[1]), f[2], "kat line %d: fls_row_seed (public)", line);
 }
 
 Test(noise, row_seed_known_answers)
 {
-    int n = kat_each("rowseed", 3, check_rowseed);
+    int n = kat_records("rowseed", 3, check_rowseed);
     cr_assert_geq(n, 3, "too few rowseed records: %d", n);
 }
 
