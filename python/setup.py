@@ -114,7 +114,7 @@ def meson_build():
 
 
 def packaged_name(path):
-    # libflashsample.so.0.2.0 -> libflashsample.so.0 (its soname: libflashsample_nccl needs it)
+    # libflashsample.so.0.4.0 -> libflashsample.so.0 (its soname: libflashsample_nccl needs it)
     base = os.path.basename(path)
     stem, _, rest = base.partition(".so")
     major = rest.strip(".").split(".")[0] if rest.strip(".") else ""

@@ -36,7 +36,14 @@
  *                   default matmul at B <= 64 is the wgmma kernel writing the
  *                   logits and their 64-token tables, and rule_*_blas (minp005,
  *                   topk50, k50_p09, nsigma1, wr4) take cuBLAS + the statistics
- *                   pass instead (the v16 matmul)
+ *                   pass instead
+ *   fused_dev, mods_fused, mods_mask, mods_topk50, mods_logits (opt-in)
+ *                   queued, every param in device memory (a captured decode
+ *                   step's form): fused_dev the plain fused call; mods_fused
+ *                   with a random mask (about half the tokens allowed), 16 bias
+ *                   pairs, 256 seen tokens and the three penalties; mods_mask
+ *                   the mask alone; mods_topk50 all of them and top-k 50;
+ *                   mods_logits all of them on logits_sampler's logits
  * Every time is the median of >= 100 runs timed with device events after a
  * warm-up of at least 250 ms of the same engine (25 ms with --quick): the
  * GPU's power management (700 W cap on an H200, reached under sustained load
@@ -141,6 +148,11 @@ typedef struct bench_ctx {
     cudaGraphExec_t rgraph[NROT]; /* rule_k50_p09_graph */
     float *dT;
     uint64_t *dS, *dO;
+    /* the mods engines' device arrays (MAXB rows; mask_ld words a row) */
+    int32_t *mask, *seen_counts;
+    int64_t *seen_ids, *bias_ids;
+    float *bias_values;
+    int64_t mask_ld;
     float *times;
     cudaEvent_t *ev;
 } bench_ctx;
@@ -177,12 +189,19 @@ enum {
     E_RULE_MINP_SYNC,
     E_RULE_KP_SYNC,
     E_RULE_KP_GRAPH,
-    /* the same rules with the v16 matmul (cuBLAS, then the statistics pass) */
+    /* the same rules with cuBLAS, then the statistics pass */
     E_RULE_MINP_BLAS,
     E_RULE_TOPK_BLAS,
     E_RULE_KP_BLAS,
     E_RULE_NSIGMA_BLAS,
     E_RULE_WR_BLAS,
+    /* masks, bias and penalties (opt-in: --engines fused_dev,mods_...): the
+     * serving engine's form, every array in device memory (params_on_device) */
+    E_FUSED_DEV,
+    E_MODS,
+    E_MODS_MASK,
+    E_MODS_TOPK,
+    E_MODS_LOGITS,
     E_COUNT
 };
 #define E_RULE_FIRST E_RULE_MINP
@@ -220,7 +239,20 @@ static const char *engine_names[E_COUNT] = {"floor",
                                             "rule_topk50_blas",
                                             "rule_k50_p09_blas",
                                             "rule_nsigma1_blas",
-                                            "rule_wr4_blas"};
+                                            "rule_wr4_blas",
+                                            "fused_dev",
+                                            "mods_fused",
+                                            "mods_mask",
+                                            "mods_topk50",
+                                            "mods_logits"};
+#define E_MODS_FIRST E_FUSED_DEV
+
+/* The mods engines' inputs (bench_alloc_mods): S seen tokens with counts
+ * 0..3 and the scalar penalties r = 1.1, p = 0.5, f = 0.25; K bias pairs;
+ * a random mask allowing about half of each row's tokens. */
+#define BENCH_MODS_S 256
+#define BENCH_MODS_K 16
+
 
 /* The options every engine's call starts from (--cuda-opt; zero, the
  * production choices, by default: fls_cuda_opts_default). */
@@ -355,6 +387,50 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
     o.no_skip = engine == E_CHUNKED_NS || engine == E_LOGITS_NS;
     o.gemm_only = engine == E_CHUNK_GEMM;
     o.seg_cap5 = engine == E_CHUNKED_CAP5;
+    if (engine >= E_MODS_FIRST) {
+        /* queued (async mode), every array on the device as a captured
+         * decode step has them: rows from dT, dS, dO */
+        req.params_on_device = 1;
+        req.rows = NULL;
+        req.dev_temperature = b->dT;
+        req.dev_row_seeds = b->dS;
+        req.dev_row_offsets = b->dO;
+        if (engine != E_FUSED_DEV) {
+            fls_mods_raw *m = &req.raw_mods;
+            req.has_raw_mods = 1;
+            m->mask = b->mask;
+            m->mask_ld = b->mask_ld;
+            m->repetition = 1.0f;
+            if (engine != E_MODS_MASK) {
+                m->bias_ids = b->bias_ids;
+                m->bias_values = b->bias_values;
+                m->bias_k = BENCH_MODS_K;
+                m->seen_ids = b->seen_ids;
+                m->seen_counts = b->seen_counts;
+                m->seen_k = BENCH_MODS_S;
+                m->repetition = 1.1f;
+                m->presence = 0.5f;
+                m->frequency = 0.25f;
+            }
+        }
+        if (engine == E_MODS_TOPK) {
+            static fls_row_rule rr[MAXB];
+            fls_row_rule one;
+            if (bench_parse_rule_spec("top-k=50", &one) != 0)
+                return FLS_ERR_PARAM;
+            for (int64_t i = 0; i < b->B; i++)
+                rr[i] = one;
+            req.rule = rr;
+            req.K = 1;
+            req.needs = fls_filter_row_needs(one.value);
+            out.tokens = b->rule_tokens;
+        }
+        if (engine == E_MODS_LOGITS) {
+            fls_matrix L = {b->logits, FLS_DTYPE_F32, b->B, b->V, b->V};
+            return fls_cuda_run(b->ctx, NULL, NULL, &L, &req, &out, &o);
+        }
+        return fls_cuda_run(b->ctx, &W, &H, NULL, &req, &out, &o);
+    }
     if (engine >= E_RULE_FIRST) {
         /* queued like the fused call (async mode: the status at the next
          * fls_context_sync), except the _sync engines, which wait for their
@@ -735,6 +811,9 @@ static int bench_setup(bench_ctx *b, const bench_opts *bo)
     b->warm = bo->quick ? 5 : 20;
     b->warm_ms = bo->quick ? 25.0 : 250.0;
     b->st = 0;
+    int want_dev = bo->want[E_FUSED_GRAPH] || bo->want[E_RULE_KP_GRAPH];
+    for (int e = E_MODS_FIRST; e < E_COUNT; e++)
+        want_dev |= bo->want[e];
     b->times = (float *)malloc(sizeof(float) * (size_t)bo->reps);
     b->ev = (cudaEvent_t *)calloc((size_t)bo->reps * 2, sizeof(cudaEvent_t));
     if (!b->times || !b->ev)
@@ -746,7 +825,7 @@ static int bench_setup(bench_ctx *b, const bench_opts *bo)
     CK(cudaMalloc((void **)&b->sink, 16));
     CK(cudaMalloc((void **)&b->tokens, sizeof(int64_t) * MAXB));
     CK(cudaMalloc((void **)&b->rule_tokens, sizeof(int64_t) * MAXB * 4));
-    if ((bo->want[E_FUSED_GRAPH] || bo->want[E_RULE_KP_GRAPH]) && bench_setup_async(b) != 0)
+    if (want_dev && bench_setup_async(b) != 0)
         goto fail;
     for (int i = 0; i < MAXB; i++) {
         b->rows[i].temperature = 0.7f;
@@ -789,6 +868,66 @@ fail:
     return 1;
 }
 
+/* The mods engines' arrays for maxB rows of the current V. 0 or 1. */
+static int bench_alloc_mods(bench_ctx *b, int64_t maxB)
+{
+    const int64_t S = BENCH_MODS_S, K = BENCH_MODS_K;
+    b->mask_ld = (b->V + 31) / 32;
+    int32_t *mask = (int32_t *)malloc(4 * (size_t)(maxB * b->mask_ld));
+    int32_t *cnt = (int32_t *)malloc(4 * (size_t)(maxB * S));
+    int64_t *sid = (int64_t *)malloc(8 * (size_t)(maxB * S)), *bid = (int64_t *)malloc(8 * (size_t)(maxB * K));
+    float *bv = (float *)malloc(4 * (size_t)(maxB * K));
+    int rc = 1;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    if (!mask || !cnt || !sid || !bid || !bv)
+        goto fail;
+    for (int64_t i = 0; i < maxB * b->mask_ld; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        mask[i] = (int32_t)(uint32_t)(x >> 32);
+    }
+    for (int64_t r = 0; r < maxB; r++) {
+        /* distinct ids in a row: steps 593 and 9973 below V / 256 and V / 16 */
+        for (int64_t i = 0; i < S; i++) {
+            sid[r * S + i] = (r * 7919 + i * 593) % b->V;
+            cnt[r * S + i] = (int32_t)(i % 4);
+        }
+        for (int64_t i = 0; i < K; i++) {
+            bid[r * K + i] = (r * 31 + i * 9973) % b->V;
+            bv[r * K + i] = (float)(i % 5) - 2.0f;
+        }
+    }
+    CK(cudaMalloc((void **)&b->mask, 4 * (size_t)(maxB * b->mask_ld)));
+    CK(cudaMalloc((void **)&b->seen_counts, 4 * (size_t)(maxB * S)));
+    CK(cudaMalloc((void **)&b->seen_ids, 8 * (size_t)(maxB * S)));
+    CK(cudaMalloc((void **)&b->bias_ids, 8 * (size_t)(maxB * K)));
+    CK(cudaMalloc((void **)&b->bias_values, 4 * (size_t)(maxB * K)));
+    CK(cudaMemcpy(b->mask, mask, 4 * (size_t)(maxB * b->mask_ld), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->seen_counts, cnt, 4 * (size_t)(maxB * S), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->seen_ids, sid, 8 * (size_t)(maxB * S), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->bias_ids, bid, 8 * (size_t)(maxB * K), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->bias_values, bv, 4 * (size_t)(maxB * K), cudaMemcpyHostToDevice));
+    rc = 0;
+fail:
+    free(mask);
+    free(cnt);
+    free(sid);
+    free(bid);
+    free(bv);
+    return rc;
+}
+
+static void bench_free_mods(bench_ctx *b)
+{
+    cudaFree(b->mask);
+    cudaFree(b->seen_counts);
+    cudaFree(b->seen_ids);
+    cudaFree(b->bias_ids);
+    cudaFree(b->bias_values);
+    b->mask = b->seen_counts = NULL;
+    b->seen_ids = b->bias_ids = NULL;
+    b->bias_values = NULL;
+}
+
 /* Shape s's W (NROT copies), H (the largest batch) and logits buffer. 0 or 1. */
 static int bench_alloc_shape(bench_ctx *b, const bench_opts *bo, int s)
 {
@@ -807,6 +946,9 @@ static int bench_alloc_shape(bench_ctx *b, const bench_opts *bo, int s)
     bench_fill_bf16<<<b->sms, 256>>>(b->H, maxB * b->D, 99, (float)bo->hscale);
     CK(cudaMalloc((void **)&b->logits, (size_t)(maxB * b->V) * 4));
     CK(cudaDeviceSynchronize());
+    for (int e = E_MODS_FIRST; e < E_COUNT; e++)
+        if (bo->want[e])
+            return bench_alloc_mods(b, maxB);
     return 0;
 fail:
     return 1;
@@ -822,6 +964,7 @@ static void bench_free_shape(bench_ctx *b)
     cudaFree(b->logits);
     b->H = NULL;
     b->logits = NULL;
+    bench_free_mods(b);
 }
 
 /* The eager GEMM in a graph, one per rotation. 0 or 1. */
@@ -980,10 +1123,17 @@ static void bench_print_batch(const bench_ctx *b, const double *med, int fe, int
            med[E_UGUMBEL], med[E_UMULT], med[E_GROUPED], med[E_GROUPED_CHUNKED], med[fe], med[fe] / cub,
            med[E_GROUPED] > 0 ? med[E_GROUPED] / cub : -1.0, med[fe] / med[E_FLOOR],
            flops / (med[fe] * 1e-3) / 1e12, fe == E_WGMMA ? "wgmma" : "chunk", agree, (long long)b->B);
-    for (int e = E_RULE_FIRST; e < E_COUNT; e++)
-        if (med[e] >= 0)
-            printf("      %-14s %9.3f ms  %6.3fx fused  %6.3fx cublas\n", engine_names[e], med[e],
-                   med[e] / med[fe], med[e] / cub);
+    for (int e = E_RULE_FIRST; e < E_COUNT; e++) {
+        if (med[e] < 0)
+            continue;
+        printf("      %-14s %9.3f ms  %6.3fx fused  %6.3fx cublas", engine_names[e], med[e], med[e] / med[fe],
+               med[e] / cub);
+        /* the mods engines against their own baseline: the same call without them */
+        const int base = e == E_MODS_LOGITS ? E_LOGITS : e > E_FUSED_DEV ? E_FUSED_DEV : -1;
+        if (base >= 0 && med[base] > 0)
+            printf("  %6.3fx %s", med[e] / med[base], engine_names[base]);
+        printf("\n");
+    }
 }
 
 /* One batch's CSV rows: every engine timed, then the dispatcher's pick as "fused". */

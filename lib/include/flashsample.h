@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define FLS_VERSION_MAJOR 0
-#define FLS_VERSION_MINOR 2
+#define FLS_VERSION_MINOR 4
 #define FLS_VERSION_PATCH 0
 
 /* A static, human-readable string for every status (also unknown ones). */
@@ -238,11 +238,18 @@ typedef struct fls_params {
      *        l = (l - f * (float)c) - (c > 0 ? p : 0);
      *   2. v in the row's bias list with value beta: l = l + beta;
      *   3. v disallowed by the row's mask: l = -inf.
-     * A row left with no finite logit is FLS_ERR_ALL_MASKED. Host memory,
-     * CPU engine, methods FUSED, UNFUSED_GUMBEL and UNFUSED_MULTINOMIAL;
-     * the grouped method, streams and the CUDA engine (for now) refuse
-     * them with FLS_ERR_UNSUPPORTED. Out-of-range values are FLS_ERR_PARAM
-     * (fls_params_explain names the field and the row).
+     * A row left with no finite logit is FLS_ERR_ALL_MASKED. Both engines,
+     * methods FUSED, UNFUSED_GUMBEL and UNFUSED_MULTINOMIAL, with every
+     * rule and without replacement; the grouped method and streams refuse
+     * them with FLS_ERR_UNSUPPORTED, and so does the CUDA engine for a row
+     * with more than 16384 seen + bias entries. Out-of-range values are
+     * FLS_ERR_PARAM (fls_params_explain names the field and the row; with
+     * params_on_device the CUDA engine checks the arrays on the device and
+     * the call's status says FLS_ERR_PARAM, nothing written). The arrays
+     * are host memory, or device memory with params_on_device on the CUDA
+     * engine (read at the call, or at each replay of a captured graph).
+     * On the CUDA engine the flat fused method with any of them takes the
+     * chunked path (docs/GPU.md).
      *
      * Allowed-token bitmask (the xgrammar / vLLM layout): int32 words, row
      * b's word w at allowed_bitmask[b * ld + w], ld = bitmask_ld (0 means
@@ -282,8 +289,8 @@ typedef struct fls_params {
  * temperatures, every rule, mask, bias and penalty value and per-row array
  * against its range) and writes the first problem, naming the field, the
  * row and the allowed range, into message (size bytes, NUL-terminated; ""
- * when params are fine). It takes no context, so it cannot say that the
- * CUDA engine refuses masks, bias and penalties (FLS_ERR_UNSUPPORTED).
+ * when params are fine). It takes no context, so it cannot say what one
+ * engine refuses (FLS_ERR_UNSUPPORTED), nor check arrays in device memory.
  * Returns the status the check gives (FLS_OK, FLS_ERR_PARAM, ...). Call it
  * after a sampling call returned FLS_ERR_PARAM to say which value is wrong. */
 FLS_API fls_status fls_params_explain(const fls_params *params, int64_t B, int64_t V, char *message,

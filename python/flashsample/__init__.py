@@ -48,7 +48,7 @@ from ._errors import (
     status_name,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "AuditResult",

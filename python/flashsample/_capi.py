@@ -26,7 +26,7 @@ from ctypes import (
 
 # ---- constants (lib/include/flashsample.h) -------------------------------------------------------------
 
-HEADER_VERSION = (0, 2, 0)  # FLS_VERSION_MAJOR/MINOR/PATCH of the header mirrored here
+HEADER_VERSION = (0, 4, 0)  # FLS_VERSION_MAJOR/MINOR/PATCH of the header mirrored here
 
 FLS_OK = 0
 STATUS_NAMES = {
