@@ -2622,6 +2622,7 @@ static void mods_case(int64_t V, int64_t D, int64_t B, int64_t S, int64_t K, int
     int bad = 0;
     for (int r = 0; r < nr; r++) {
         const mods_run *u = &runs[r];
+        printf("      V=%lld: %s\n", (long long)V, u->name); /* progress: a hang shows where */
         fls_params p;
         fls_params_default(&p);
         p.temperature = T;
@@ -2892,12 +2893,12 @@ static void test_mods(void)
 {
     const int nr = (int)(sizeof k_mods_runs / sizeof k_mods_runs[0]);
     mods_case(3001, 24, 9, 40, 12, 3, k_mods_runs, nr);
-    mods_case(50257, 40, 5, 300, 50, 2, k_mods_runs, nr);
-    if (!g_quick)
-        mods_case(151936, 24, 3, 6000, 100, 1, k_mods_runs, nr); /* a sort of 8192 keys */
     mods_errors();
     mods_graph(0);
     mods_graph(1);
+    mods_case(50257, 40, 5, 300, 50, 2, k_mods_runs, nr);
+    if (!g_quick)
+        mods_case(151936, 24, 3, 6000, 100, 1, k_mods_runs, nr); /* a sort of 8192 keys */
 }
 
 /* From-logits: the same floats give the same tokens; masks; NaN; all masked. */
