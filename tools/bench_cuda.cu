@@ -253,7 +253,6 @@ static const char *engine_names[E_COUNT] = {"floor",
 #define BENCH_MODS_S 256
 #define BENCH_MODS_K 16
 
-
 /* The options every engine's call starts from (--cuda-opt; zero, the
  * production choices, by default: fls_cuda_opts_default). */
 static fls_cuda_opts g_base_opts;
@@ -875,7 +874,8 @@ static int bench_alloc_mods(bench_ctx *b, int64_t maxB)
     b->mask_ld = (b->V + 31) / 32;
     int32_t *mask = (int32_t *)malloc(4 * (size_t)(maxB * b->mask_ld));
     int32_t *cnt = (int32_t *)malloc(4 * (size_t)(maxB * S));
-    int64_t *sid = (int64_t *)malloc(8 * (size_t)(maxB * S)), *bid = (int64_t *)malloc(8 * (size_t)(maxB * K));
+    int64_t *sid = (int64_t *)malloc(8 * (size_t)(maxB * S)),
+            *bid = (int64_t *)malloc(8 * (size_t)(maxB * K));
     float *bv = (float *)malloc(4 * (size_t)(maxB * K));
     int rc = 1;
     uint64_t x = 0x9E3779B97F4A7C15ull;
