@@ -10,7 +10,14 @@
 // Writes one CSV row per (method, shape, B): median milliseconds of REPS timed calls (CUDA
 // events around each call, after 25 warm-up calls), W rotated over copies so that no call
 // finds it in L2. Methods: matmul (the GEMM alone), fi2_gumbel, fi1_topk_topp (k = V, p = 1:
-// the plain sampler), fi1_k50_p09 (k = 50, p = 0.9), fi_minp (min-p 0.05).
+// the plain sampler), fi1_k50_p09 (k = 50, p = 0.9), fi_minp (min-p 0.05), and the path a
+// serving engine takes today when a request has a grammar mask, a logit bias and penalties
+// (the inputs of flashsample bench's mods_* engines: a random mask allowing about half the
+// tokens, 16 bias pairs, 256 seen tokens with counts, r = 1.1, p = 0.5, f = 0.25): the GEMM
+// to fp32 logits, one scatter kernel for the penalties and the bias, one pass for the mask and
+// 1 / T over the B x V logits (the least memory traffic such a path can have), then
+// FlashInfer's sampler: serving_mods_fi2 (SamplingFromLogits) and serving_mods_fi_k50
+// (softmax + TopKTopPSamplingFromProb, k = 50).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -51,6 +58,44 @@ static __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed, floa
         h *= 2246822519u;
         h ^= h >> 13;
         p[i] = __float2bfloat16(scale * ((float)(h & 0xFFFFFF) / 16777216.0f - 0.5f));
+    }
+}
+
+#define SERVE_S 256
+#define SERVE_K 16
+
+// Penalties then bias of row blockIdx.x's listed tokens, in place on the raw logits (vLLM's
+// order: penalties and bias before the temperature); one thread per list entry, the seen list
+// first (a token in both lists gets its bias after its penalty: the bias pass is a second
+// launch).
+static __global__ void serve_penalties(float *L, int V, const int *seen, const int *cnt, float r, float pres,
+                                       float freq)
+{
+    const int b = blockIdx.x, i = threadIdx.x;
+    if (i >= SERVE_S)
+        return;
+    float *l = L + (size_t)b * V;
+    const int v = seen[b * SERVE_S + i], c = cnt[b * SERVE_S + i];
+    float x = l[v];
+    x = x > 0.0f ? x / r : x * r;
+    l[v] = x - freq * (float)c - (c > 0 ? pres : 0.0f);
+}
+
+static __global__ void serve_bias(float *L, int V, const int *ids, const float *vals)
+{
+    const int b = blockIdx.x, i = threadIdx.x;
+    if (i < SERVE_K)
+        L[(size_t)b * V + ids[b * SERVE_K + i]] += vals[b * SERVE_K + i];
+}
+
+// The bitmask (-inf where a bit is clear) and 1 / T over the B x V logits, in place.
+static __global__ void serve_mask_temper(float *L, int V, int words, const unsigned *mask, float rT)
+{
+    const int b = blockIdx.y;
+    for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < V; v += gridDim.x * blockDim.x) {
+        const bool ok = (mask[(size_t)b * words + v / 32] >> (v % 32)) & 1u;
+        float *x = L + (size_t)b * V + v;
+        *x = ok ? *x * rT : -INFINITY;
     }
 }
 
@@ -119,12 +164,47 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&valid, maxB * sizeof(bool)));
         CK(cudaMalloc(&ws, ws_bytes));
         fill_bf16<<<1024, 256, 0, st>>>(H, (size_t)maxB * D, 99u, 2.0f);
+        // the serving path's inputs (as flashsample bench's mods engines build them)
+        const int words = (V + 31) / 32;
+        std::vector<unsigned> hmask((size_t)maxB * words);
+        std::vector<int> hseen((size_t)maxB * SERVE_S), hcnt((size_t)maxB * SERVE_S),
+            hbid((size_t)maxB * SERVE_K);
+        std::vector<float> hbv((size_t)maxB * SERVE_K);
+        unsigned long long x = 0x9E3779B97F4A7C15ull;
+        for (auto &w : hmask) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            w = (unsigned)(x >> 32);
+        }
+        for (int r = 0; r < maxB; r++) {
+            for (int i = 0; i < SERVE_S; i++) {
+                hseen[r * SERVE_S + i] = (int)(((long long)r * 7919 + (long long)i * 593) % V);
+                hcnt[r * SERVE_S + i] = i % 4;
+            }
+            for (int i = 0; i < SERVE_K; i++) {
+                hbid[r * SERVE_K + i] = (int)(((long long)r * 31 + (long long)i * 9973) % V);
+                hbv[r * SERVE_K + i] = (float)(i % 5) - 2.0f;
+            }
+        }
+        unsigned *dmask;
+        int *dseen, *dcnt, *dbid;
+        float *dbv;
+        CK(cudaMalloc(&dmask, hmask.size() * 4));
+        CK(cudaMalloc(&dseen, hseen.size() * 4));
+        CK(cudaMalloc(&dcnt, hcnt.size() * 4));
+        CK(cudaMalloc(&dbid, hbid.size() * 4));
+        CK(cudaMalloc(&dbv, hbv.size() * 4));
+        CK(cudaMemcpy(dmask, hmask.data(), hmask.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dseen, hseen.data(), hseen.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dcnt, hcnt.data(), hcnt.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dbid, hbid.data(), hbid.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dbv, hbv.data(), hbv.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaStreamSynchronize(st));
         for (int B : batches) {
             int rot = 0;
             uint64_t off = 0;
+            bool raw = false; // the serving path: raw logits (T after the penalties)
             auto gemm = [&]() {
-                const float alpha = 1.0f / T, beta = 0.0f;
+                const float alpha = raw ? 1.0f : 1.0f / T, beta = 0.0f;
                 // logits (B x V, row-major) = H (B x D) . W^T: column-major V x B = W^T . H^T
                 CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, V, B, D, &alpha, W[rot], CUDA_R_16BF, D, H,
                                 CUDA_R_16BF, D, &beta, logits, CUDA_R_32F, V, CUBLAS_COMPUTE_32F,
@@ -139,16 +219,27 @@ int main(int argc, char **argv)
                 const char *name;
                 int k;
                 float p;
-                int kind; // 0 matmul, 1 gumbel, 2 top-k/top-p, 3 min-p
+                int kind; // 0 matmul, 1 gumbel, 2 top-k/top-p, 3 min-p; + 10: the serving mods first
             } methods[] = {{"matmul", 0, 0, 0},
                            {"fi2_gumbel", 0, 0, 1},
                            {"fi1_topk_topp", V, 1.0f, 2},
                            {"fi1_k50_p09", 50, 0.9f, 2},
-                           {"fi_minp", 0, 0.05f, 3}};
-            for (const Method &m : methods) {
+                           {"fi_minp", 0, 0.05f, 3},
+                           {"serving_mods_fi2", 0, 0, 11},
+                           {"serving_mods_fi_k50", 50, 1.0f, 12}};
+            for (const Method &mm : methods) {
+                Method m = mm;
+                raw = m.kind >= 10;
+                m.kind %= 10;
                 auto call = [&]() {
                     gemm();
                     off += 4;
+                    if (raw) {
+                        serve_penalties<<<B, SERVE_S, 0, st>>>(logits, V, dseen, dcnt, 1.1f, 0.5f, 0.25f);
+                        serve_bias<<<B, 32, 0, st>>>(logits, V, dbid, dbv);
+                        serve_mask_temper<<<dim3((V + 1023) / 1024, B), 256, 0, st>>>(logits, V, words, dmask,
+                                                                                      1.0f / T);
+                    }
                     if (m.kind == 1) {
                         CK(flashinfer::sampling::SamplingFromLogits<float, int>(
                             logits, tok, nullptr, B, V, true, nullptr, 1234, nullptr, off, st));
@@ -195,6 +286,11 @@ int main(int argc, char **argv)
         CK(cudaFree(tok));
         CK(cudaFree(valid));
         CK(cudaFree(ws));
+        CK(cudaFree(dmask));
+        CK(cudaFree(dseen));
+        CK(cudaFree(dcnt));
+        CK(cudaFree(dbid));
+        CK(cudaFree(dbv));
     }
     std::fclose(out);
     cublasDestroy(h);
