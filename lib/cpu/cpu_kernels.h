@@ -41,9 +41,12 @@ typedef struct fls_cpu_kernels {
      * W rows are in their dtype (row stride ldw elements, D columns);
      * H rows are f32, zero padded to Dp = round_up(D, 16), stride Dp.
      * scratch: FLS_CPU_SCRATCH_FLOATS floats, 64-byte aligned, the caller's
-     * thread's own. */
+     * thread's own. w_next (or NULL): the nv_next W rows (same ldw) this
+     * thread computes next, a hint: a kernel may prefetch them while it
+     * computes, so that the read of W overlaps the arithmetic. */
     void (*dot_direct)(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch);
+                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, const void *w_next,
+                       int64_t nv_next);
     /* The same for f32 W rows already zero padded to Dp (stride Dp). */
     void (*dot_f32)(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                     int64_t ldo);
