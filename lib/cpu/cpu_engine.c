@@ -80,14 +80,17 @@ int fls_cpu_simd_supported(fls_simd simd)
     return 0;
 }
 
-/* AUTO: AVX2 wherever the processor has it, even when it also has AVX-512.
- * Measured on the AVX-512 machines we run on (AMD EPYC, 2 cores, bf16 W,
- * D = 4096, V = 151936): the AVX2 kernel, which converts W in registers, is
- * 1.2-1.6x faster than the AVX-512 one (50.5 vs 37.2 ms at B = 1, 168 vs
- * 137 ms at B = 4; docs/PERF.md). AVX-512 stays selectable (FLS_SIMD_AVX512,
- * `--simd avx512`); every path gives the same bits. */
+/* AUTO: AVX-512 where the processor has it, else AVX2, else portable C.
+ * The AVX-512 register tiles (6 tokens x 4 rows in 24 zmm accumulators,
+ * W converted once per panel) do twice the fmas per instruction of the AVX2
+ * kernel; measured on the 2-core Xeon development machine (bf16 W,
+ * D = 4096, V = 151936, docs/PERF.md "the SIMD choice"): within 10 % at
+ * B = 1 and 1.3-1.8x faster from B = 4 on. Every path gives the same bits, and
+ * AVX2 stays selectable (FLS_SIMD_AVX2, `--simd avx2`). */
 fls_simd fls_cpu_best_simd(void)
 {
+    if (fls_cpu_simd_supported(FLS_SIMD_AVX512))
+        return FLS_SIMD_AVX512;
     if (fls_cpu_simd_supported(FLS_SIMD_AVX2))
         return FLS_SIMD_AVX2;
     return FLS_SIMD_PORTABLE;
