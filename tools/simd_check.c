@@ -35,13 +35,15 @@ static int check_path(fls_simd simd, const char *name)
         fls_cpu_kernels_avx512(&k);
     long cases = 0, bad = 0;
     const int64_t Ds[] = {1, 15, 16, 17, 77, 256, 1000};
-    const int64_t Bs[] = {1, 2, 3, 5, 13};
+    const int64_t Bs[] = {1, 2, 3, 5, 13, 37};
+    const int64_t nvs[] = {11, 70};
+    float *scratch = aligned_alloc(64, FLS_CPU_SCRATCH_FLOATS * sizeof(float));
     const fls_dtype dts[] = {FLS_DTYPE_F32, FLS_DTYPE_F16, FLS_DTYPE_BF16};
     for (size_t di = 0; di < sizeof Ds / sizeof *Ds; di++)
         for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
-            for (size_t ti = 0; ti < 3; ti++) {
-                int64_t D = Ds[di], B = Bs[bi], nv = 11, Dp = (D + 15) / 16 * 16, ldw = D + 3;
-                fls_dtype dt = dts[ti];
+            for (size_t ti = 0; ti < 3 * sizeof nvs / sizeof *nvs; ti++) {
+                int64_t D = Ds[di], B = Bs[bi], nv = nvs[ti / 3], Dp = (D + 15) / 16 * 16, ldw = D + 3;
+                fls_dtype dt = dts[ti % 3];
                 size_t es = fls_dtype_size(dt);
                 char *w = malloc((size_t)(nv * ldw) * es);
                 float *wp = calloc((size_t)(nv * Dp), sizeof(float));
@@ -60,8 +62,8 @@ static int check_path(fls_simd simd, const char *name)
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t d = 0; d < D; d++)
                         h[b * Dp + d] = unit_float();
-                ref.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o1, nv);
-                k.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o2, nv);
+                ref.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o1, nv, scratch, NULL, 0);
+                k.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o2, nv, scratch, NULL, 0);
                 bad += memcmp(o1, o2, (size_t)(B * nv) * sizeof(float)) != 0;
                 for (int64_t i = 0; i < nv; i++)
                     k.convert(w + (size_t)(i * ldw) * es, dt, D, wp + i * Dp, Dp);
@@ -70,6 +72,7 @@ static int check_path(fls_simd simd, const char *name)
                 cases += 2;
                 free(w), free(wp), free(h), free(o1), free(o2);
             }
+    free(scratch);
     float g1[301], g2[301];
     for (int r = 0; r < 2000; r++) {
         uint64_t seed = next(), off = next() % 7, v0 = next() % 100000;

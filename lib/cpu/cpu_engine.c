@@ -80,14 +80,17 @@ int fls_cpu_simd_supported(fls_simd simd)
     return 0;
 }
 
-/* AUTO: AVX2 wherever the processor has it, even when it also has AVX-512.
- * Measured on the AVX-512 machines we run on (AMD EPYC, 2 cores, bf16 W,
- * D = 4096, V = 151936): the AVX2 kernel, which converts W in registers, is
- * 1.2-1.6x faster than the AVX-512 one (50.5 vs 37.2 ms at B = 1, 168 vs
- * 137 ms at B = 4; docs/PERF.md). AVX-512 stays selectable (FLS_SIMD_AVX512,
- * `--simd avx512`); every path gives the same bits. */
+/* AUTO: AVX-512 where the processor has it, else AVX2, else portable C.
+ * The AVX-512 register tiles (6 tokens x 4 rows in 24 zmm accumulators,
+ * W converted once per panel) do twice the fmas per instruction of the AVX2
+ * kernel; measured on the 2-core Xeon development machine (bf16 W,
+ * D = 4096, V = 151936, docs/PERF.md "the SIMD choice"): within 10 % at
+ * B = 1 and 1.3-1.8x faster from B = 4 on. Every path gives the same bits, and
+ * AVX2 stays selectable (FLS_SIMD_AVX2, `--simd avx2`). */
 fls_simd fls_cpu_best_simd(void)
 {
+    if (fls_cpu_simd_supported(FLS_SIMD_AVX512))
+        return FLS_SIMD_AVX512;
     if (fls_cpu_simd_supported(FLS_SIMD_AVX2))
         return FLS_SIMD_AVX2;
     return FLS_SIMD_PORTABLE;
@@ -167,13 +170,14 @@ static fls_status run_threads(int n, worker_fn fn, void *arg)
  */
 
 typedef struct thread_state {
-    char *cand;     /* B x draws rule states (rule.cand_size bytes each) */
-    char *rows;     /* B row states (rule.row_size bytes each), or NULL */
-    char *greedy;   /* one rule state: a greedy row's tile, shared by its draws */
-    float *ltile;   /* B x tile_v logits */
-    float *wbuf;    /* tile_v x Dp converted W rows (when convert_w) */
-    float *g;       /* tile_v noise */
-    float *scratch; /* tile_v floats for the rule */
+    char *cand;      /* B x draws rule states (rule.cand_size bytes each) */
+    char *rows;      /* B row states (rule.row_size bytes each), or NULL */
+    char *greedy;    /* one rule state: a greedy row's tile, shared by its draws */
+    float *ltile;    /* B x tile_v logits */
+    float *wbuf;     /* tile_v x Dp converted W rows (when convert_w) */
+    float *kscratch; /* the dot kernel's FLS_CPU_SCRATCH_FLOATS (fused, not convert_w) */
+    float *g;        /* tile_v noise */
+    float *scratch;  /* tile_v floats for the rule */
     int bad_nan;
     int bad_temp;
 } thread_state;
@@ -197,8 +201,8 @@ typedef struct tile_job {
     int want_parts;      /* per-tile partials (logsumexp outputs, or the rule needs them) */
     int moments;         /* ... with the moments */
     fls_row_part *parts; /* ntiles x B partials, merged in tile order */
-    int convert_w;       /* convert each W tile to f32 first, then the blocked f32 kernel (every
-                            path but AVX2 at B > 2, which converts W in registers) */
+    int convert_w;       /* convert each W tile to f32 first, then the f32 kernel (the portable
+                            path at B > 2; the SIMD paths convert W inside dot_direct) */
     atomic_llong next;
     thread_state *ts;
 } tile_job;
@@ -216,7 +220,9 @@ static void noise_kernels(fls_cpu_kernels *k, fls_noise noise)
         k->gumbel = fls_ref_gumbel_span_mf;
 }
 
-static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
+/* v_next, nv_next: the tokens of the thread's next tile (nv_next = 0: none) */
+static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv, int64_t v_next,
+                         int64_t nv_next)
 {
     const int64_t B = j->req->batch;
     if (j->src == SRC_FUSED) {
@@ -224,7 +230,9 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
         const size_t es = fls_dtype_bytes(W->dtype);
         const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
         if (!j->convert_w) {
-            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv);
+            const char *wn = nv_next ? (const char *)W->data + (size_t)(v_next * W->ld) * es : NULL;
+            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv, s->kscratch, wn,
+                            nv_next);
         } else {
             for (int64_t i = 0; i < nv; i++)
                 j->k.convert(w0 + (size_t)(i * W->ld) * es, W->dtype, j->D, s->wbuf + i * j->Dp, j->Dp);
@@ -293,14 +301,21 @@ static void tile_worker(void *arg, int thread)
     thread_state *s = &j->ts[thread];
     const int64_t B = j->req->batch, V = j->req->vocab, draws = j->req->draws;
     const long long items = (long long)(j->ntiles * j->dchunks);
+    /* each thread claims its next item one ahead, so the kernel can prefetch
+     * that tile's W while it computes this one (the tokens do not depend on
+     * which thread takes which item) */
+    long long nx = atomic_fetch_add(&j->next, 1);
     for (;;) {
-        long long it = atomic_fetch_add(&j->next, 1);
+        const long long it = nx;
         if (it >= items)
             break;
+        nx = atomic_fetch_add(&j->next, 1);
         int64_t tile = it / j->dchunks, dc = it % j->dchunks;
         int64_t v0 = tile * j->tile_v;
         int64_t nv = V - v0 < j->tile_v ? V - v0 : j->tile_v;
-        produce_tile(j, s, v0, nv);
+        int64_t v_next = nx < items ? nx / j->dchunks * j->tile_v : 0;
+        int64_t nv_next = nx >= items || v_next == v0 ? 0 : V - v_next < j->tile_v ? V - v_next : j->tile_v;
+        produce_tile(j, s, v0, nv, v_next, nv_next);
         /* the masks, bias and penalties on the raw logits, before the kept
          * and stored copies: every reader sees them applied once */
         if (j->req->mods)
@@ -331,6 +346,7 @@ static void free_states(thread_state *ts, int n)
         free(ts[t].greedy);
         free(ts[t].ltile);
         free(ts[t].wbuf);
+        free(ts[t].kscratch);
         free(ts[t].g);
         free(ts[t].scratch);
     }
@@ -406,19 +422,20 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         free(j->parts);
         return FLS_ERR_OUT_OF_MEMORY;
     }
-    int need_wbuf = j->src == SRC_FUSED && j->convert_w;
+    int need_wbuf = j->src == SRC_FUSED && j->convert_w, need_kscratch = j->src == SRC_FUSED && !j->convert_w;
     for (int t = 0; t < threads; t++) {
         thread_state *s = &ts[t];
         s->ltile = malloc((size_t)(B * j->tile_v) * sizeof(float));
         s->g = malloc((size_t)j->tile_v * sizeof(float));
         s->scratch = malloc((size_t)j->tile_v * 2 * sizeof(float));
         s->wbuf = need_wbuf ? malloc((size_t)(j->tile_v * j->Dp) * sizeof(float)) : NULL;
+        s->kscratch = need_kscratch ? aligned_alloc(64, FLS_CPU_SCRATCH_FLOATS * sizeof(float)) : NULL;
         if (!j->store) {
             s->cand = malloc((size_t)(B * draws) * cs);
             s->greedy = malloc(cs);
             s->rows = rs ? malloc((size_t)B * rs) : NULL;
         }
-        if (!s->ltile || !s->g || !s->scratch || (need_wbuf && !s->wbuf) ||
+        if (!s->ltile || !s->g || !s->scratch || (need_wbuf && !s->wbuf) || (need_kscratch && !s->kscratch) ||
             (!j->store && (!s->cand || !s->greedy || (rs && !s->rows)))) {
             free_states(ts, threads);
             free(j->parts);
@@ -710,9 +727,9 @@ fls_status fls_cpu_sample_fused(const fls_context_t *ctx, const fls_matrix *W, c
     j.Hf = hf;
     j.D = D;
     j.Dp = Dp;
-    /* AVX2 converts W in registers (dot_direct); the other paths convert a
-     * tile once, then run their blocked f32 kernel */
-    j.convert_w = ctx->simd != FLS_SIMD_AVX2 && B > 2;
+    /* the SIMD paths convert W inside dot_direct; the portable path converts
+     * a tile once, then runs its f32 kernel */
+    j.convert_w = ctx->simd == FLS_SIMD_PORTABLE && B > 2;
     j.tile_v = group_tile(choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, V), req);
 
     fls_status st;
@@ -769,7 +786,7 @@ fls_status fls_cpu_logits(const fls_context_t *ctx, const fls_matrix *W, const f
     j.Hf = hf;
     j.D = D;
     j.Dp = Dp;
-    j.convert_w = ctx->simd != FLS_SIMD_AVX2 && H->rows > 2;
+    j.convert_w = ctx->simd == FLS_SIMD_PORTABLE && H->rows > 2;
     j.tile_v = choose_tile(ctx, SRC_FUSED, j.convert_w, Dp, W->rows);
     j.store = out;
     fls_status st = run_tiles(ctx, &j, NULL);

@@ -20,12 +20,33 @@
 
 #define FLS_LANES 16
 
+/* The blocked kernels' panels (cpu_avx512.c): W is converted to f32 once
+ * per panel of FLS_PANEL_TOKENS tokens x FLS_PANEL_COLS columns (exact), and
+ * each (H row, token) pair keeps its 16 lanes between panels in an
+ * accumulator of 16 floats, for up to FLS_PANEL_ROWS H rows per pass
+ * (tokens rounded up to whole 6-token register tiles). The accumulators are
+ * stored and reloaded unchanged, so the per-lane fma order is the canonical
+ * one whatever the panel sizes. */
+#define FLS_PANEL_TOKENS    64
+#define FLS_PANEL_TOKENS_UP 66
+#define FLS_PANEL_COLS      1024
+#define FLS_PANEL_ROWS      32
+/* Floats of per-thread scratch a dot_direct call may use (64-byte aligned):
+ * the converted panel, then the accumulators. */
+#define FLS_CPU_SCRATCH_FLOATS                                                                               \
+    (FLS_PANEL_TOKENS * FLS_PANEL_COLS + FLS_PANEL_ROWS * FLS_PANEL_TOKENS_UP * FLS_LANES)
+
 typedef struct fls_cpu_kernels {
     /* out[b * ldo + i] = dot(W row i, H row b) for i < nv, b < B.
      * W rows are in their dtype (row stride ldw elements, D columns);
-     * H rows are f32, zero padded to Dp = round_up(D, 16), stride Dp. */
+     * H rows are f32, zero padded to Dp = round_up(D, 16), stride Dp.
+     * scratch: FLS_CPU_SCRATCH_FLOATS floats, 64-byte aligned, the caller's
+     * thread's own. w_next (or NULL): the nv_next W rows (same ldw) this
+     * thread computes next, a hint: a kernel may prefetch them while it
+     * computes, so that the read of W overlaps the arithmetic. */
     void (*dot_direct)(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                       int64_t B, int64_t Dp, float *out, int64_t ldo);
+                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, const void *w_next,
+                       int64_t nv_next);
     /* The same for f32 W rows already zero padded to Dp (stride Dp). */
     void (*dot_f32)(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                     int64_t ldo);

@@ -185,19 +185,22 @@ Test(kernels, convert_exact_and_padded)
 }
 
 /* dot_direct and dot_f32 on every shape class: D below, at and above the
- * 16 lanes, odd, above the portable kernel's 4096-column block; nv and B
- * not multiples of the kernels' register blocking; strided W and out. */
+ * 16 lanes, odd, above the portable kernel's 4096-column block and over
+ * several panels (FLS_PANEL_COLS); nv and B not multiples of the kernels'
+ * register blocking, and above a panel's tokens and rows (FLS_PANEL_TOKENS,
+ * FLS_PANEL_ROWS); strided W and out. */
 Test(kernels, dots_match_canonical_order, .timeout = 60)
 {
     path p[3];
     int np = kernel_paths(p);
     const int64_t Ds[] = {1, 2, 15, 16, 17, 33, 64, 100, 4099};
-    const int64_t nvs[] = {1, 2, 3, 5, 9};
-    const int64_t Bs[] = {1, 2, 3, 4, 7, 17};
+    const int64_t nvs[] = {1, 2, 3, 5, 9, 70};
+    const int64_t Bs[] = {1, 2, 3, 4, 7, 17, 37};
     const fls_dtype dts[] = {FLS_DTYPE_F32, FLS_DTYPE_F16, FLS_DTYPE_BF16};
+    float *scratch = aligned_alloc(64, FLS_CPU_SCRATCH_FLOATS * sizeof(float));
     for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) {
         int64_t D = Ds[di], Dp = (D + FLS_LANES - 1) / FLS_LANES * FLS_LANES;
-        int64_t nvmax = 9, Bmax = 17;
+        int64_t nvmax = 70, Bmax = 37;
         float *w = random_floats(nvmax * D, 7 + (uint64_t)D), *h = random_floats(Bmax * D, 8 + (uint64_t)D);
         tmat Hm = tmat_make(FLS_DTYPE_F32, Bmax, D, D, h);
         /* H zero padded to Dp, as the engine passes it */
@@ -222,7 +225,8 @@ Test(kernels, dots_match_canonical_order, .timeout = 60)
                             for (int64_t i = 0; i < Bmax * ldo; i++)
                                 out[i] = u2f(GUARD_F32_BITS);
                             if (kind == 0)
-                                p[pi].k.dot_direct(Wm.m.data, dts[wd], Wm.m.ld, nv, D, hp, B, Dp, out, ldo);
+                                p[pi].k.dot_direct(Wm.m.data, dts[wd], Wm.m.ld, nv, D, hp, B, Dp, out, ldo,
+                                                   scratch, NULL, 0);
                             else if (wd == 0)
                                 p[pi].k.dot_f32(wp, nv, hp, B, Dp, out, ldo);
                             else
@@ -258,4 +262,5 @@ Test(kernels, dots_match_canonical_order, .timeout = 60)
         free(w);
         free(h);
     }
+    free(scratch);
 }
