@@ -66,8 +66,8 @@ typedef enum fls_engine {
     FLS_ENGINE_CUDA = 1 /* built when nvcc was found; pointers are device memory */
 } fls_engine;
 
-/* CPU SIMD path. AUTO picks AVX2 where the processor has it (measured
- * faster than AVX-512 on the AVX-512 machines we run on), else portable C;
+/* CPU SIMD path. AUTO picks AVX-512 where the processor has it (register-
+ * tiled kernels for batches above 2), else AVX2, else portable C;
  * forcing a path the processor lacks is FLS_ERR_UNSUPPORTED at context
  * creation. All paths give bit-identical logits and tokens (they share one
  * accumulation order). */
