@@ -1041,15 +1041,16 @@ cudaError_t fls_launch_multinomial(const float *L, int64_t ldl, const float *P, 
  * works on the row), at most fls_wgmma_max_draws draws per pass. tile_n = batch rows
  * per tile (16, 32, 64, 128), fls_cuda_wgmma_tile_n(B) (fls_cuda.h) by default; epi_warps =
  * sampling warps (0: the default for tile_n); sample = 0 skips the sampler
- * (benchmark only: outputs are garbage). */
+ * (benchmark only: outputs are garbage); mods: the call's masks, bias and
+ * penalties (NULL or empty: none), applied in the epilogue. */
 int fls_wgmma_slots(int64_t B, int64_t V, int tile_n, int sm_count);
 int fls_wgmma_max_draws(int tile_n);
 /* fls_wgmma_max_draws at the smallest tile: the shared thresholds' draws per row */
 #define FLS_GTHR_DRAWS 32
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
-                                   const fls_row_params *rows, const fls_ws &ws, int sm_count,
-                                   cudaStream_t st);
+                                   const fls_row_params *rows, const fls_ws &ws, const fls_mods_dev *mods,
+                                   int sm_count, cudaStream_t st);
 /* The wgmma kernel as the rule family's matmul (sample mode 2): the fp32
  * logits of the B rows into L (row b at L + b * ldl) and, per row b and
  * 64-token group q (q < fls_wgmma_m64(V), tokens past V read -inf), at

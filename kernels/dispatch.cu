@@ -111,10 +111,10 @@ static fls_status fls_dispatch_kind(const fls_matrix *W, const fls_matrix *H, co
         fls_cuda_path p = opts.path != FLS_CUDA_PATH_AUTO
                               ? opts.path
                               : fls_cuda_auto_path(B, V, W->cols, W->dtype, H->dtype);
-        if (p == FLS_CUDA_PATH_WGMMA && fls_wgmma_eligible(W, H) && !req->has_raw_mods)
+        if (p == FLS_CUDA_PATH_WGMMA && fls_wgmma_eligible(W, H))
             kind = K_WGMMA;
         else
-            kind = K_CHUNKED; /* masks, bias and penalties: on each chunk's logits */
+            kind = K_CHUNKED;
         if (kind == K_WGMMA) {
             tile_b = opts.tile_b ? opts.tile_b : fls_cuda_wgmma_tile_n(B);
             if (tile_b != 16 && tile_b != 32 && tile_b != 64 && tile_b != 128)
@@ -363,7 +363,8 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
                 }
             }
             ce = fls_launch_fused_wgmma(W->data, W->ld, H->data, H->ld, W->dtype, (int)B, V, W->cols, tile_b,
-                                        opts.wg_epi_warps, !opts.gemm_only, rows_d, ws, s->sm_count, str);
+                                        opts.wg_epi_warps, !opts.gemm_only, rows_d, ws,
+                                        req->has_raw_mods ? &mst.dev : NULL, s->sm_count, str);
         } else if (kind == K_CHUNKED) {
             ce = cudaSuccess;
             for (int64_t c0 = 0; c0 < V && ce == cudaSuccess; c0 += chunk_v) {

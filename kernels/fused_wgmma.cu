@@ -81,13 +81,17 @@ template <int N, int E_, bool G = false> struct fls_wg_cfg {
      * (8); no bound tables */
     static constexpr int ST_BYTES = G ? ST * 20 + N * 48 : ST * 12 + N * 40;
     static constexpr int GB_FLOATS = G ? 0 : FLS_GB_N + FLS_GB2_N; /* up, then the top bucket's up2 */
-    static constexpr int EXTRA = ST_BYTES + GB_FLOATS * 4;
+    /* masks, bias and penalties: per row its cursor into the sorted entries,
+     * the next entry's token and whether the row is masked (fls_wg_mods_row) */
+    static constexpr int MD_BYTES = N * 12;
+    static constexpr int EXTRA = ST_BYTES + GB_FLOATS * 4 + MD_BYTES;
     static constexpr int BUDGET = 227 * 1024 - 1024 - 256 - EXTRA;
     static constexpr int STAGES_FIT = (BUDGET - NS * S_BYTES) / STAGE;
     static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
     static constexpr int ST_OFF = STAGES * STAGE + NS * S_BYTES; /* 8-byte aligned */
     static constexpr int GB_OFF = ST_OFF + ST_BYTES;             /* float up[GB_FLOATS] */
-    static constexpr int BAR_OFF = GB_OFF + GB_FLOATS * 4;
+    static constexpr int MD_OFF = GB_OFF + GB_FLOATS * 4;        /* int cur[N], uint32 nxt[N], on[N] */
+    static constexpr int BAR_OFF = MD_OFF + MD_BYTES;
     static constexpr int BYTES = 1024 + BAR_OFF + 256;
     static_assert(STAGE % 1024 == 0, "stages must keep the 1024-byte swizzle alignment");
     static_assert(STAGES >= 3, "too few stages");
@@ -105,6 +109,12 @@ struct fls_wg_args {
                    2: they write the logits and their 64-token tables (fls_launch_wgmma_logits) */
     const fls_row_params *rows;
     fls_ws ws;
+    /* the call's masks, bias and penalties (docs/RULES.md), applied to each
+     * tile's raw logits in shared memory before the sampler reads them;
+     * has_mods 0: none (sample == 2 never has them: the rule family takes
+     * cuBLAS logits then) */
+    fls_mods_dev mods;
+    int has_mods;
     /* sample == 2: logits of row b at L + b * ldl (lvec: 16-byte stores);
      * per 64-token group q of row b, at b * m64 + q, the group's maximum
      * (NaN if any logit is NaN; +inf if any is +inf) and largest finite |l| */
@@ -960,6 +970,81 @@ __device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int
     }
 }
 
+/* The rows' mods state in shared memory at md (fls_wg_cfg::MD_OFF), for
+ * rows bt * N + i, i < nb; by the sampling warps (thread et of them), before
+ * their barrier. */
+template <int N>
+__device__ __forceinline__ void fls_wg_mods_init(const fls_mods_dev &m, unsigned char *md, int64_t r0, int nb,
+                                                 int et, int nthreads)
+{
+    int *cur = (int *)md;
+    uint32_t *nxt = (uint32_t *)(cur + N), *on = nxt + N;
+    for (int i = et; i < nb; i += nthreads) {
+        const int64_t b = r0 + i;
+        cur[i] = 0;
+        nxt[i] = m.per && m.n[b] > 0 ? m.e[b * m.per].token : 0xffffffffu;
+        on[i] = fls_mods_row_mask(m, b) != NULL;
+    }
+}
+
+/* Row b's masks, bias and penalties on its raw logits of one tile in shared
+ * memory (s[i]: token v0 + i for i < n, -inf past V), before anything reads
+ * them: its listed tokens of the tile changed (fls_mod_logit), then the
+ * disallowed ones -inf. Only the row's owner warp calls it, tile after
+ * tile in increasing v0, so its cursor (i: the row's slot) only moves
+ * forward: the entries below v0 (other CTAs' tiles) are passed over, a row
+ * whose next entry lies past the tile costs one shared-memory read. */
+template <int N>
+__device__ __forceinline__ void fls_wg_mods_row(const fls_mods_dev &m, unsigned char *md, int i, float *s,
+                                                int64_t b, uint64_t v0, int n, int lane)
+{
+    int *cur = (int *)md;
+    uint32_t *nxt = (uint32_t *)(cur + N), *on = nxt + N;
+    const uint64_t vend = v0 + WG_TV;
+    const uint32_t *mw = on[i] ? m.mask + b * m.mask_ld : NULL;
+    uint32_t w = 0;
+    if (mw && 4 * lane < n)
+        w = __ldg(mw + ((v0 + 4u * (uint32_t)lane) >> 5)) >> ((4 * lane) & 31); /* v0 % 32 == 0 */
+    if ((uint64_t)nxt[i] < vend) {
+        const fls_mod_dev *e = m.e + b * m.per;
+        const int ne = m.n[b];
+        const float *pen = m.pen + 3 * b;
+        int c = cur[i];
+        uint32_t nx = 0xffffffffu;
+        for (;;) {
+            fls_mod_dev d;
+            d.token = 0xffffffffu;
+            if (c + lane < ne)
+                d = e[c + lane];
+            const bool below = (uint64_t)d.token < vend; /* sorted: the lanes below form a prefix */
+            if (below && d.token >= v0)
+                s[d.token - v0] = fls_mod_logit(d, s[d.token - v0], pen);
+            const int k = __popc(__ballot_sync(FLS_FULL_MASK, below));
+            c += k;
+            if (k < 32) {
+                nx = __shfl_sync(FLS_FULL_MASK, d.token, k);
+                break;
+            }
+        }
+        __syncwarp();
+        if (lane == 0) {
+            cur[i] = c;
+            nxt[i] = nx;
+        }
+    }
+    if (mw && 4 * lane < n) {
+        /* bits of tokens past V are ignored: their logits are -inf already */
+        float4 *q = (float4 *)(s + 4 * lane);
+        float4 x = *q;
+        x.x = (w & 1u) ? x.x : -INFINITY;
+        x.y = (w & 2u) ? x.y : -INFINITY;
+        x.z = (w & 4u) ? x.z : -INFINITY;
+        x.w = (w & 8u) ? x.w : -INFINITY;
+        *q = x;
+    }
+    __syncwarp();
+}
+
 template <int N, int E, bool BF16, bool G>
 __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
     fls_fused_wgmma_kernel(const __grid_constant__ fls_wg_args a)
@@ -1203,6 +1288,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                 gs.gkey[i] = fls_group_key(rp.seed);
                 gs.lse[i] = make_float2(-INFINITY, 0.0f);
             }
+            if (a.has_mods)
+                fls_wg_mods_init<N>(a.mods, smem + C::MD_OFF, (int64_t)bt * N, nb, et, 32 * C::E);
             asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
             bool saw_nan = false, saw_ovf = false;
             int it = 0;
@@ -1222,7 +1309,13 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                                 S[bl * C::SP + i] = -INFINITY;
                     __syncwarp();
                 }
+                if (a.has_mods)
+                    for (int rb = ew * RPW0; rb < nb; rb += C::E * RPW0)
+                        for (int bl = rb; bl < rb + RPW0 && bl < nb; bl++)
+                            fls_wg_mods_row<N>(a.mods, smem + C::MD_OFF, bl, S + bl * C::SP,
+                                               (int64_t)bt * N + bl, (uint64_t)v0, n, lane);
                 constexpr int LPR = N >= 128 ? 2 : (N >= 64 ? 4 : 8), RPW = 32 / LPR;
+                static_assert(RPW == RPW0, "the tail and the mods take the sampler's rows");
                 for (int rb = ew * RPW; rb < nb; rb += C::E * RPW)
                     fls_wg_group_rows<LPR>(S, C::SP, (uint64_t)v0, rb, nb, gs, nd, fls_noise_draw(a.ws, 0),
                                            a.ws.want_lse != 0, lane, saw_nan, saw_ovf);
@@ -1289,6 +1382,8 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
         }
         for (int i = et; i < C::GB_FLOATS; i += 32 * C::E)
             up[i] = !skip ? INFINITY : i < FLS_GB_N ? a.ws.gup[i] : a.ws.gup2[i - FLS_GB_N];
+        if (a.has_mods)
+            fls_wg_mods_init<N>(a.mods, smem + C::MD_OFF, (int64_t)bt * N, nb, et, 32 * C::E);
         asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
         bool saw_nan = false, saw_ovf = false;
         /* one copy of the tile loop per noise scheme (their registers never
@@ -1313,6 +1408,10 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                             S[bl * C::SP + i] = -INFINITY;
                     __syncwarp();
                 }
+                if (a.has_mods)
+                    for (int bl = ew; bl < nb; bl += C::E)
+                        fls_wg_mods_row<N>(a.mods, smem + C::MD_OFF, bl, S + bl * C::SP, (int64_t)bt * N + bl,
+                                           (uint64_t)v0, n, lane);
                 /* the min-first scheme with one draw: the group blocks of all the
                  * warp's rows of the tile in one pass (lane 2s + h: group h of row
                  * ew + s E; where a warp has at most 16 rows) */
@@ -1478,8 +1577,8 @@ static bool fls_wg_shape(const void *W, int64_t ldw, const void *H, int64_t ldh,
 
 cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, int64_t ldh, fls_dtype dt,
                                    int B, int64_t V, int64_t D, int tile_n, int epi_warps, int sample,
-                                   const fls_row_params *rows, const fls_ws &ws, int sm_count,
-                                   cudaStream_t st)
+                                   const fls_row_params *rows, const fls_ws &ws, const fls_mods_dev *mods,
+                                   int sm_count, cudaStream_t st)
 {
     if (ws.nd > fls_wgmma_max_draws(tile_n) || ws.nent != fls_wgmma_slots(B, V, tile_n, sm_count))
         return cudaErrorInvalidValue;
@@ -1490,6 +1589,10 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     a.sample = sample;
     a.rows = rows;
     a.ws = ws;
+    if (mods && (mods->mask || mods->per)) {
+        a.mods = *mods;
+        a.has_mods = 1;
+    }
     const bool bf = dt == FLS_DTYPE_BF16;
     if (epi_warps == 0) /* the measured best (docs/GPU.md) */
         epi_warps = tile_n >= 32 ? 11 : 7;

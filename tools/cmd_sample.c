@@ -547,12 +547,6 @@ static int sample_check_method(sample_run *s)
                   cli_rule_first_flag(&o->rule));
         return CLI_USAGE;
     }
-    if (s->method == FLS_METHOD_GROUPED && s->has_mods) {
-        cli_error("--method grouped takes no mask, logit bias or penalty (%s): they run with --method fused, "
-                  "unfused-gumbel or unfused-multinomial (docs/RULES.md)",
-                  cli_mods_first_flag(&o->mods));
-        return CLI_USAGE;
-    }
     if (s->method == FLS_METHOD_UNFUSED_MULTINOMIAL && s->rule.wr_k > 0) {
         cli_error(
             "--without-replacement: the unfused multinomial baseline draws one token per draw; use --method "

@@ -701,10 +701,6 @@ static fls_status check_params(const fls_params *p, int64_t B, int64_t V, char *
     const fls_status mst = check_mods(p, B, V, why, cap);
     if (mst != FLS_OK)
         return mst;
-    if (p->method == FLS_METHOD_GROUPED && mods_present(p))
-        return refuse(FLS_ERR_UNSUPPORTED, why, cap,
-                      "a mask, logit bias or penalty takes the flat or an unfused method, not "
-                      "FLS_METHOD_GROUPED");
     if (p->noise != FLS_NOISE_PER_TOKEN && p->noise != FLS_NOISE_MIN_FIRST)
         return refuse(FLS_ERR_PARAM, why, cap, "noise = %d is no fls_noise", (int)p->noise);
     if (p->noise == FLS_NOISE_MIN_FIRST) {

@@ -239,17 +239,16 @@ typedef struct fls_params {
      *   2. v in the row's bias list with value beta: l = l + beta;
      *   3. v disallowed by the row's mask: l = -inf.
      * A row left with no finite logit is FLS_ERR_ALL_MASKED. Both engines,
-     * methods FUSED, UNFUSED_GUMBEL and UNFUSED_MULTINOMIAL, with every
-     * rule and without replacement; the grouped method and streams refuse
-     * them with FLS_ERR_UNSUPPORTED, and so does the CUDA engine for a row
-     * with more than 16384 seen + bias entries. Out-of-range values are
+     * every method, with every rule and without replacement; streams
+     * refuse them with FLS_ERR_UNSUPPORTED, and so does the CUDA engine for
+     * a row with more than 16384 seen + bias entries. Out-of-range values are
      * FLS_ERR_PARAM (fls_params_explain names the field and the row; with
      * params_on_device the CUDA engine checks the arrays on the device and
      * the call's status says FLS_ERR_PARAM, nothing written). The arrays
      * are host memory, or device memory with params_on_device on the CUDA
      * engine (read at the call, or at each replay of a captured graph).
-     * On the CUDA engine the flat fused method with any of them takes the
-     * chunked path (docs/GPU.md).
+     * On the CUDA engine the fused methods apply them in the wgmma
+     * kernel's epilogue, on each tile's logits in shared memory (docs/GPU.md).
      *
      * Allowed-token bitmask (the xgrammar / vLLM layout): int32 words, row
      * b's word w at allowed_bitmask[b * ld + w], ld = bitmask_ld (0 means

@@ -112,6 +112,7 @@ def mods_case(rng, B, V, S=6, K=4):
         dict(method="unfused-gumbel"),
         dict(method="unfused-multinomial"),
         dict(noise="min-first"),
+        dict(method="grouped"),
     ],
 )
 def test_logits_equal_the_changed_logits(ctx, rng, rule):
@@ -268,9 +269,6 @@ def test_values_out_of_range_give_the_library_explanation(ctx, rng):
     with pytest.raises(fs.FlashSampleError) as e:
         ctx.sample_logits(L, allowed_bitmask=np.array([[-1, -1], [0, 0]], np.int32))
     assert e.value.status == -8 and "no finite logit left" in str(e.value)
-    with pytest.raises(fs.FlashSampleError) as e:
-        ctx.sample_logits(L, seen_ids=[[1], [2]], repetition_penalty=1.5, method="grouped")
-    assert e.value.status == -11 and "not FLS_METHOD_GROUPED" in str(e.value)
     with pytest.raises(fs.FlashSampleError) as e:
         ctx.stream(B, V, repetition_penalty=1.5)
     assert e.value.status == -11

@@ -2238,16 +2238,13 @@ Test(cli, mask_bias_and_penalty_errors_say_what_and_write_nothing)
     cr_expect_eq(run_tool("sample", "--logits", lp, "--allowed-bitmask", mp, "--out", tp, NULL), 1);
     cr_expect(strstr(err_text, "no finite logit left"), "%s", err_text);
 
-    /* flags that need another, methods and streaming that refuse them: usage errors before any work */
+    /* flags that need another, and streaming that refuses them: usage errors before any work */
     cr_expect_eq(run_tool("sample", "--logits", lp, "--logit-bias-ids", ip, "--out", tp, NULL), 2);
     cr_expect(strstr(err_text, "--logit-bias-ids needs --logit-bias-values"), "%s", err_text);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--seen-counts", cp, "--out", tp, NULL), 2);
     cr_expect(strstr(err_text, "--seen-counts") && strstr(err_text, "--seen-ids"), "%s", err_text);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--bitmask-rows", pp, "--out", tp, NULL), 2);
     cr_expect(strstr(err_text, "--allowed-bitmask"), "%s", err_text);
-    cr_expect_eq(
-        run_tool("sample", "--logits", lp, "--method", "grouped", "--repetition-penalty", "1.2", NULL), 2);
-    cr_expect(strstr(err_text, "--method grouped takes no mask"), "%s", err_text);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--stream-chunk", "8", "--seen-ids", sp, NULL), 2);
     cr_expect(strstr(err_text, "streaming takes no mask"), "%s", err_text);
     cr_expect_eq(run_tool("sample", "--logits", lp, "--repetition-penalty", "x", NULL), 2);

@@ -2462,6 +2462,8 @@ static void mods_free(mods_in *m)
  * overlap is wanted (the bias and seen lists share ids), -1 padding. */
 static void mods_ids(int64_t *ids, int64_t n, int64_t V, int64_t span)
 {
+    if (span < 2 * n)
+        span = 2 * n; /* n distinct ids need room: a span of n or less never ends */
     for (int64_t i = 0; i < n; i++) {
         int64_t id;
         int again;
@@ -2718,6 +2720,20 @@ static const mods_run k_mods_runs[] = {
      FLS_NOISE_PER_TOKEN, 1, 0},
     {"fused chunked, bias", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
      2, 0},
+    {"fused wgmma, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN, 7,
+     0},
+    {"fused chunked, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
+     7, 0},
+    {"fused wgmma min-first, all", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_MIN_FIRST, 7, 0},
+    {"grouped wgmma, all", 0, FLS_METHOD_GROUPED, FLS_CUDA_PATH_WGMMA, 0, 0, 1.0f, 0.0f, FLS_NOISE_PER_TOKEN,
+     7, 0},
+    {"grouped chunked, all", 0, FLS_METHOD_GROUPED, FLS_CUDA_PATH_CHUNKED, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 7, 0},
+    {"fused wgmma, device arrays", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_WGMMA, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 7, 1},
+    {"grouped wgmma, device arrays", 0, FLS_METHOD_GROUPED, FLS_CUDA_PATH_WGMMA, 0, 0, 1.0f, 0.0f,
+     FLS_NOISE_PER_TOKEN, 7, 1},
     {"fused, scalar penalties", 0, FLS_METHOD_FUSED, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f,
      FLS_NOISE_PER_TOKEN, 9, 0},
     {"unfused gumbel, all", 0, FLS_METHOD_UNFUSED_GUMBEL, FLS_CUDA_PATH_AUTO, 0, 0, 1.0f, 0.0f,
@@ -2897,6 +2913,8 @@ static void test_mods(void)
     mods_graph(0);
     mods_graph(1);
     mods_case(50257, 40, 5, 300, 50, 2, k_mods_runs, nr);
+    /* two batch tiles of 128 rows: several rows a sampling warp, each with its own cursor */
+    mods_case(20011, 40, 130, 64, 8, 1, k_mods_runs, nr);
     if (!g_quick)
         mods_case(151936, 24, 3, 6000, 100, 1, k_mods_runs, nr); /* a sort of 8192 keys */
 }

@@ -6,9 +6,9 @@
  * changes itself by the documented formula, on every path that takes them
  * (fused and from-logits, the flat method with and without rules, the
  * exact second pass from kept and from recomputed logits, the unfused
- * methods, several threads). Also: every bad value is FLS_ERR_PARAM (or
- * FLS_ERR_ALIGN), writes nothing and is named by fls_params_explain; a row
- * with nothing allowed is FLS_ERR_ALL_MASKED; the grouped method and
+ * methods, the grouped method, several threads). Also: every bad value is
+ * FLS_ERR_PARAM (or FLS_ERR_ALIGN), writes nothing and is named by
+ * fls_params_explain; a row with nothing allowed is FLS_ERR_ALL_MASKED;
  * streams refuse them; a caller of an older fls_params never sees them.
  */
 #include "tests/unit/common.h"
@@ -355,9 +355,11 @@ Test(mods, exact_against_changed_logits)
             mods_data m;
             mods_make(&m, whats[wi], B, V, &rs);
             for (int rule = 0; rule < NRULES; rule++) {
-                for (int method = 0; method < 3; method++) {
+                for (int method = 0; method < 4; method++) {
                     if (method == FLS_METHOD_UNFUSED_MULTINOMIAL && rule == 5)
                         continue; /* one token per draw */
+                    if (method == FLS_METHOD_GROUPED && rule != 0)
+                        continue; /* the grouped method takes no rule */
                     fls_params plain;
                     fls_params_default(&plain);
                     plain.method = (fls_method)method;
@@ -365,7 +367,8 @@ Test(mods, exact_against_changed_logits)
                     plain.seed = 100 + (uint64_t)seed;
                     plain.draws = 1 + seed % 3;
                     rule_set(&plain, rule);
-                    if (rule == 0 && method != FLS_METHOD_UNFUSED_MULTINOMIAL && seed % 2)
+                    if (rule == 0 && method != FLS_METHOD_UNFUSED_MULTINOMIAL &&
+                        method != FLS_METHOD_GROUPED && seed % 2)
                         plain.noise = FLS_NOISE_MIN_FIRST;
                     fls_params with = plain;
                     mods_set(&with, &m, whats[wi]);
@@ -573,8 +576,8 @@ Test(mods, fuzz_against_changed_logits, .timeout = 120)
             temps[b] = tset[trng_int(&rs, 0, 5)];
         fls_params plain;
         fls_params_default(&plain);
-        plain.method = (fls_method)trng_int(&rs, 0, 2);
-        const int rule = (int)trng_int(&rs, 0, NRULES - 1);
+        plain.method = (fls_method)trng_int(&rs, 0, 3);
+        const int rule = plain.method == FLS_METHOD_GROUPED ? 0 : (int)trng_int(&rs, 0, NRULES - 1);
         if (!(plain.method == FLS_METHOD_UNFUSED_MULTINOMIAL && rule == 5))
             rule_set(&plain, rule);
         if (trng_int(&rs, 0, 1))
@@ -583,8 +586,9 @@ Test(mods, fuzz_against_changed_logits, .timeout = 120)
             plain.temperature_value = temps[0];
         plain.seed = seed + (uint64_t)it;
         plain.draws = trng_int(&rs, 1, 3);
-        if (plain.method != FLS_METHOD_UNFUSED_MULTINOMIAL && !plain.without_replacement_k && !plain.top_k &&
-            plain.top_p == 1.0f && plain.min_p == 0.0f && !plain.filter && trng_int(&rs, 0, 1))
+        if (plain.method != FLS_METHOD_UNFUSED_MULTINOMIAL && plain.method != FLS_METHOD_GROUPED &&
+            !plain.without_replacement_k && !plain.top_k && plain.top_p == 1.0f && plain.min_p == 0.0f &&
+            !plain.filter && trng_int(&rs, 0, 1))
             plain.noise = FLS_NOISE_MIN_FIRST;
         fls_params with = plain;
         fuzz_in f;
@@ -845,8 +849,8 @@ Test(mods, errors)
     fls_context_destroy(ctx);
 }
 
-/* (d) what refuses them, engine-independently: the grouped method (also in
- * fls_params_explain) and streams. The CUDA engine's refusal needs a GPU. */
+/* (d) what refuses them, engine-independently: streams. The CUDA engine's
+ * refusal needs a GPU. */
 Test(mods, refused)
 {
     fls_context_t *ctx = ctx_make(1, FLS_SIMD_AUTO, 0);
@@ -870,14 +874,6 @@ Test(mods, refused)
         fls_stream_t *s = NULL;
         cr_assert_eq(fls_stream_create(&s, ctx, B, V, &p), FLS_ERR_UNSUPPORTED, "stream, input %d", k);
         cr_assert_null(s);
-        p.method = FLS_METHOD_GROUPED;
-        outs o;
-        outs_guard(&o);
-        cr_assert_eq(fls_sample_logits(ctx, &L.m, &p, &o.o), FLS_ERR_UNSUPPORTED, "grouped, input %d", k);
-        cr_assert(outs_untouched(&o));
-        char msg[256];
-        cr_assert_eq(fls_params_explain(&p, B, V, msg, sizeof msg), FLS_ERR_UNSUPPORTED);
-        cr_assert(strstr(msg, "GROUPED"), "%s", msg);
     }
     tmat_free(&L);
     free(raw);
