@@ -89,7 +89,24 @@ struct fls_mods_dev {
     const int *n;
     int64_t per;      /* 0: no lists (n and e unused) */
     const float *pen; /* [3 b + 0, 1, 2]: repetition, presence, frequency of row b */
+    /* 0: entries sorted by token. > 0: sorted by fls_mods_order(token,
+     * slots, kmax), the order in which the wgmma launch with these slots
+     * visits them (only that kernel reads them then) */
+    int64_t slots, kmax;
 };
+
+/* A token's place in the wgmma launch's visiting order: the CTA of slot s
+ * takes the 128-token tiles s, s + slots, s + 2 slots, ..., so (the tile's
+ * slot, its rank in the slot, the offset in the tile), with kmax = the
+ * most tiles a slot takes; the token itself when slots = 0. One-to-one, so
+ * a token listed twice still meets itself. */
+__host__ __device__ __forceinline__ uint64_t fls_mods_order(uint64_t tok, int64_t slots, int64_t kmax)
+{
+    if (slots <= 0)
+        return tok;
+    const uint64_t t = tok >> 7;
+    return ((t % (uint64_t)slots) * (uint64_t)kmax + t / (uint64_t)slots) << 7 | (tok & 127u);
+}
 
 /* The documented fp32 operations on one listed token's raw logit (the CPU
  * engine's fls_mods_apply; the files are built with -fmad=false and IEEE

@@ -291,7 +291,7 @@ extern "C" fls_status fls_cuda_run(fls_context_t *ctx, const fls_matrix *W, cons
     ws.noise = req->noise;
     ws.sticky = s->sticky;
     ws.paramflag = mst.flag;
-    st = fls_mods_stage_run(req, &mst, str);
+    st = fls_mods_stage_run(req, &mst, kind == K_WGMMA ? nent : 0, str);
     if (st != FLS_OK)
         return st;
     if (req->params_on_device) {

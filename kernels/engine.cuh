@@ -114,7 +114,8 @@ struct fls_mods_stage {
     int prep;
 };
 void fls_mods_take(fls_carve &c, const fls_request *req, fls_mods_stage *m);
-fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, cudaStream_t st);
+/* slots > 0: the lists for the wgmma launch with these slots (fls_mods_dev::slots) */
+fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, int64_t slots, cudaStream_t st);
 /* Rows b0 .. b0 + nb - 1 of logits src (column 0 = token v0, vn columns)
  * changed into dst (may be src). */
 cudaError_t fls_launch_mods_apply(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t b0,

@@ -42,7 +42,7 @@
 
 #include "kernels/wgmma_ops.cuh"
 
-#define WG_TV 128 /* vocabulary rows per tile: two m64 blocks */
+#define WG_TV 128 /* vocabulary rows per tile: two m64 blocks (fls_mods_order's tiles) */
 #define WG_BK 64  /* K per stage: 64 16-bit elements = one 128-byte swizzle row */
 #define WG_ST 512 /* (row, draw) pairs of sampler state per CTA: 512 / N draws per pass */
 
@@ -970,19 +970,46 @@ __device__ __noinline__ void fls_wg_row_keys(const fls_wg_args &a, float4 e, int
     }
 }
 
+static_assert(WG_TV == 128, "fls_mods_order counts tiles of 128 tokens");
+
+/* Whether entry token tok lies in a tile of the CTA of slot `slot`. */
+__device__ __forceinline__ bool fls_wg_mods_mine(uint32_t tok, const fls_mods_dev &m, int slot)
+{
+    return (int64_t)((tok >> 7) % (uint64_t)m.slots) == slot;
+}
+
 /* The rows' mods state in shared memory at md (fls_wg_cfg::MD_OFF), for
- * rows bt * N + i, i < nb; by the sampling warps (thread et of them), before
- * their barrier. */
+ * rows bt * N + i, i < nb, of the CTA of slot `slot`; by the sampling warps
+ * (thread et of them), before their barrier. The entries are in the
+ * launch's visiting order (m.slots = the launch's slots): the CTA's own
+ * start at the first whose place is at least slot * kmax tiles, and follow
+ * one another in the order its tiles come. */
 template <int N>
 __device__ __forceinline__ void fls_wg_mods_init(const fls_mods_dev &m, unsigned char *md, int64_t r0, int nb,
-                                                 int et, int nthreads)
+                                                 int slot, int et, int nthreads)
 {
     int *cur = (int *)md;
     uint32_t *nxt = (uint32_t *)(cur + N), *on = nxt + N;
     for (int i = et; i < nb; i += nthreads) {
         const int64_t b = r0 + i;
-        cur[i] = 0;
-        nxt[i] = m.per && m.n[b] > 0 ? m.e[b * m.per].token : 0xffffffffu;
+        int lo = 0;
+        uint32_t first = 0xffffffffu;
+        if (m.per) {
+            const fls_mod_dev *e = m.e + b * m.per;
+            const uint64_t start = (uint64_t)slot * (uint64_t)m.kmax << 7;
+            int hi = m.n[b];
+            while (lo < hi) {
+                const int mid = (lo + hi) >> 1;
+                if (fls_mods_order(e[mid].token, m.slots, m.kmax) < start)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo < m.n[b] && fls_wg_mods_mine(e[lo].token, m, slot))
+                first = e[lo].token;
+        }
+        cur[i] = lo;
+        nxt[i] = first;
         on[i] = fls_mods_row_mask(m, b) != NULL;
     }
 }
@@ -990,13 +1017,14 @@ __device__ __forceinline__ void fls_wg_mods_init(const fls_mods_dev &m, unsigned
 /* Row b's masks, bias and penalties on its raw logits of one tile in shared
  * memory (s[i]: token v0 + i for i < n, -inf past V), before anything reads
  * them: its listed tokens of the tile changed (fls_mod_logit), then the
- * disallowed ones -inf. Only the row's owner warp calls it, tile after
- * tile in increasing v0, so its cursor (i: the row's slot) only moves
- * forward: the entries below v0 (other CTAs' tiles) are passed over, a row
- * whose next entry lies past the tile costs one shared-memory read. */
+ * disallowed ones -inf. Only the row's owner warp calls it (i: the row's
+ * place in the tile), tile after tile of the CTA (slot) in increasing v0;
+ * the row's entries of those tiles come in that order (fls_wg_mods_init),
+ * so its cursor only moves forward and a row whose next entry lies past
+ * the tile costs one shared-memory read. */
 template <int N>
 __device__ __forceinline__ void fls_wg_mods_row(const fls_mods_dev &m, unsigned char *md, int i, float *s,
-                                                int64_t b, uint64_t v0, int n, int lane)
+                                                int64_t b, uint64_t v0, int n, int slot, int lane)
 {
     int *cur = (int *)md;
     uint32_t *nxt = (uint32_t *)(cur + N), *on = nxt + N;
@@ -1016,13 +1044,16 @@ __device__ __forceinline__ void fls_wg_mods_row(const fls_mods_dev &m, unsigned 
             d.token = 0xffffffffu;
             if (c + lane < ne)
                 d = e[c + lane];
-            const bool below = (uint64_t)d.token < vend; /* sorted: the lanes below form a prefix */
-            if (below && d.token >= v0)
+            const bool mine = c + lane < ne && fls_wg_mods_mine(d.token, m, slot);
+            /* in the visiting order the CTA's entries of this tile (all at or
+             * past v0: its earlier tiles took theirs) form a prefix */
+            const bool here = mine && (uint64_t)d.token < vend;
+            if (here && d.token >= v0)
                 s[d.token - v0] = fls_mod_logit(d, s[d.token - v0], pen);
-            const int k = __popc(__ballot_sync(FLS_FULL_MASK, below));
+            const int k = __popc(__ballot_sync(FLS_FULL_MASK, here));
             c += k;
             if (k < 32) {
-                nx = __shfl_sync(FLS_FULL_MASK, d.token, k);
+                nx = __shfl_sync(FLS_FULL_MASK, mine ? d.token : 0xffffffffu, k);
                 break;
             }
         }
@@ -1289,7 +1320,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                 gs.lse[i] = make_float2(-INFINITY, 0.0f);
             }
             if (a.has_mods)
-                fls_wg_mods_init<N>(a.mods, smem + C::MD_OFF, (int64_t)bt * N, nb, et, 32 * C::E);
+                fls_wg_mods_init<N>(a.mods, smem + C::MD_OFF, (int64_t)bt * N, nb, slot, et, 32 * C::E);
             asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
             bool saw_nan = false, saw_ovf = false;
             int it = 0;
@@ -1313,7 +1344,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                     for (int rb = ew * RPW0; rb < nb; rb += C::E * RPW0)
                         for (int bl = rb; bl < rb + RPW0 && bl < nb; bl++)
                             fls_wg_mods_row<N>(a.mods, smem + C::MD_OFF, bl, S + bl * C::SP,
-                                               (int64_t)bt * N + bl, (uint64_t)v0, n, lane);
+                                               (int64_t)bt * N + bl, (uint64_t)v0, n, slot, lane);
                 constexpr int LPR = N >= 128 ? 2 : (N >= 64 ? 4 : 8), RPW = 32 / LPR;
                 static_assert(RPW == RPW0, "the tail and the mods take the sampler's rows");
                 for (int rb = ew * RPW; rb < nb; rb += C::E * RPW)
@@ -1383,7 +1414,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
         for (int i = et; i < C::GB_FLOATS; i += 32 * C::E)
             up[i] = !skip ? INFINITY : i < FLS_GB_N ? a.ws.gup[i] : a.ws.gup2[i - FLS_GB_N];
         if (a.has_mods)
-            fls_wg_mods_init<N>(a.mods, smem + C::MD_OFF, (int64_t)bt * N, nb, et, 32 * C::E);
+            fls_wg_mods_init<N>(a.mods, smem + C::MD_OFF, (int64_t)bt * N, nb, slot, et, 32 * C::E);
         asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C::E) : "memory");
         bool saw_nan = false, saw_ovf = false;
         /* one copy of the tile loop per noise scheme (their registers never
@@ -1411,7 +1442,7 @@ __global__ void __launch_bounds__(fls_wg_cfg<N, E, G>::NTHREADS, 1)
                 if (a.has_mods)
                     for (int bl = ew; bl < nb; bl += C::E)
                         fls_wg_mods_row<N>(a.mods, smem + C::MD_OFF, bl, S + bl * C::SP, (int64_t)bt * N + bl,
-                                           (uint64_t)v0, n, lane);
+                                           (uint64_t)v0, n, slot, lane);
                 /* the min-first scheme with one draw: the group blocks of all the
                  * warp's rows of the tile in one pass (lane 2s + h: group h of row
                  * ew + s E; where a warp has at most 16 rows) */
@@ -1590,6 +1621,8 @@ cudaError_t fls_launch_fused_wgmma(const void *W, int64_t ldw, const void *H, in
     a.rows = rows;
     a.ws = ws;
     if (mods && (mods->mask || mods->per)) {
+        if (mods->per && mods->slots != a.slots)
+            return cudaErrorInvalidValue; /* the entries must come in this launch's visiting order */
         a.mods = *mods;
         a.has_mods = 1;
     }

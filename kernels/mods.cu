@@ -16,7 +16,9 @@
 
 #define FLS_MODS_THREADS 512
 #define FLS_MODS_TILE    2048
-/* a sort key: token << 15 | list << 14 | index in the list (index < 2^14) */
+/* a sort key: place << 15 | list << 14 | index in the list (index < 2^14), with
+ * place = fls_mods_order(token, ...): the token itself, or its place in the
+ * wgmma launch's visiting order */
 #define FLS_MODS_IDX_BITS 14
 #define FLS_MODS_NONE     (~0ull)
 
@@ -31,8 +33,8 @@ __device__ __forceinline__ uint64_t fls_mods_key_token(unsigned long long k)
  * sorted entries e[b * per ...], n[b] and its penalties pen[3 b ...]; P is
  * a power of two >= seen_k + bias_k. */
 __global__ void __launch_bounds__(FLS_MODS_THREADS)
-    fls_mods_prep_kernel(fls_mods_raw raw, int64_t V, int P, int64_t per, fls_mod_dev *e, int *n, float *pen,
-                         unsigned *flag)
+    fls_mods_prep_kernel(fls_mods_raw raw, int64_t V, int P, int64_t per, int64_t slots, int64_t kmax,
+                         fls_mod_dev *e, int *n, float *pen, unsigned *flag)
 {
     extern __shared__ unsigned long long keys[];
     __shared__ int scan[FLS_MODS_THREADS];
@@ -58,7 +60,9 @@ __global__ void __launch_bounds__(FLS_MODS_THREADS)
                 if (id < 0 || id >= V || c < 0)
                     bad = true;
                 else
-                    k = (unsigned long long)id << (FLS_MODS_IDX_BITS + 1) | (unsigned long long)i;
+                    k = (unsigned long long)fls_mods_order((uint64_t)id, slots, kmax)
+                            << (FLS_MODS_IDX_BITS + 1) |
+                        (unsigned long long)i;
             }
         } else if (i < S + K) {
             const int64_t j = i - S;
@@ -67,8 +71,9 @@ __global__ void __launch_bounds__(FLS_MODS_THREADS)
                 if (id < 0 || id >= V || !isfinite(raw.bias_values[b * K + j]))
                     bad = true;
                 else
-                    k = (unsigned long long)id << (FLS_MODS_IDX_BITS + 1) | 1ull << FLS_MODS_IDX_BITS |
-                        (unsigned long long)j;
+                    k = (unsigned long long)fls_mods_order((uint64_t)id, slots, kmax)
+                            << (FLS_MODS_IDX_BITS + 1) |
+                        1ull << FLS_MODS_IDX_BITS | (unsigned long long)j;
             }
         }
         keys[i] = k;
@@ -122,11 +127,13 @@ __global__ void __launch_bounds__(FLS_MODS_THREADS)
         if (i > 0 && fls_mods_key_token(keys[i - 1]) == tok)
             continue;
         fls_mod_dev m;
-        m.token = (uint32_t)tok;
+        const int64_t idx = (int64_t)(k & ((1ull << FLS_MODS_IDX_BITS) - 1));
+        /* the token from its list (the key holds its place in the order) */
+        m.token = (uint32_t)((k >> FLS_MODS_IDX_BITS & 1ull) ? raw.bias_ids[b * K + idx]
+                                                             : raw.seen_ids[b * S + idx]);
         m.seen = -1;
         m.has_bias = 0;
         m.bias = 0.0f;
-        const int64_t idx = (int64_t)(k & ((1ull << FLS_MODS_IDX_BITS) - 1));
         if ((k >> FLS_MODS_IDX_BITS & 1ull) == 0) {
             m.seen = raw.seen_counts ? raw.seen_counts[b * S + idx] : 0;
             const unsigned long long nx = i + 1 < P ? keys[i + 1] : FLS_MODS_NONE;
@@ -210,7 +217,7 @@ static cudaError_t fls_up(void *dst, const void *src, size_t bytes, cudaStream_t
     return bytes ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st) : cudaSuccess;
 }
 
-fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, cudaStream_t st)
+fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, int64_t slots, cudaStream_t st)
 {
     if (!req->has_raw_mods)
         return FLS_OK;
@@ -247,6 +254,7 @@ fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, cudaStr
         r.row_presence = r.row_presence ? m->up_pen + B : NULL;
         r.row_frequency = r.row_frequency ? m->up_pen + 2 * B : NULL;
     }
+    const int64_t nvt = (req->vocab + 127) / 128, kmax = slots > 0 ? (nvt + slots - 1) / slots : 0;
     if (ce == cudaSuccess && m->prep) {
         int P = 1;
         while (P < S + K)
@@ -280,7 +288,7 @@ fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, cudaStr
                 rs.row_frequency += b0;
             const int64_t per = S + K > 0 ? S + K : 1;
             fls_mods_prep_kernel<<<(unsigned)nb, FLS_MODS_THREADS, smem, st>>>(
-                rs, req->vocab, P, per, m->e + b0 * per, m->n + b0, m->pen + 3 * b0, m->flag);
+                rs, req->vocab, P, per, slots, kmax, m->e + b0 * per, m->n + b0, m->pen + 3 * b0, m->flag);
             ce = cudaGetLastError();
         }
     }
@@ -294,6 +302,8 @@ fls_status fls_mods_stage_run(const fls_request *req, fls_mods_stage *m, cudaStr
     d.n = m->n;
     d.per = S + K > 0 ? S + K : 0;
     d.pen = m->pen;
+    d.slots = d.per ? slots : 0;
+    d.kmax = d.per ? kmax : 0;
     return FLS_OK;
 }
 

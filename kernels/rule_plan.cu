@@ -755,7 +755,7 @@ fls_status fls_cuda_rules(fls_context_t *ctx, const fls_matrix *W, const fls_mat
         memcpy(c.hup + rb, req->rule, ub);
     }
     rule_dev_plan(c);
-    st = fls_mods_stage_run(req, &c.mods, c.str);
+    st = fls_mods_stage_run(req, &c.mods, 0, c.str);
     if (st != FLS_OK)
         return st;
     c.code = (int *)malloc((size_t)c.B * sizeof(int));

@@ -981,8 +981,8 @@ def _explain(status: int, prm: "_Params", rows: int, vocab: int) -> str:
         )
     if status == ERR_UNSUPPORTED and prm.has_mods() and not msg:
         return (
-            "masks, logit bias and penalties take the methods 'fused', 'unfused-gumbel' and "
-            "'unfused-multinomial' (not 'grouped', not streams) on an engine that supports them"
+            "masks, logit bias and penalties: streams take none; on the CUDA engine a row takes at "
+            "most 16384 seen + bias entries, and a rule with params_on_device needs an async context"
         )
     return msg
 
