@@ -830,9 +830,9 @@ class Context:
           temperature, row_seeds and row_offsets are device arrays — float32, uint64/int64 — read
           by the kernels; default: True when one of them is device memory).
           Masks, bias and penalties (docs/RULES.md, "Masks, bias and penalties"; applied to the
-          raw fp32 logits before temperature and the rules; methods 'fused', 'unfused-gumbel',
-          'unfused-multinomial'): allowed_bitmask (int32 or uint32 words (B, W), W >=
-          ceil(V / 32): bit v % 32 of word v // 32 set = token v allowed), bitmask_rows (bool or
+          raw fp32 logits before temperature and the rules; every method, not streams):
+          allowed_bitmask (int32 or uint32 words (B, W), W >= ceil(V / 32): bit v % 32 of
+          word v // 32 set = token v allowed), bitmask_rows (bool or
           uint8 (B,): which rows use their mask), logit_bias_ids (int64 (B, K), -1 = padding) with
           logit_bias_values (float32 (B, K)), seen_ids (int64 (B, S), -1 = padding) with
           seen_counts (int32 (B, S), optional: 0 = seen in the prompt only), repetition_penalty,
