@@ -102,11 +102,14 @@ static inline __attribute__((always_inline)) __m512 load_w(const int src, const 
 /* One MR x NB tile over n columns (a multiple of 16): w[i] and h[b] point at
  * the first column (W in src's element size es, H f32); acc holds the
  * accumulators ([b * lda + i * 16]); first: start from zero, else from acc;
- * last: reduce the mv x bv valid sums into out, else store all into acc. */
+ * last: reduce the mv x bv valid sums into out, else store all into acc;
+ * keep: also store each converted W vector at pw[i] (the panel rows), so
+ * that the other row blocks read it there. */
 static inline __attribute__((always_inline)) void tile(const int src, const int es, const int first,
-                                                       const int last, const char *const *w,
-                                                       const float *const *h, int64_t n, float *acc,
-                                                       int64_t lda, float *out, int64_t ldo, int mv, int bv)
+                                                       const int last, const int keep, const char *const *w,
+                                                       float *const *pw, const float *const *h, int64_t n,
+                                                       float *acc, int64_t lda, float *out, int64_t ldo,
+                                                       int mv, int bv)
 {
     __m512 a[MR][NB];
     for (int i = 0; i < MR; i++)
@@ -114,8 +117,11 @@ static inline __attribute__((always_inline)) void tile(const int src, const int 
             a[i][b] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + b * lda + i * FLS_LANES);
     for (int64_t d = 0; d < n; d += FLS_LANES) {
         __m512 x[MR];
-        for (int i = 0; i < MR; i++)
+        for (int i = 0; i < MR; i++) {
             x[i] = load_w(src, w[i] + d * es);
+            if (keep)
+                _mm512_store_ps(pw[i] + d, x[i]);
+        }
         for (int b = 0; b < NB; b++) {
             const __m512 hv = _mm512_loadu_ps(h[b] + d);
             for (int i = 0; i < MR; i++)
@@ -134,44 +140,50 @@ static inline __attribute__((always_inline)) void tile(const int src, const int 
     }
 }
 
-/* mode: bit 0 = first column range, bit 1 = last. One instance per (src,
+/* mode: bit 0 = first column range, bit 1 = last, bit 2 = keep (W read
+ * from src, a dtype, and stored into the panel). One instance per (src,
  * mode) used, so the loads and the accumulators' fate are not branches. */
-static void run_tile(int src, int mode, const char *const *w, const float *const *h, int64_t n, float *acc,
-                     int64_t lda, float *out, int64_t ldo, int mv, int bv)
+static void run_tile(int src, int mode, const char *const *w, float *const *pw, const float *const *h,
+                     int64_t n, float *acc, int64_t lda, float *out, int64_t ldo, int mv, int bv)
 {
-#define T(S, ES, F, L) tile(S, ES, F, L, w, h, n, acc, lda, out, ldo, mv, bv)
-    switch (src * 4 + mode) {
-    case FLS_DTYPE_F32 * 4 + 1:
-        T(FLS_DTYPE_F32, 4, 1, 0);
+#define T(S, ES, F, L, K) tile(S, ES, F, L, K, w, pw, h, n, acc, lda, out, ldo, mv, bv)
+#define DT(S, ES)                                                                                            \
+    case S * 8 + 1:                                                                                          \
+        T(S, ES, 1, 0, 0);                                                                                   \
+        break;                                                                                               \
+    case S * 8 + 3:                                                                                          \
+        T(S, ES, 1, 1, 0);                                                                                   \
+        break;                                                                                               \
+    case S * 8 + 4:                                                                                          \
+        T(S, ES, 0, 0, 1);                                                                                   \
+        break;                                                                                               \
+    case S * 8 + 5:                                                                                          \
+        T(S, ES, 1, 0, 1);                                                                                   \
+        break;                                                                                               \
+    case S * 8 + 6:                                                                                          \
+        T(S, ES, 0, 1, 1);                                                                                   \
+        break;                                                                                               \
+    case S * 8 + 7:                                                                                          \
+        T(S, ES, 1, 1, 1);                                                                                   \
         break;
-    case FLS_DTYPE_F32 * 4 + 3:
-        T(FLS_DTYPE_F32, 4, 1, 1);
+    switch (src * 8 + mode) {
+        DT(FLS_DTYPE_F32, 4)
+        DT(FLS_DTYPE_F16, 2)
+        DT(FLS_DTYPE_BF16, 2)
+    case SRC_PANEL * 8 + 0:
+        T(SRC_PANEL, 4, 0, 0, 0);
         break;
-    case FLS_DTYPE_F16 * 4 + 1:
-        T(FLS_DTYPE_F16, 2, 1, 0);
+    case SRC_PANEL * 8 + 1:
+        T(SRC_PANEL, 4, 1, 0, 0);
         break;
-    case FLS_DTYPE_F16 * 4 + 3:
-        T(FLS_DTYPE_F16, 2, 1, 1);
-        break;
-    case FLS_DTYPE_BF16 * 4 + 1:
-        T(FLS_DTYPE_BF16, 2, 1, 0);
-        break;
-    case FLS_DTYPE_BF16 * 4 + 3:
-        T(FLS_DTYPE_BF16, 2, 1, 1);
-        break;
-    case SRC_PANEL * 4 + 0:
-        T(SRC_PANEL, 4, 0, 0);
-        break;
-    case SRC_PANEL * 4 + 1:
-        T(SRC_PANEL, 4, 1, 0);
-        break;
-    case SRC_PANEL * 4 + 2:
-        T(SRC_PANEL, 4, 0, 1);
+    case SRC_PANEL * 8 + 2:
+        T(SRC_PANEL, 4, 0, 1, 0);
         break;
     default:
-        T(SRC_PANEL, 4, 1, 1);
+        T(SRC_PANEL, 4, 1, 1, 0);
         break;
     }
+#undef DT
 #undef T
 }
 
@@ -243,7 +255,7 @@ static void dot_stream_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t 
         pf_step(pf);
         if (Dfull > 0) {
             h_rows(h, Dp, 0, bv, 0, hr);
-            run_tile(wd, Dfull < Dp ? 1 : 3, wr, hr, Dfull, acc, MR * FLS_LANES, out + i, ldo, mv, bv);
+            run_tile(wd, Dfull < Dp ? 1 : 3, wr, NULL, hr, Dfull, acc, MR * FLS_LANES, out + i, ldo, mv, bv);
         }
         if (Dfull < Dp) {
             const char *tr[MR];
@@ -252,44 +264,32 @@ static void dot_stream_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t 
                 tr[r] = (const char *)(tail + r * FLS_LANES);
             }
             h_rows(h, Dp, 0, bv, Dfull, hr);
-            run_tile(SRC_PANEL, Dfull > 0 ? 2 : 3, tr, hr, FLS_LANES, acc, MR * FLS_LANES, out + i, ldo, mv,
-                     bv);
+            run_tile(SRC_PANEL, Dfull > 0 ? 2 : 3, tr, NULL, hr, FLS_LANES, acc, MR * FLS_LANES, out + i, ldo,
+                     mv, bv);
         }
     }
 }
 
-/* Columns [k0, k0 + n) of nt W rows into the panel p (stride
- * FLS_PANEL_COLS), zeros past D; n is a multiple of 16. */
-static void pack_panel(const char *w, fls_dtype wd, int64_t ldw, int64_t nt, int64_t D, int64_t k0, int64_t n,
-                       float *p)
+/* The columns of [k0, k0 + n) past W's last full 16-column chunk (D mod 16
+ * of them, then zeros up to n; none if the range holds no tail) of nt W
+ * rows, converted into the panel p (stride FLS_PANEL_COLS). Returns where
+ * the full chunks end (relative to k0). */
+static int64_t pack_tail(const char *w, fls_dtype wd, int64_t ldw, int64_t nt, int64_t D, int64_t k0,
+                         int64_t n, float *p)
 {
     const size_t es = fls_dtype_bytes(wd);
     const int64_t full = D - k0 < n ? (D - k0) / FLS_LANES * FLS_LANES : n;
-    for (int64_t i = 0; i < nt; i++) {
-        const char *r = w + (size_t)(i * ldw + k0) * es;
-        float *o = p + i * FLS_PANEL_COLS;
-        switch (wd) { /* one loop per dtype: the conversion's constants stay in registers */
-        case FLS_DTYPE_BF16:
-            for (int64_t d = 0; d < full; d += FLS_LANES)
-                _mm512_store_ps(o + d, load16(r + (size_t)d * 2, FLS_DTYPE_BF16));
-            break;
-        case FLS_DTYPE_F16:
-            for (int64_t d = 0; d < full; d += FLS_LANES)
-                _mm512_store_ps(o + d, load16(r + (size_t)d * 2, FLS_DTYPE_F16));
-            break;
-        case FLS_DTYPE_F32:
-            for (int64_t d = 0; d < full; d += FLS_LANES)
-                _mm512_store_ps(o + d, load16(r + (size_t)d * 4, FLS_DTYPE_F32));
-            break;
-        }
-        if (full < n)
-            fls_convert_row(r + (size_t)full * es, wd, D - k0 - full > 0 ? D - k0 - full : 0, o + full,
-                            n - full);
-    }
+    for (int64_t i = 0; full < n && i < nt; i++)
+        fls_convert_row(w + (size_t)(i * ldw + k0 + full) * es, wd, D - k0 - full,
+                        p + i * FLS_PANEL_COLS + full, n - full);
+    return full;
 }
 
-/* B > NB: per panel, the MR-token tiles (outer: their W rows stay in L1)
- * over the NB-row blocks of H (inner), up to FLS_PANEL_ROWS rows per pass. */
+/* B > NB: per panel of columns, the MR-token tiles (outer: their W rows stay
+ * in L1) over the NB-row blocks of H (inner), up to FLS_PANEL_ROWS rows per
+ * pass. The first block of rows reads W itself, converts it in registers
+ * and leaves it in the panel, where the other blocks read it: the
+ * conversion overlaps that block's arithmetic instead of a pass of its own. */
 static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                              int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, prefetcher *pf)
 {
@@ -304,19 +304,38 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
             const int64_t nb = B - b0 < FLS_PANEL_ROWS ? B - b0 : FLS_PANEL_ROWS;
             for (int64_t k0 = 0; k0 < Dp; k0 += FLS_PANEL_COLS) {
                 const int64_t n = Dp - k0 < FLS_PANEL_COLS ? Dp - k0 : FLS_PANEL_COLS;
-                const int mode = (k0 == 0) | (k0 + n == Dp) << 1;
-                pack_panel(wt, wd, ldw, nt, D, k0, n, panel);
+                const int first = k0 == 0, last = k0 + n == Dp, mode = first | last << 1;
+                const int64_t full = pack_tail(wt, wd, ldw, nt, D, k0, n, panel);
                 for (int64_t i = 0; i < nt; i += MR) {
                     const int mv = nt - i < MR ? (int)(nt - i) : MR;
-                    const char *wr[MR];
-                    for (int r = 0; r < MR; r++)
-                        wr[r] = (const char *)(panel + (i + (r < mv ? r : mv - 1)) * FLS_PANEL_COLS);
+                    const char *wr[MR], *pr[MR];
+                    float *pw[MR];
+                    for (int r = 0; r < MR; r++) {
+                        const int64_t t = i + (r < mv ? r : mv - 1);
+                        wr[r] = wt + (size_t)(t * ldw + k0) * es;
+                        pw[r] = panel + t * FLS_PANEL_COLS;
+                        pr[r] = (const char *)pw[r];
+                    }
                     for (int64_t b = 0; b < nb; b += NB) {
                         const int bv = nb - b < NB ? (int)(nb - b) : NB;
+                        float *ab = acc + b * lda + i * FLS_LANES, *ob = out + (b0 + b) * ldo + t0 + i;
                         pf_step(pf);
                         h_rows(h, Dp, b0 + b, bv, k0, hr);
-                        run_tile(SRC_PANEL, mode, wr, hr, n, acc + b * lda + i * FLS_LANES, lda,
-                                 out + (b0 + b) * ldo + t0 + i, ldo, mv, bv);
+                        if (b > 0) {
+                            run_tile(SRC_PANEL, mode, pr, NULL, hr, n, ab, lda, ob, ldo, mv, bv);
+                            continue;
+                        }
+                        if (full > 0) /* W's full chunks, kept in the panel */
+                            run_tile(wd, first | (last && full == n) << 1 | 4, wr, pw, hr, full, ab, lda, ob,
+                                     ldo, mv, bv);
+                        if (full < n) { /* the tail, converted by pack_tail */
+                            const char *tr[MR];
+                            for (int r = 0; r < MR; r++)
+                                tr[r] = (const char *)(pw[r] + full);
+                            h_rows(h, Dp, b0 + b, bv, k0 + full, hr);
+                            run_tile(SRC_PANEL, (first && full == 0) | last << 1, tr, NULL, hr, n - full, ab,
+                                     lda, ob, ldo, mv, bv);
+                        }
                     }
                 }
             }
