@@ -106,8 +106,9 @@ static inline __attribute__((always_inline)) __m512 load_w(const int src, const 
  * keep: also store each converted W vector at pw[i] (the panel rows), so
  * that the other row blocks read it there. */
 static inline __attribute__((always_inline)) void tile(const int src, const int es, const int first,
-                                                       const int last, const int keep, const char *const *w,
-                                                       float *const *pw, const float *const *h, int64_t n,
+                                                       const int last, const int keep,
+                                                       const char *const *restrict w, float *const *restrict pw,
+                                                       const float *const *restrict h, int64_t n,
                                                        float *acc, int64_t lda, float *out, int64_t ldo,
                                                        int mv, int bv)
 {
