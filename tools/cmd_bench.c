@@ -21,7 +21,8 @@
  * identical inputs).
  *
  * Timing: CLOCK_MONOTONIC around one call, one warm-up call per
- * configuration, then the median of R calls (min reported too).
+ * configuration, then the median of R calls (min reported too). The CPU
+ * engines of a configuration run interleaved (one call of each per round).
  */
 #include "tools/bench_cuda.h"
 #include "tools/cli.h"
@@ -51,7 +52,9 @@ static void bench_help(void)
         "streaming read of W's bytes with the same number of threads, in the same run.\n"
         "CPU defaults: shapes D=4096 V=151936 and D=2048 V=32000, W in bf16 and f32, B in 1, 4, 16,\n"
         "T=0.7. Inputs are random; W is larger than the caches. Each time is the median of R runs\n"
-        "after a warm-up run. The SIMD path timed is printed and written to the CSV.\n"
+        "after a warm-up run; on the CPU the engines of a configuration run interleaved (one call\n"
+        "of each per round), so a drift of the machine's speed hits them alike. The SIMD path\n"
+        "timed is printed and written to the CSV.\n"
         "\n"
         "options (both devices):\n"
         "  --device cpu|cuda   default cpu (cuda runs the GPU benchmark, if built)\n"
@@ -335,7 +338,7 @@ __attribute__((target("avx512f"))) static void peak_avx512(void *arg, int t, int
 }
 #endif
 
-/* The best of 3 runs in GFLOP/s on `threads` threads (0: no x86 FMA);
+/* The best of 5 runs after a warm-up, in GFLOP/s on `threads` threads (0: no x86 FMA);
  * *isa names the vectors used. */
 static double fma_peak_gflops(int threads, const char **isa)
 {
@@ -351,11 +354,11 @@ static double fma_peak_gflops(int threads, const char **isa)
     if (!fn)
         return 0.0;
     double best = 0.0;
-    for (int r = 0; r < 3; r++) {
+    for (int r = -1; r < 5; r++) { /* r = -1: warm-up (wide vectors may first lower the clock) */
         double t0 = cli_now();
         par_run(threads, fn, NULL);
         double g = 2.0 * 12.0 * lanes * (double)PEAK_ITERS * threads / (cli_now() - t0) / 1e9;
-        best = g > best ? g : best;
+        best = g > best && r >= 0 ? g : best;
     }
     return best;
 #else
@@ -392,45 +395,74 @@ typedef struct bench_ctx {
     const unsigned char *wbase; /* ncopies copies of W, stride bytes apart */
     size_t stride;
     int ncopies;
+    unsigned calls; /* calls so far: the next one reads copy calls % ncopies */
 } bench_ctx;
 
-/* Times one engine on one configuration. Returns FLS_OK, or the status of a
- * failed call (FLS_ERR_UNSUPPORTED is reported as n/a by the caller). */
-static fls_status time_engine(bench_ctx *bc, int eng, const fls_matrix *W0, const fls_matrix *H,
-                              floor_job *fj, result *r)
+/* The median and the minimum of n times (sorted in place). */
+static void median_min(double *t, int n, double *median, double *min)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    *median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    *min = t[0];
+}
+
+/* Times the wanted engines on one configuration, interleaved: each round
+ * calls every engine once (round -1 warms up), so a drift of the machine's
+ * speed during the run (a shared host's neighbours, its clocks) lands on
+ * all engines alike and their ratios stay fair. Every call reads the copy of
+ * W least recently read. Returns FLS_OK, or the status of a failed call; an
+ * engine that answers FLS_ERR_UNSUPPORTED is left out (n/a); *failed: the
+ * engine whose call failed. */
+static fls_status time_engines(bench_ctx *bc, const int *want, const fls_matrix *W0, const fls_matrix *H,
+                               floor_job *fj, result *r, int *failed)
 {
     fls_matrix Wk = *W0;
-    fls_params p;
-    fls_params_default(&p);
-    p.temperature_value = 0.7f;
-    p.seed = 20260301;
-    p.method = eng == ENG_FUSED      ? FLS_METHOD_FUSED
-               : eng == ENG_UNF_MULT ? FLS_METHOD_UNFUSED_MULTINOMIAL
-                                     : FLS_METHOD_UNFUSED_GUMBEL;
+    fls_params p[ENG_COUNT];
+    int active[ENG_COUNT], nactive = 0;
+    for (int e = 0; e < ENG_COUNT; e++) {
+        fls_params_default(&p[e]);
+        p[e].temperature_value = 0.7f;
+        p[e].seed = 20260301;
+        p[e].method = e == ENG_FUSED      ? FLS_METHOD_FUSED
+                      : e == ENG_UNF_MULT ? FLS_METHOD_UNFUSED_MULTINOMIAL
+                                          : FLS_METHOD_UNFUSED_GUMBEL;
+        active[e] = want[e];
+        nactive += want[e];
+        r->median_ms[e] = r->min_ms[e] = NAN;
+    }
     fls_outputs out = {bc->tokens, NULL, NULL};
     for (int k = -1; k < bc->reps; k++) { /* k = -1: warm-up */
-        cli_progress("[%d/%d] D=%lld V=%lld %s B=%lld %-19s run %d/%d", bc->step, bc->steps, (long long)r->D,
-                     (long long)r->V, fls_dtype_name(r->dtype), (long long)r->B, eng_name[eng], k + 1,
-                     bc->reps);
-        const unsigned char *w = bc->wbase + (size_t)((k + 1) % bc->ncopies) * bc->stride;
-        Wk.data = w;
-        fj->data = w;
-        double t0 = cli_now();
-        if (eng == ENG_FLOOR) {
-            floor_run(fj, bc->threads);
-        } else {
-            fls_status st = fls_sample_fused(bc->ctx, &Wk, H, &p, &out);
-            if (st != FLS_OK)
-                return st;
+        cli_progress("[%d/%d] D=%lld V=%lld %s B=%lld, %d engines interleaved, round %d/%d", bc->step,
+                     bc->steps, (long long)r->D, (long long)r->V, fls_dtype_name(r->dtype), (long long)r->B,
+                     nactive, k + 1, bc->reps);
+        for (int e = 0; e < ENG_COUNT; e++) {
+            if (!active[e])
+                continue;
+            const unsigned char *w = bc->wbase + (size_t)(bc->calls++ % (unsigned)bc->ncopies) * bc->stride;
+            Wk.data = w;
+            fj->data = w;
+            double t0 = cli_now();
+            if (e == ENG_FLOOR) {
+                floor_run(fj, bc->threads);
+            } else {
+                fls_status st = fls_sample_fused(bc->ctx, &Wk, H, &p[e], &out);
+                if (st == FLS_ERR_UNSUPPORTED) {
+                    active[e] = 0;
+                    continue;
+                }
+                if (st != FLS_OK) {
+                    *failed = e;
+                    return st;
+                }
+            }
+            double dt = cli_now() - t0;
+            if (k >= 0)
+                bc->times[e * bc->reps + k] = dt * 1e3;
         }
-        double dt = cli_now() - t0;
-        if (k >= 0)
-            bc->times[k] = dt * 1e3;
     }
-    qsort(bc->times, (size_t)bc->reps, sizeof *bc->times, cmp_double);
-    int R = bc->reps;
-    r->median_ms[eng] = R % 2 ? bc->times[R / 2] : 0.5 * (bc->times[R / 2 - 1] + bc->times[R / 2]);
-    r->min_ms[eng] = bc->times[0];
+    for (int e = 0; e < ENG_COUNT; e++)
+        if (active[e])
+            median_min(bc->times + e * bc->reps, bc->reps, &r->median_ms[e], &r->min_ms[e]);
     return FLS_OK;
 }
 
@@ -584,10 +616,7 @@ static fls_status time_rule(bench_ctx *bc, const bench_rule *br, const fls_matri
             bc->times[k] = dt * 1e3;
     }
     (void)fls_context_counters(bc->ctx, &c1);
-    qsort(bc->times, (size_t)bc->reps, sizeof *bc->times, cmp_double);
-    int R = bc->reps;
-    rr->median_ms = R % 2 ? bc->times[R / 2] : 0.5 * (bc->times[R / 2 - 1] + bc->times[R / 2]);
-    rr->min_ms = bc->times[0];
+    median_min(bc->times, bc->reps, &rr->median_ms, &rr->min_ms);
     rr->second = c1.second_pass_rows - c0.second_pass_rows;
     rr->calls = c1.calls - c0.calls;
     return FLS_OK;
@@ -921,17 +950,15 @@ static int bench_alloc(bench_run *run)
     const int nres = bo->nshapes * 2 * bo->nbatches;
     run->res = calloc((size_t)nres, sizeof *run->res);
     run->rres = calloc((size_t)nres * (size_t)(bo->nrules ? bo->nrules : 1), sizeof *run->rres);
-    double *times = malloc((size_t)bo->reps * sizeof *times);
+    double *times = malloc((size_t)(ENG_COUNT * bo->reps) * sizeof *times); /* per engine */
     int64_t *tokens = malloc((size_t)(bo->maxB * bo->maxK) * sizeof *tokens);
     cli_utc_date(run->date);
     cpu_model(run->cpu, sizeof run->cpu);
-    int nwant = 0;
-    for (int e = 0; e < ENG_COUNT; e++)
-        nwant += bo->want[e];
-    if (bo->nrules)
-        nwant = bo->nrules;
+    /* steps: one per rule and configuration, or one per configuration (its engines interleaved) */
+    const int nwant = bo->nrules ? bo->nrules : 1;
     run->bc = (bench_ctx){
-        run->ctx, fls_context_threads(run->ctx), (int)bo->reps, 0, nres * nwant, times, tokens, NULL, 0, 1};
+        run->ctx, fls_context_threads(run->ctx), (int)bo->reps, 0, nres * nwant, times, tokens, NULL, 0, 1,
+        0};
     run->llc = llc_bytes();
     /* Rotate >= 3 copies over >= max(8 LLC, 2 GiB): a guest's reported LLC
      * need not be the host's, and no run may find W in a cache. */
@@ -972,18 +999,13 @@ static int bench_time_batch(bench_run *run, const fls_matrix *W, floor_job *flj,
             return CLI_FAIL;
         }
     }
-    for (int e = 0; e < ENG_COUNT && !bo->nrules; e++) {
-        if (!bo->want[e]) {
-            r->median_ms[e] = r->min_ms[e] = NAN;
-            continue;
-        }
+    if (!bo->nrules) {
         bc->step++;
-        fls_status st = time_engine(bc, e, W, &H, flj, r);
-        if (st == FLS_ERR_UNSUPPORTED) {
-            r->median_ms[e] = r->min_ms[e] = NAN;
-        } else if (st != FLS_OK) {
-            cli_error("%s failed on D=%lld V=%lld %s B=%lld: %s", eng_name[e], (long long)D, (long long)V,
-                      fls_dtype_name(dt), (long long)r->B, fls_status_string(st));
+        int failed = -1;
+        fls_status st = time_engines(bc, bo->want, W, &H, flj, r, &failed);
+        if (st != FLS_OK) {
+            cli_error("%s failed on D=%lld V=%lld %s B=%lld: %s", eng_name[failed], (long long)D,
+                      (long long)V, fls_dtype_name(dt), (long long)r->B, fls_status_string(st));
             return CLI_FAIL;
         }
     }
