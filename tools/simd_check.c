@@ -62,8 +62,8 @@ static int check_path(fls_simd simd, const char *name)
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t d = 0; d < D; d++)
                         h[b * Dp + d] = unit_float();
-                ref.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o1, nv, scratch, NULL, 0);
-                k.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o2, nv, scratch, NULL, 0);
+                ref.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o1, nv, scratch);
+                k.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o2, nv, scratch);
                 bad += memcmp(o1, o2, (size_t)(B * nv) * sizeof(float)) != 0;
                 for (int64_t i = 0; i < nv; i++)
                     k.convert(w + (size_t)(i * ldw) * es, dt, D, wp + i * Dp, Dp);

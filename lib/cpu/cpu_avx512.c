@@ -105,12 +105,10 @@ static inline __attribute__((always_inline)) __m512 load_w(const int src, const 
  * last: reduce the mv x bv valid sums into out, else store all into acc;
  * keep: also store each converted W vector at pw[i] (the panel rows), so
  * that the other row blocks read it there. */
-static inline __attribute__((always_inline)) void tile(const int src, const int es, const int first,
-                                                       const int last, const int keep,
-                                                       const char *const *restrict w, float *const *restrict pw,
-                                                       const float *const *restrict h, int64_t n,
-                                                       float *acc, int64_t lda, float *out, int64_t ldo,
-                                                       int mv, int bv)
+static inline __attribute__((always_inline)) void
+tile(const int src, const int es, const int first, const int last, const int keep,
+     const char *const *restrict w, float *const *restrict pw, const float *const *restrict h, int64_t n,
+     float *acc, int64_t lda, float *out, int64_t ldo, int mv, int bv)
 {
     __m512 a[MR][NB];
     for (int i = 0; i < MR; i++)
@@ -188,49 +186,6 @@ static void run_tile(int src, int mode, const char *const *w, float *const *pw, 
 #undef T
 }
 
-/* The next tile's W lines, prefetched into L2 a few at a time between
- * register tiles, so the read of W overlaps the arithmetic. */
-typedef struct prefetcher {
-    const char *w;       /* the next tile's first row, or NULL */
-    size_t ldb;          /* bytes between rows */
-    size_t rowb;         /* bytes of a row */
-    int64_t rows, r;     /* rows, the current one */
-    uintptr_t line, end; /* the next line of row r, the end of row r */
-    int64_t per_call;    /* lines per pf_step */
-} prefetcher;
-
-static void pf_row(prefetcher *p)
-{
-    const uintptr_t a = (uintptr_t)(p->w + (size_t)p->r * p->ldb);
-    p->line = a & ~(uintptr_t)63;
-    p->end = a + p->rowb;
-}
-
-/* calls: how many pf_step calls the tile will make */
-static void pf_init(prefetcher *p, const void *w, int64_t ldw, int64_t rows, int64_t D, size_t es,
-                    int64_t calls)
-{
-    p->w = (const char *)w;
-    p->ldb = (size_t)ldw * es;
-    p->rowb = (size_t)D * es;
-    p->rows = w ? rows : 0;
-    p->r = 0;
-    p->line = p->end = 0;
-    p->per_call = calls > 0 ? (rows * (int64_t)((p->rowb + 127) / 64) + calls - 1) / calls : 0;
-    if (p->rows > 0)
-        pf_row(p);
-}
-
-static inline void pf_step(prefetcher *p)
-{
-    for (int64_t k = 0; k < p->per_call && p->r < p->rows; k++) {
-        _mm_prefetch((const char *)p->line, _MM_HINT_T1);
-        p->line += 64;
-        if (p->line >= p->end && ++p->r < p->rows)
-            pf_row(p);
-    }
-}
-
 /* H row pointers of the block at row b (bv valid rows) at column k0 */
 static inline void h_rows(const float *h, int64_t Dp, int64_t b, int bv, int64_t k0, const float **hr)
 {
@@ -241,7 +196,7 @@ static inline void h_rows(const float *h, int64_t Dp, int64_t b, int bv, int64_t
 /* B <= NB: MR-token tiles straight from W over its full 16-column chunks,
  * then the zero-padded tail (D mod 16 columns) from a converted copy. */
 static void dot_stream_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                              int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, prefetcher *pf)
+                              int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
     const size_t es = fls_dtype_bytes(wd);
     const int64_t Dfull = D / FLS_LANES * FLS_LANES;
@@ -253,7 +208,6 @@ static void dot_stream_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t 
         const char *wr[MR];
         for (int r = 0; r < MR; r++)
             wr[r] = (const char *)w + (size_t)((i + (r < mv ? r : mv - 1)) * ldw) * es;
-        pf_step(pf);
         if (Dfull > 0) {
             h_rows(h, Dp, 0, bv, 0, hr);
             run_tile(wd, Dfull < Dp ? 1 : 3, wr, NULL, hr, Dfull, acc, MR * FLS_LANES, out + i, ldo, mv, bv);
@@ -292,7 +246,7 @@ static int64_t pack_tail(const char *w, fls_dtype wd, int64_t ldw, int64_t nt, i
  * and leaves it in the panel, where the other blocks read it: the
  * conversion overlaps that block's arithmetic instead of a pass of its own. */
 static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                             int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, prefetcher *pf)
+                             int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
     const size_t es = fls_dtype_bytes(wd);
     float *panel = scratch, *acc = scratch + FLS_PANEL_TOKENS * FLS_PANEL_COLS;
@@ -320,7 +274,6 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
                     for (int64_t b = 0; b < nb; b += NB) {
                         const int bv = nb - b < NB ? (int)(nb - b) : NB;
                         float *ab = acc + b * lda + i * FLS_LANES, *ob = out + (b0 + b) * ldo + t0 + i;
-                        pf_step(pf);
                         h_rows(h, Dp, b0 + b, bv, k0, hr);
                         if (b > 0) {
                             run_tile(SRC_PANEL, mode, pr, NULL, hr, n, ab, lda, ob, ldo, mv, bv);
@@ -347,25 +300,14 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
 /* B <= 2: the direct kernel, one pass over W with 4 row streams (bound by
  * the read of W); up to NB rows: the stream tiles; more: the panels. */
 static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, const void *w_next,
-                       int64_t nv_next)
+                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
-    const size_t es = fls_dtype_bytes(wd);
-    const int64_t tiles = (nv + MR - 1) / MR;
-    prefetcher pf;
-    if (B <= 2) {
+    if (B <= 2)
         dot_direct_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
-    } else if (B <= NB) {
-        /* no prefetch here: the tiles' own loads stream W, and prefetches on
-         * top of them measured slower (bf16 B = 4: 78 vs 57 ms) */
-        pf_init(&pf, NULL, ldw, 0, D, es, tiles);
-        dot_stream_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch, &pf);
-    } else {
-        const int64_t blocks = (B + NB - 1) / NB; /* over all passes of FLS_PANEL_ROWS rows */
-        const int64_t panels = (Dp + FLS_PANEL_COLS - 1) / FLS_PANEL_COLS;
-        pf_init(&pf, w_next, ldw, nv_next, D, es, tiles * blocks * panels);
-        dot_panel_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch, &pf);
-    }
+    else if (B <= NB)
+        dot_stream_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
+    else
+        dot_panel_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
 }
 
 static void dot_f32_avx512(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,

@@ -220,9 +220,7 @@ static void noise_kernels(fls_cpu_kernels *k, fls_noise noise)
         k->gumbel = fls_ref_gumbel_span_mf;
 }
 
-/* v_next, nv_next: the tokens of the thread's next tile (nv_next = 0: none) */
-static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv, int64_t v_next,
-                         int64_t nv_next)
+static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
 {
     const int64_t B = j->req->batch;
     if (j->src == SRC_FUSED) {
@@ -230,9 +228,7 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv, i
         const size_t es = fls_dtype_bytes(W->dtype);
         const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
         if (!j->convert_w) {
-            const char *wn = nv_next ? (const char *)W->data + (size_t)(v_next * W->ld) * es : NULL;
-            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv, s->kscratch, wn,
-                            nv_next);
+            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv, s->kscratch);
         } else {
             for (int64_t i = 0; i < nv; i++)
                 j->k.convert(w0 + (size_t)(i * W->ld) * es, W->dtype, j->D, s->wbuf + i * j->Dp, j->Dp);
@@ -301,21 +297,15 @@ static void tile_worker(void *arg, int thread)
     thread_state *s = &j->ts[thread];
     const int64_t B = j->req->batch, V = j->req->vocab, draws = j->req->draws;
     const long long items = (long long)(j->ntiles * j->dchunks);
-    /* each thread claims its next item one ahead, so the kernel can prefetch
-     * that tile's W while it computes this one (the tokens do not depend on
-     * which thread takes which item) */
-    long long nx = atomic_fetch_add(&j->next, 1);
+    /* the tokens do not depend on which thread takes which item */
     for (;;) {
-        const long long it = nx;
+        const long long it = atomic_fetch_add(&j->next, 1);
         if (it >= items)
             break;
-        nx = atomic_fetch_add(&j->next, 1);
         int64_t tile = it / j->dchunks, dc = it % j->dchunks;
         int64_t v0 = tile * j->tile_v;
         int64_t nv = V - v0 < j->tile_v ? V - v0 : j->tile_v;
-        int64_t v_next = nx < items ? nx / j->dchunks * j->tile_v : 0;
-        int64_t nv_next = nx >= items || v_next == v0 ? 0 : V - v_next < j->tile_v ? V - v_next : j->tile_v;
-        produce_tile(j, s, v0, nv, v_next, nv_next);
+        produce_tile(j, s, v0, nv);
         /* the masks, bias and penalties on the raw logits, before the kept
          * and stored copies: every reader sees them applied once */
         if (j->req->mods)

@@ -8,8 +8,12 @@
  * the fixed tree s[j] = a[j] + a[j+8] (j < 8), t[j] = s[j] + s[j+4] (j < 4),
  * u[j] = t[j] + t[j+2] (j < 2), result u[0] + u[1]. AVX2 holds the 16 lanes
  * in two 8-lane registers, AVX-512 in one, portable C in an array.
- * AVX-512 BF16's vdpbf16ps is deliberately not used: it does not round like
- * an fma per term, so it would break that identity.
+ * AVX-512 BF16's vdpbf16ps is not used: on bf16 W and bf16 H it computes
+ * fma(even, fma(odd, acc)) per lane, so a permuted layout keeps this order
+ * when no partial sum can be subnormal (it flushes them), but on Sapphire
+ * Rapids it issues once per two cycles: half the multiply-adds per cycle
+ * of vfmadd231ps, so slower in the register tiles than fma. AMX cannot
+ * keep the order at all (a tile sums over k inside one accumulator).
  */
 #ifndef FLS_CPU_KERNELS_H
 #define FLS_CPU_KERNELS_H
@@ -21,7 +25,8 @@
 #define FLS_LANES 16
 
 /* The blocked kernels' panels (cpu_avx512.c): W is converted to f32 once
- * per panel of FLS_PANEL_TOKENS tokens x FLS_PANEL_COLS columns (exact), and
+ * per panel of FLS_PANEL_TOKENS tokens x FLS_PANEL_COLS columns (exact; by
+ * the first block of H rows, which reads W itself and fills the panel), and
  * each (H row, token) pair keeps its 16 lanes between panels in an
  * accumulator of 16 floats, for up to FLS_PANEL_ROWS H rows per pass
  * (tokens rounded up to whole 6-token register tiles). The accumulators are
@@ -41,12 +46,11 @@ typedef struct fls_cpu_kernels {
      * W rows are in their dtype (row stride ldw elements, D columns);
      * H rows are f32, zero padded to Dp = round_up(D, 16), stride Dp.
      * scratch: FLS_CPU_SCRATCH_FLOATS floats, 64-byte aligned, the caller's
-     * thread's own. w_next (or NULL): the nv_next W rows (same ldw) this
-     * thread computes next, a hint: a kernel may prefetch them while it
-     * computes, so that the read of W overlaps the arithmetic. */
+     * thread's own. (The kernels do not prefetch the thread's next tile:
+     * the hardware's streams did better; prefetching it cost 7-25 % at
+     * B = 8-16.) */
     void (*dot_direct)(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch, const void *w_next,
-                       int64_t nv_next);
+                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch);
     /* The same for f32 W rows already zero padded to Dp (stride Dp). */
     void (*dot_f32)(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                     int64_t ldo);

@@ -54,9 +54,9 @@ static void dot_f32_portable(const float *w, int64_t nv, const float *h, int64_t
 
 static void dot_direct_portable(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D,
                                 const float *h, int64_t B, int64_t Dp, float *out, int64_t ldo,
-                                float *scratch, const void *w_next, int64_t nv_next)
+                                float *scratch)
 {
-    (void)scratch, (void)w_next, (void)nv_next;
+    (void)scratch;
     float row[4096 + FLS_LANES];
     const size_t es = fls_dtype_bytes(wd);
     for (int64_t i = 0; i < nv; i++) {

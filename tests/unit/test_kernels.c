@@ -226,7 +226,7 @@ Test(kernels, dots_match_canonical_order, .timeout = 60)
                                 out[i] = u2f(GUARD_F32_BITS);
                             if (kind == 0)
                                 p[pi].k.dot_direct(Wm.m.data, dts[wd], Wm.m.ld, nv, D, hp, B, Dp, out, ldo,
-                                                   scratch, NULL, 0);
+                                                   scratch);
                             else if (wd == 0)
                                 p[pi].k.dot_f32(wp, nv, hp, B, Dp, out, ldo);
                             else
