@@ -398,6 +398,12 @@ typedef struct bench_ctx {
     unsigned calls; /* calls so far: the next one reads copy calls % ncopies */
 } bench_ctx;
 
+/* The copy of W the next timed call reads: the least recently read one. */
+static const unsigned char *next_copy(bench_ctx *bc)
+{
+    return bc->wbase + (size_t)(bc->calls++ % (unsigned)bc->ncopies) * bc->stride;
+}
+
 /* The median and the minimum of n times (sorted in place). */
 static void median_min(double *t, int n, double *median, double *min)
 {
@@ -438,7 +444,7 @@ static fls_status time_engines(bench_ctx *bc, const int *want, const fls_matrix 
         for (int e = 0; e < ENG_COUNT; e++) {
             if (!active[e])
                 continue;
-            const unsigned char *w = bc->wbase + (size_t)(bc->calls++ % (unsigned)bc->ncopies) * bc->stride;
+            const unsigned char *w = next_copy(bc);
             Wk.data = w;
             fj->data = w;
             double t0 = cli_now();
@@ -604,7 +610,7 @@ static fls_status time_rule(bench_ctx *bc, const bench_rule *br, const fls_matri
         cli_progress("[%d/%d] D=%lld V=%lld %s B=%lld rule %-24s run %d/%d", bc->step, bc->steps,
                      (long long)r->D, (long long)r->V, fls_dtype_name(r->dtype), (long long)r->B, br->name,
                      k + 1, bc->reps);
-        Wk.data = bc->wbase + (size_t)((k + 1) % bc->ncopies) * bc->stride;
+        Wk.data = next_copy(bc);
         if (k == 0)
             (void)fls_context_counters(bc->ctx, &c0);
         double t0 = cli_now();

@@ -87,8 +87,9 @@ static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t 
  * B <= NB (stream): one tile height covers every row, so each W vector is
  * loaded and converted in registers exactly once, straight from W.
  * B > NB (panel): W is converted to f32 once per panel of FLS_PANEL_TOKENS
- * tokens x FLS_PANEL_COLS columns, which every NB-row block of H then
- * reads from L1/L2: the conversion is paid once per panel, not per row. */
+ * tokens x FLS_PANEL_COLS columns, by the first NB-row block of H as it
+ * computes; the other blocks read the panel from L1/L2: the conversion is
+ * paid once per panel, not per row block. */
 
 #define MR 6
 #define NB 4
