@@ -553,8 +553,11 @@ static void bench_usage(void)
 {
     printf("usage: flashsample bench --device cuda [--csv PATH] [--quick] [--reps N]\n"
            "                         [--shapes D:V,D:V,...] [--batches 1,2,4,...] [--engines a,b,...]\n"
-           "                         [--hscale S] [--cuda-opt NAME=VALUE ...]\n"
+           "                         [--hscale S] [--cuda-opt NAME=VALUE ...] [--profile]\n"
            "Times the fused GPU sampler against cuBLAS, the unfused baselines and a read floor.\n"
+           "--profile launches each engine named by --engines once per shape and batch, times\n"
+           "nothing and launches nothing else (no floor, cuBLAS or agreement calls): for a\n"
+           "profiler's kernel filter, e.g. ncu -k regex:fls_fused_wgmma -c 1.\n"
            "--hscale S scales H's entries (default 1: flat rows, logits' std about 1.1; 4: peaked\n"
            "rows, std about 4.5, the top token's probability about one half at T = 0.7).\n"
            "--cuda-opt NAME=VALUE (repeatable) sets an experiment's field of fls_cuda_opts for every\n"
@@ -612,6 +615,7 @@ static int bench_set_cuda_opt(const char *spec)
 typedef struct bench_opts {
     const char *csv, *shapes_s, *batches_s, *engines_s;
     int quick;
+    int profile; /* --profile: one launch per engine, nothing timed (for Nsight) */
     long reps;
     double hscale;
     int64_t shapes[16][2]; /* {D, V} */
@@ -633,6 +637,8 @@ static int bench_parse_argv(int argc, char **argv, bench_opts *bo)
             return 0;
         } else if (!strcmp(a, "--quick")) {
             bo->quick = 1;
+        } else if (!strcmp(a, "--profile")) {
+            bo->profile = 1;
         } else if (!strcmp(a, "--device") && v) {
             i++;
         } else if (!strncmp(a, "--device=", 9)) {
@@ -745,7 +751,8 @@ static int bench_parse_engines(bench_opts *bo)
         if (*p == ',')
             p++;
     }
-    bo->want[E_FLOOR] = bo->want[E_CUBLAS] = bo->want[E_GRAPH] = 1;
+    if (!bo->profile) /* every ratio needs them; a profile run launches the listed ones only */
+        bo->want[E_FLOOR] = bo->want[E_CUBLAS] = bo->want[E_GRAPH] = 1;
     return 0;
 }
 
@@ -765,6 +772,10 @@ static int bench_parse_options(int argc, char **argv, bench_opts *bo)
     }
     if (bo->reps < 1 || bo->reps > 100000) {
         fprintf(stderr, "flashsample bench: error: --reps out of range\n");
+        return 2;
+    }
+    if (bo->profile && !bo->engines_s) {
+        fprintf(stderr, "flashsample bench: error: --profile needs --engines\n");
         return 2;
     }
     if (bench_parse_shapes(bo) != 0 || bench_parse_batches(bo) != 0 || bench_parse_engines(bo) != 0)
@@ -1073,11 +1084,14 @@ static int bench_time_engines(bench_ctx *b, const int *want, int fe, double *med
                     cudaGetErrorString(cudaGetLastError()));
             return 1;
         }
-        /* queued rule calls report their status here (a graph's: its context's) */
-        const fls_status qs = e == E_RULE_KP_GRAPH ? fls_context_sync(b->actx)
-                              : e >= E_RULE_FIRST  ? fls_context_sync(b->ctx)
-                                                   : FLS_OK;
-        if (qs != FLS_OK) {
+        /* queued calls report their status here (a graph's: its context's);
+         * the GEMM-only engines leave garbage by design, and their status is
+         * dropped so that it is not reported by the next engine's sync */
+        const int gemm_only = e == E_WGMMA_GEMM || e == E_CHUNK_GEMM;
+        const fls_status qs = e == E_RULE_KP_GRAPH || e == E_FUSED_GRAPH ? fls_context_sync(b->actx)
+                              : e > E_GRAPH                               ? fls_context_sync(b->ctx)
+                                                                         : FLS_OK;
+        if (qs != FLS_OK && !gemm_only) {
             fprintf(stderr, "bench: engine %s at B=%lld: %s\n", engine_names[e], (long long)b->B,
                     fls_status_string(qs));
             return 1;
@@ -1184,6 +1198,27 @@ static int bench_run_batch(bench_ctx *b, const int *want, FILE *fp, const char *
     return 0;
 }
 
+/* --profile: each engine of bo->engines_s once at batch b->B (in engine
+ * order; the listed ones only), synchronised. 0 or 1. */
+static int bench_profile_batch(bench_ctx *b, const int *listed)
+{
+    if (bench_capture_gemm_graphs(b) != 0 || bench_capture_fused_graphs(b, listed) != 0)
+        return 1;
+    for (int e = 0; e < E_COUNT; e++) {
+        if (!listed[e])
+            continue;
+        if (bench_enqueue(b, e, 0, 0) || cudaStreamSynchronize(b->st) != cudaSuccess) {
+            fprintf(stderr, "bench: engine %s failed at B=%lld: %s\n", engine_names[e], (long long)b->B,
+                    cudaGetErrorString(cudaGetLastError()));
+            return 1;
+        }
+        printf("profile: %s at B = %lld, D = %lld, V = %lld: one launch\n", engine_names[e], (long long)b->B,
+               (long long)b->D, (long long)b->V);
+    }
+    bench_destroy_graphs(b, listed);
+    return 0;
+}
+
 /* Shape s: its inputs, the table's header, every batch. 0 or 1. */
 static int bench_run_shape(bench_ctx *b, const bench_opts *bo, int s, FILE *fp, const char *date,
                            const char *gpu)
@@ -1197,6 +1232,11 @@ static int bench_run_shape(bench_ctx *b, const bench_opts *bo, int s, FILE *fp, 
            "f/floor", "TFLOP/s", "path", "agree");
     for (int bi = 0; bi < bo->nb; bi++) {
         b->B = bo->batches[bi];
+        if (bo->profile) {
+            if (bench_profile_batch(b, bo->want) != 0)
+                return 1;
+            continue;
+        }
         if (bench_run_batch(b, bo->want, fp, date, gpu) != 0)
             return 1;
     }
