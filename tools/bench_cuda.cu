@@ -436,7 +436,7 @@ static fls_status bench_sample(bench_ctx *b, int engine, int r, int cached, int 
          * status like a synchronous call, and top-p alone, whose flat rows
          * the host finishes (an async call would report them unsupported) */
         o.no_sync = !sync && engine != E_RULE_TOPP && engine != E_RULE_MINP_SYNC && engine != E_RULE_KP_SYNC;
-        o.rule_matmul = engine >= E_RULE_MINP_BLAS ? FLS_RULE_MATMUL_CUBLAS : FLS_RULE_MATMUL_AUTO;
+        o.rule_matmul = engine >= E_RULE_MINP_BLAS ? FLS_RULE_MATMUL_CUBLAS : g_base_opts.rule_matmul;
         bench_rule_rows(engine, b->B, &req);
         out.tokens = b->rule_tokens;
         return fls_cuda_run(b->ctx, &W, &H, NULL, &req, &out, &o);
@@ -561,7 +561,8 @@ static void bench_usage(void)
            "--hscale S scales H's entries (default 1: flat rows, logits' std about 1.1; 4: peaked\n"
            "rows, std about 4.5, the top token's probability about one half at T = 0.7).\n"
            "--cuda-opt NAME=VALUE (repeatable) sets an experiment's field of fls_cuda_opts for every\n"
-           "engine (rule_top_cap, rule_stair_cap, rule_cf, rule_path, rule_keys, rule_pdl,\n"
+           "engine (rule_matmul (the rule_* engines but the _blas ones), rule_top_cap,\n"
+           "rule_stair_cap, rule_cf, rule_path, rule_keys, rule_pdl,\n"
            "rule_list_draw, logits_warps, no_skip; docs/GPU.md, developer options): an A/B of\n"
            "one switch is two runs, with and without it. Every value gives the same tokens.\n"
            "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
@@ -577,6 +578,7 @@ static const struct {
     size_t off;
     int is64;
 } k_cuda_opts[] = {
+    {"rule_matmul", offsetof(fls_cuda_opts, rule_matmul), 0},
     {"rule_top_cap", offsetof(fls_cuda_opts, rule_top_cap), 1},
     {"rule_stair_cap", offsetof(fls_cuda_opts, rule_stair_cap), 0},
     {"rule_cf", offsetof(fls_cuda_opts, rule_cf), 0},
@@ -1089,7 +1091,7 @@ static int bench_time_engines(bench_ctx *b, const int *want, int fe, double *med
          * dropped so that it is not reported by the next engine's sync */
         const int gemm_only = e == E_WGMMA_GEMM || e == E_CHUNK_GEMM;
         const fls_status qs = e == E_RULE_KP_GRAPH || e == E_FUSED_GRAPH ? fls_context_sync(b->actx)
-                              : e > E_GRAPH                               ? fls_context_sync(b->ctx)
+                              : e > E_GRAPH                              ? fls_context_sync(b->ctx)
                                                                          : FLS_OK;
         if (qs != FLS_OK && !gemm_only) {
             fprintf(stderr, "bench: engine %s at B=%lld: %s\n", engine_names[e], (long long)b->B,

@@ -51,6 +51,9 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--flashsampling", default=None, help="a pinned copy of FlashSampling's repository")
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds; methods past it are skipped")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated subset of torch_matmul, multinomial, gumbel_eager, flashsampling, "
+                    "flashsampling_logits (default: all)")
     a = ap.parse_args()
     t0 = time.time()
 
@@ -113,6 +116,8 @@ def main():
             if fs is not None:
                 methods.append(("flashsampling", lambda: fs(W, H, 1, temp, seed)))
                 methods.append(("flashsampling_logits", lambda: fs(W, H, 1, temp, seed, return_logits=True)))
+            if a.methods:
+                methods = [m for m in methods if m[0] in a.methods.split(",")]
             for mname, fn in methods:
                 if time.time() - t0 > a.deadline:
                     print(f"torch_peers: deadline reached; {mname} D={D} B={B} skipped")
