@@ -19,7 +19,8 @@
 #                   kernel at B = FLS_NCU_B (default 128): the details page and the stall /
 #                   issue metrics (FLS_GPU_NCU=chunked or =wgmma: that one only), and
 #                   ncu_source_ENGINE.csv:
-#                   per-instruction SASS with stall samples
+#                   per-instruction SASS with stall samples, and ncu_top_ENGINE.txt:
+#                   the 60 instructions with the most (tools/ncu_top.py)
 # Environment: FLS_BENCH_ARGS (extra benchmark options, e.g. --engines ...),
 # FLS_GPU_TEST_ARGS (extra gpu_tests options, e.g. --only NAME), FLS_GPU_TEST_TIMEOUT and
 # FLS_GPU_BENCH_TIMEOUT (seconds; defaults 420 and 600: a hung kernel cannot eat the lease),
@@ -109,7 +110,7 @@ if [ "$status_build" = PASS ]; then
             [ "$NCU" = 1 ] || [ "fused_$NCU" = "$eng" ] || continue
             echo "=== ncu $kern B=$pb ($eng, D=4096, V=151936)" >>"$OUT/ncu.txt"
             timeout 150 ncu --clock-control none --set full -k "regex:$kern" -c 1 -o "$BUILD/ncu_$kern" -f \
-                "$BUILD/tools/flashsample" bench --device cuda --quick --reps 1 --shapes 4096:151936 \
+                "$BUILD/tools/flashsample" bench --device cuda --profile --quick --reps 1 --shapes 4096:151936 \
                 --batches "$pb" --engines "$eng" >>"$OUT/ncu.txt" 2>&1
             ncu --import "$BUILD/ncu_$kern.ncu-rep" --page details >>"$OUT/ncu.txt" 2>&1
             ncu --import "$BUILD/ncu_$kern.ncu-rep" --page raw 2>&1 |
@@ -118,6 +119,7 @@ if [ "$status_build" = PASS ]; then
             # per-instruction SASS with its stall samples (where the warps wait)
             ncu --import "$BUILD/ncu_$kern.ncu-rep" --page source --print-source sass --csv \
                 >"$OUT/ncu_source_$eng.csv" 2>&1
+            python3 "$ROOT/tools/ncu_top.py" "$OUT/ncu_source_$eng.csv" 60 >"$OUT/ncu_top_$eng.txt" 2>&1
         done
     fi
     # ---- compute-sanitizer on a quick subset (kernels run 10-100x slower under it),
