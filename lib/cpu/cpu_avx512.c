@@ -39,6 +39,12 @@ static inline float reduce(__m512 a)
 }
 
 #define NR 4
+/* How far ahead the kernels prefetch the W rows they stream: the hardware's
+ * streams alone left them waiting on memory (the panels' converting block:
+ * bf16 fused/floor at B = 8-32 about 10-15 % higher without, 512 and 2048
+ * bytes did worse; the direct kernel on 2-byte W: 13 % slower on one
+ * thread, while 4-byte W, twice the bytes per instruction, gains nothing). */
+#define W_AHEAD 1024
 
 static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                               int64_t B, int64_t Dp, float *out, int64_t ldo)
@@ -61,6 +67,9 @@ static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t 
                 acc[r] = _mm512_setzero_ps();
             for (int64_t d = 0; d < Dfull; d += FLS_LANES) {
                 __m512 hv = _mm512_loadu_ps(hb + d);
+                if (b == 0 && es == 2 && (d * es) % 64 == 0) /* 2-byte W: the rows' lines a kilobyte ahead */
+                    for (int r = 0; r < nr; r++)
+                        _mm_prefetch(wr[r] + d * es + W_AHEAD, _MM_HINT_T0);
                 for (int r = 0; r < nr; r++)
                     acc[r] = _mm512_fmadd_ps(load16(wr[r] + (size_t)d * es, wd), hv, acc[r]);
             }
@@ -91,12 +100,8 @@ static void dot_direct_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t 
  * computes; the other blocks read the panel from L1/L2: the conversion is
  * paid once per panel, not per row block. */
 
-#define MR 6
-#define NB 4
-/* How far ahead the converting block prefetches its W rows: the hardware's
- * streams alone left the block waiting on memory (bf16 fused/floor at
- * B = 8-32 about 10-15 % higher without; 512 and 2048 bytes did worse). */
-#define W_AHEAD   1024
+#define MR        6
+#define NB        4
 #define SRC_PANEL 3 /* W from a converted f32 panel; 0-2 are fls_dtype values */
 
 static inline __attribute__((always_inline)) __m512 load_w(const int src, const char *p)
@@ -122,8 +127,9 @@ tile(const int src, const int es, const int first, const int last, const int kee
     for (int64_t d = 0; d < n; d += FLS_LANES) {
         __m512 x[MR];
         for (int i = 0; i < MR; i++) {
-            if (keep && (d * es) % 64 == 0) /* W's next lines, W_AHEAD bytes ahead (past the
-                                               column range: the next range's first lines) */
+            /* W read from memory: its next lines, W_AHEAD bytes ahead (past the
+             * column range: the next range's first lines) */
+            if (src != SRC_PANEL && (d * es) % 64 == 0)
                 _mm_prefetch(w[i] + d * es + W_AHEAD, _MM_HINT_T0);
             x[i] = load_w(src, w[i] + d * es);
             if (keep)
@@ -305,12 +311,14 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
     }
 }
 
-/* B <= 2: the direct kernel, one pass over W with 4 row streams (bound by
- * the read of W); up to NB rows: the stream tiles; more: the panels. */
+/* B = 1: the direct kernel, one pass over W with 4 row streams (bound by
+ * the read of W); up to NB rows: the stream tiles (at B = 2 the direct
+ * kernel's second pass over each row group left memory idle: 1.4x the
+ * floor against 1.2x); more: the panels. */
 static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                        int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
-    if (B <= 2)
+    if (B == 1)
         dot_direct_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
     else if (B <= NB)
         dot_stream_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
