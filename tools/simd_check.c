@@ -35,7 +35,8 @@ static int check_path(fls_simd simd, const char *name)
         fls_cpu_kernels_avx512(&k);
     long cases = 0, bad = 0;
     const int64_t Ds[] = {1, 15, 16, 17, 77, 256, 1000};
-    const int64_t Bs[] = {1, 2, 3, 5, 13, 37};
+    const int64_t Bs[] = {1,  2,  3,  5,
+                          10, 13, 16, 37}; /* each AVX-512 kernel: direct, stream, rows (8, 12, 16), panels */
     const int64_t nvs[] = {11, 70};
     float *scratch = aligned_alloc(64, FLS_CPU_SCRATCH_FLOATS * sizeof(float));
     const fls_dtype dts[] = {FLS_DTYPE_F32, FLS_DTYPE_F16, FLS_DTYPE_BF16};

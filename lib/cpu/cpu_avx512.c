@@ -311,10 +311,116 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
     }
 }
 
+/* ---- the row tiles (NB < B <= 16) ----
+ *
+ * A register tile is one token x RB rows of H (RB = 8, 12 or 16
+ * accumulators): per 16 columns one W vector, loaded and converted once,
+ * meets RB H vectors, so W is read from memory exactly once, as the tile
+ * computes, and never stored; the panels instead read it in their first
+ * row block only and leave memory idle during the others (bf16, one
+ * thread, W from DRAM: B = 8 0.72x, B = 16 0.79x the panels' time). H is
+ * packed per range of ROW_COLS columns as [16-column chunk][row][16], so a
+ * tile's RB loads are consecutive lines of L1 from one pointer (rows of H
+ * lie 16 KiB apart at D = 4096: every one in the same L1 set). Between
+ * ranges each (token, row) pair's lanes wait in acc, stored and reloaded
+ * unchanged: the canonical order. */
+#define ROW_COLS 512 /* RB x ROW_COLS floats of packed H stay in L1; 1024 was 1.6-1.9x slower at RB = 16 */
+#define ROW_AHEAD                                                                                            \
+    4 /* tokens: a tile prefetches the W lines of the token this far ahead (1: 0.90-0.97x the panels,        \
+         2: 0.79-0.80, 4: 0.72-0.79, 8: no better) */
+
+_Static_assert(16 * ROW_COLS + FLS_PANEL_TOKENS * 16 * FLS_LANES + FLS_LANES <= FLS_CPU_SCRATCH_FLOATS,
+               "the row tiles' packed H, accumulators and tail fit the scratch");
+
+static inline __attribute__((always_inline)) void rows_tile(const fls_dtype dt, const int RB, const int first,
+                                                            const int last, const char *w, const float *tail,
+                                                            int64_t nfull, const char *wpf, const float *hp,
+                                                            float *acc, float *out, int64_t ldo, int bv)
+{
+    const int es = dt == FLS_DTYPE_F32 ? 4 : 2;
+    __m512 a[16];
+    for (int r = 0; r < RB; r++)
+        a[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * FLS_LANES);
+    for (int64_t d = 0; d < nfull; d += FLS_LANES) {
+        if ((d * es) % 64 == 0)
+            _mm_prefetch(wpf + d * es, _MM_HINT_T0);
+        const __m512 x = load16(w + d * es, dt);
+        const float *hc = hp + d * RB;
+        for (int r = 0; r < RB; r++)
+            a[r] = _mm512_fmadd_ps(x, _mm512_load_ps(hc + r * FLS_LANES), a[r]);
+    }
+    if (tail) { /* the last chunk: W's D mod 16 columns, converted and zero padded */
+        const __m512 x = _mm512_loadu_ps(tail);
+        const float *hc = hp + nfull * RB;
+        for (int r = 0; r < RB; r++)
+            a[r] = _mm512_fmadd_ps(x, _mm512_load_ps(hc + r * FLS_LANES), a[r]);
+    }
+    if (last) {
+        for (int r = 0; r < RB; r++)
+            if (r < bv)
+                out[r * ldo] = reduce(a[r]);
+    } else {
+        for (int r = 0; r < RB; r++)
+            _mm512_store_ps(acc + r * FLS_LANES, a[r]);
+    }
+}
+
+/* One instance per (dtype, RB, first, last), so neither is a branch. */
+static void run_rows_tile(fls_dtype dt, int RB, int mode, const char *w, const float *tail, int64_t nfull,
+                          const char *wpf, const float *hp, float *acc, float *out, int64_t ldo, int bv)
+{
+#define T(D, R, F, L)                                                                                        \
+    if (dt == D && RB == R && mode == (F | L << 1)) {                                                        \
+        rows_tile(D, R, F, L, w, tail, nfull, wpf, hp, acc, out, ldo, bv);                                   \
+        return;                                                                                              \
+    }
+#define TR(D, R) T(D, R, 0, 0) T(D, R, 1, 0) T(D, R, 0, 1) T(D, R, 1, 1)
+#define TD(D)    TR(D, 8) TR(D, 12) TR(D, 16)
+    TD(FLS_DTYPE_BF16)
+    TD(FLS_DTYPE_F16)
+    TD(FLS_DTYPE_F32)
+#undef TD
+#undef TR
+#undef T
+}
+
+static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
+                            int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
+{
+    const size_t es = fls_dtype_bytes(wd);
+    const int RB = B <= 8 ? 8 : B <= 12 ? 12 : 16;
+    const int64_t Dfull = D / FLS_LANES * FLS_LANES;
+    float *hp = scratch, *acc = scratch + 16 * ROW_COLS, *tail = acc + FLS_PANEL_TOKENS * 16 * FLS_LANES;
+    for (int64_t t0 = 0; t0 < nv; t0 += FLS_PANEL_TOKENS) {
+        const int64_t nt = nv - t0 < FLS_PANEL_TOKENS ? nv - t0 : FLS_PANEL_TOKENS;
+        const char *wt = (const char *)w + (size_t)(t0 * ldw) * es;
+        for (int64_t k0 = 0; k0 < Dp; k0 += ROW_COLS) {
+            const int64_t n = Dp - k0 < ROW_COLS ? Dp - k0 : ROW_COLS;
+            const int mode = (k0 == 0) | (k0 + n == Dp) << 1;
+            const int64_t nfull = Dfull - k0 < n ? Dfull - k0 : n; /* W's full chunks in the range */
+            for (int64_t c = 0; c < n; c += FLS_LANES) /* H's range, packed; rows past B are zeros */
+                for (int r = 0; r < RB; r++)
+                    _mm512_store_ps(hp + (c * RB + r * FLS_LANES),
+                                    r < B ? _mm512_loadu_ps(h + r * Dp + k0 + c) : _mm512_setzero_ps());
+            for (int64_t t = 0; t < nt; t++) {
+                const char *wr = wt + (size_t)(t * ldw + k0) * es;
+                if (nfull < n)
+                    fls_convert_row(wr + (size_t)nfull * es, wd, D - k0 - nfull, tail, FLS_LANES);
+                /* the token ROW_AHEAD on, in this range or (past the last token) the next */
+                const int64_t tp = t + ROW_AHEAD < nt ? t + ROW_AHEAD : t + ROW_AHEAD - nt,
+                              kp = t + ROW_AHEAD < nt ? k0 : k0 + n;
+                const char *wpf = tp < nt && kp < Dfull ? wt + (size_t)(tp * ldw + kp) * es : wr;
+                run_rows_tile(wd, RB, mode, wr, nfull < n ? tail : NULL, nfull, wpf, hp,
+                              acc + t * 16 * FLS_LANES, out + t0 + t, ldo, (int)B);
+            }
+        }
+    }
+}
+
 /* B = 1: the direct kernel, one pass over W with 4 row streams (bound by
  * the read of W); up to NB rows: the stream tiles (at B = 2 the direct
  * kernel's second pass over each row group left memory idle: 1.4x the
- * floor against 1.2x); more: the panels. */
+ * floor against 1.2x); up to 16: the row tiles; more: the panels. */
 static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                        int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
@@ -322,6 +428,8 @@ static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int
         dot_direct_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
     else if (B <= NB)
         dot_stream_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
+    else if (B <= 16)
+        dot_rows_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
     else
         dot_panel_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
 }

@@ -81,9 +81,9 @@ int fls_cpu_simd_supported(fls_simd simd)
 }
 
 /* AUTO: AVX-512 where the processor has it, else AVX2, else portable C.
- * The AVX-512 register tiles (6 tokens x 4 rows in 24 zmm accumulators,
- * W converted once per panel) do twice the fmas per instruction of the AVX2
- * kernel; measured on the 2-core Xeon development machine (bf16 W,
+ * The AVX-512 register tiles (one token x up to 16 rows at B <= 16, 6 tokens
+ * x 4 rows over converted panels above) do twice the fmas per instruction
+ * of the AVX2 kernel; measured on the 2-core Xeon development machine (bf16 W,
  * D = 4096, V = 151936, docs/PERF.md "the SIMD choice"): within 10 % at
  * B = 1 and 1.3-1.8x faster from B = 4 on. Every path gives the same bits, and
  * AVX2 stays selectable (FLS_SIMD_AVX2, `--simd avx2`). */

@@ -47,8 +47,8 @@ typedef struct fls_cpu_kernels {
      * H rows are f32, zero padded to Dp = round_up(D, 16), stride Dp.
      * scratch: FLS_CPU_SCRATCH_FLOATS floats, 64-byte aligned, the caller's
      * thread's own. (The kernels do not prefetch the thread's next tile:
-     * that cost 7-25 % at B = 8-16; the AVX-512 panels prefetch the W rows
-     * they stream a kilobyte ahead.) */
+     * that cost 7-25 % at B = 8-16; the AVX-512 kernels prefetch the W rows
+     * they stream a kilobyte, or 4 tokens, ahead.) */
     void (*dot_direct)(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                        int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch);
     /* The same for f32 W rows already zero padded to Dp (stride Dp). */
