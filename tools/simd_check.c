@@ -63,9 +63,21 @@ static int check_path(fls_simd simd, const char *name)
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t d = 0; d < D; d++)
                         h[b * Dp + d] = unit_float();
-                ref.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o1, nv, scratch);
-                k.dot_direct(w, dt, ldw, nv, D, h, B, Dp, o2, nv, scratch);
+                ref.dot_direct(w, dt, ldw, nv, D, h, NULL, B, Dp, o1, nv, scratch);
+                k.dot_direct(w, dt, ldw, nv, D, h, NULL, B, Dp, o2, nv, scratch);
                 bad += memcmp(o1, o2, (size_t)(B * nv) * sizeof(float)) != 0;
+                /* with H packed by the caller, where the path packs it */
+                const int64_t hpn = k.pack_h ? k.packed_h_floats(B, Dp) : 0;
+                if (hpn > 0) {
+                    float *hpk = aligned_alloc(64, ((size_t)hpn * sizeof(float) + 63) / 64 * 64);
+                    memset(hpk, 0xff, (size_t)hpn * sizeof(float)); /* NaNs where pack_h writes nothing */
+                    k.pack_h(h, B, Dp, hpk);
+                    memset(o2, 0xff, (size_t)(B * nv) * sizeof(float));
+                    k.dot_direct(w, dt, ldw, nv, D, h, hpk, B, Dp, o2, nv, scratch);
+                    bad += memcmp(o1, o2, (size_t)(B * nv) * sizeof(float)) != 0;
+                    cases++;
+                    free(hpk);
+                }
                 for (int64_t i = 0; i < nv; i++)
                     k.convert(w + (size_t)(i * ldw) * es, dt, D, wp + i * Dp, Dp);
                 k.dot_f32(wp, nv, h, B, Dp, o2, nv);

@@ -216,8 +216,9 @@ DEFINE_DOT23(dot23_f16, FLS_DTYPE_F16)
 DEFINE_DOT23(dot23_bf16, FLS_DTYPE_BF16)
 
 static void dot_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                     int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
+                     const float *hp, int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
+    (void)hp;
     (void)scratch;
     if (B < 3) { /* memory-bound: 8 row streams, 16 independent chains per H row */
         dot_direct_avx2(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
@@ -239,7 +240,7 @@ static void dot_avx2(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64
 static void dot_f32_avx2(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                          int64_t ldo)
 {
-    dot_avx2(w, FLS_DTYPE_F32, Dp, nv, Dp, h, B, Dp, out, ldo, NULL);
+    dot_avx2(w, FLS_DTYPE_F32, Dp, nv, Dp, h, NULL, B, Dp, out, ldo, NULL);
 }
 
 /* ---- the noise, 8 Philox blocks (16 tokens) at a time ---- */

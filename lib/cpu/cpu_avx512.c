@@ -384,11 +384,40 @@ static void run_rows_tile(fls_dtype dt, int RB, int mode, const char *w, const f
 #undef T
 }
 
+static inline int rows_rb(int64_t B)
+{
+    return B <= 8 ? 8 : B <= 12 ? 12 : 16;
+}
+
+/* H's range [k0, k0 + n) packed as [16-column chunk][row][16] (RB rows,
+ * those past B zero) at hp. */
+static void pack_range(const float *h, int64_t B, int64_t Dp, int RB, int64_t k0, int64_t n, float *hp)
+{
+    for (int64_t c = 0; c < n; c += FLS_LANES)
+        for (int r = 0; r < RB; r++)
+            _mm512_store_ps(hp + (c * RB + r * FLS_LANES),
+                            r < B ? _mm512_loadu_ps(h + r * Dp + k0 + c) : _mm512_setzero_ps());
+}
+
+/* The row tiles' whole H: range k0 at hp + k0 * RB. */
+static int64_t packed_h_floats_avx512(int64_t B, int64_t Dp)
+{
+    return B > NB && B <= 16 ? rows_rb(B) * Dp : 0;
+}
+
+static void pack_h_avx512(const float *h, int64_t B, int64_t Dp, float *hp)
+{
+    const int RB = rows_rb(B);
+    for (int64_t k0 = 0; k0 < Dp; k0 += ROW_COLS)
+        pack_range(h, B, Dp, RB, k0, Dp - k0 < ROW_COLS ? Dp - k0 : ROW_COLS, hp + k0 * RB);
+}
+
 static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                            int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
+                            const float *hpack, int64_t B, int64_t Dp, float *out, int64_t ldo,
+                            float *scratch)
 {
     const size_t es = fls_dtype_bytes(wd);
-    const int RB = B <= 8 ? 8 : B <= 12 ? 12 : 16;
+    const int RB = rows_rb(B);
     const int64_t Dfull = D / FLS_LANES * FLS_LANES;
     float *hp = scratch, *acc = scratch + 16 * ROW_COLS, *tail = acc + FLS_PANEL_TOKENS * 16 * FLS_LANES;
     for (int64_t t0 = 0; t0 < nv; t0 += FLS_PANEL_TOKENS) {
@@ -398,10 +427,9 @@ static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
             const int64_t n = Dp - k0 < ROW_COLS ? Dp - k0 : ROW_COLS;
             const int mode = (k0 == 0) | (k0 + n == Dp) << 1;
             const int64_t nfull = Dfull - k0 < n ? Dfull - k0 : n; /* W's full chunks in the range */
-            for (int64_t c = 0; c < n; c += FLS_LANES) /* H's range, packed; rows past B are zeros */
-                for (int r = 0; r < RB; r++)
-                    _mm512_store_ps(hp + (c * RB + r * FLS_LANES),
-                                    r < B ? _mm512_loadu_ps(h + r * Dp + k0 + c) : _mm512_setzero_ps());
+            const float *hr = hpack ? hpack + k0 * RB : hp; /* H's range, packed (by the caller: 6 %) */
+            if (!hpack)
+                pack_range(h, B, Dp, RB, k0, n, hp);
             for (int64_t t = 0; t < nt; t++) {
                 const char *wr = wt + (size_t)(t * ldw + k0) * es;
                 if (nfull < n)
@@ -410,7 +438,7 @@ static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
                 const int64_t tp = t + ROW_AHEAD < nt ? t + ROW_AHEAD : t + ROW_AHEAD - nt,
                               kp = t + ROW_AHEAD < nt ? k0 : k0 + n;
                 const char *wpf = tp < nt && kp < Dfull ? wt + (size_t)(tp * ldw + kp) * es : wr;
-                run_rows_tile(wd, RB, mode, wr, nfull < n ? tail : NULL, nfull, wpf, hp,
+                run_rows_tile(wd, RB, mode, wr, nfull < n ? tail : NULL, nfull, wpf, hr,
                               acc + t * 16 * FLS_LANES, out + t0 + t, ldo, (int)B);
             }
         }
@@ -422,14 +450,14 @@ static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
  * kernel's second pass over each row group left memory idle: 1.4x the
  * floor against 1.2x); up to 16: the row tiles; more: the panels. */
 static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
+                       const float *hp, int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
     if (B == 1)
         dot_direct_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
     else if (B <= NB)
         dot_stream_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
     else if (B <= 16)
-        dot_rows_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
+        dot_rows_avx512(w, wd, ldw, nv, D, h, hp, B, Dp, out, ldo, scratch);
     else
         dot_panel_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
 }
@@ -444,5 +472,7 @@ void fls_cpu_kernels_avx512(fls_cpu_kernels *k)
 {
     fls_cpu_kernels_avx2(k);
     k->dot_direct = dot_avx512;
+    k->packed_h_floats = packed_h_floats_avx512;
+    k->pack_h = pack_h_avx512;
     k->dot_f32 = dot_f32_avx512;
 }

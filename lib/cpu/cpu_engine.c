@@ -192,6 +192,7 @@ typedef struct tile_job {
     int src;
     const fls_matrix *W;
     const float *Hf; /* B x Dp f32, zero padded */
+    const float *Hp; /* Hf in the kernels' packed layout (pack_h), or NULL */
     int64_t D, Dp;
     const fls_matrix *L;
     float *store; /* non-NULL: only materialize logits into this (B, V) buffer */
@@ -228,7 +229,7 @@ static void produce_tile(tile_job *j, thread_state *s, int64_t v0, int64_t nv)
         const size_t es = fls_dtype_bytes(W->dtype);
         const char *w0 = (const char *)W->data + (size_t)(v0 * W->ld) * es;
         if (!j->convert_w) {
-            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, B, j->Dp, s->ltile, nv, s->kscratch);
+            j->k.dot_direct(w0, W->dtype, W->ld, nv, j->D, j->Hf, j->Hp, B, j->Dp, s->ltile, nv, s->kscratch);
         } else {
             for (int64_t i = 0; i < nv; i++)
                 j->k.convert(w0 + (size_t)(i * W->ld) * es, W->dtype, j->D, s->wbuf + i * j->Dp, j->Dp);
@@ -439,7 +440,18 @@ static fls_status run_tiles(const fls_context_t *ctx, tile_job *j, const fls_out
         }
     }
     j->ts = ts;
+    /* H packed once for the whole pass, shared read-only by the threads (the
+     * kernels would otherwise repack it for every tile); without the memory
+     * they pack it per tile */
+    float *hp = NULL;
+    const int64_t hpn = need_kscratch && j->k.pack_h ? j->k.packed_h_floats(B, j->Dp) : 0;
+    if (hpn > 0 && !too_big(hpn, 1, sizeof(float)) &&
+        (hp = aligned_alloc(64, ((size_t)hpn * sizeof(float) + 63) / 64 * 64)) != NULL)
+        j->k.pack_h(j->Hf, B, j->Dp, hp);
+    j->Hp = hp;
     fls_status st = run_threads(threads, tile_worker, j);
+    j->Hp = NULL;
+    free(hp);
     if (st != FLS_OK || j->store) {
         free_states(ts, threads);
         free(j->parts);

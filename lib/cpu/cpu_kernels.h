@@ -50,7 +50,14 @@ typedef struct fls_cpu_kernels {
      * that cost 7-25 % at B = 8-16; the AVX-512 kernels prefetch the W rows
      * they stream a kilobyte, or 4 tokens, ahead.) */
     void (*dot_direct)(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
-                       int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch);
+                       const float *hp, int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch);
+    /* H in the layout a path's kernels read it from (hp above: NULL, or
+     * pack_h's copy of the same h, B, Dp, which callers make once per pass
+     * over W and share read-only between threads, instead of every call
+     * repacking it): packed_h_floats(B, Dp) floats, 64-byte aligned, or 0
+     * (and pack_h NULL) where the path reads H as it is. */
+    int64_t (*packed_h_floats)(int64_t B, int64_t Dp);
+    void (*pack_h)(const float *h, int64_t B, int64_t Dp, float *hp);
     /* The same for f32 W rows already zero padded to Dp (stride Dp). */
     void (*dot_f32)(const float *w, int64_t nv, const float *h, int64_t B, int64_t Dp, float *out,
                     int64_t ldo);

@@ -53,9 +53,10 @@ static void dot_f32_portable(const float *w, int64_t nv, const float *h, int64_t
 }
 
 static void dot_direct_portable(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D,
-                                const float *h, int64_t B, int64_t Dp, float *out, int64_t ldo,
-                                float *scratch)
+                                const float *h, const float *hp, int64_t B, int64_t Dp, float *out,
+                                int64_t ldo, float *scratch)
 {
+    (void)hp;
     (void)scratch;
     float row[4096 + FLS_LANES];
     const size_t es = fls_dtype_bytes(wd);
@@ -81,6 +82,8 @@ void fls_cpu_kernels_portable(fls_cpu_kernels *k)
 {
     k->dot_direct = dot_direct_portable;
     k->dot_f32 = dot_f32_portable;
+    k->packed_h_floats = NULL; /* reads H as it is */
+    k->pack_h = NULL;
     k->gumbel = fls_ref_gumbel_span;
     k->convert = fls_convert_row;
 }

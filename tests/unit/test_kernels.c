@@ -220,14 +220,26 @@ Test(kernels, dots_match_canonical_order, .timeout = 60)
             for (int pi = 0; pi < np; pi++)
                 for (size_t ni = 0; ni < sizeof nvs / sizeof nvs[0]; ni++)
                     for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
-                        for (int kind = 0; kind < 2; kind++) {
+                        for (int kind = 0; kind < 3; kind++) {
                             int64_t nv = nvs[ni], B = Bs[bi];
                             for (int64_t i = 0; i < Bmax * ldo; i++)
                                 out[i] = u2f(GUARD_F32_BITS);
+                            const int64_t hpn = p[pi].k.pack_h ? p[pi].k.packed_h_floats(B, Dp) : 0;
                             if (kind == 0)
-                                p[pi].k.dot_direct(Wm.m.data, dts[wd], Wm.m.ld, nv, D, hp, B, Dp, out, ldo,
-                                                   scratch);
-                            else if (wd == 0)
+                                p[pi].k.dot_direct(Wm.m.data, dts[wd], Wm.m.ld, nv, D, hp, NULL, B, Dp, out,
+                                                   ldo, scratch);
+                            else if (kind == 2) { /* H packed by the caller, where the path packs it */
+                                if (hpn == 0)
+                                    continue;
+                                float *hpk = aligned_alloc(64, ((size_t)hpn * sizeof(float) + 63) / 64 * 64);
+                                cr_assert_not_null(hpk);
+                                memset(hpk, 0xff,
+                                       (size_t)hpn * sizeof(float)); /* NaNs where pack_h writes nothing */
+                                p[pi].k.pack_h(hp, B, Dp, hpk);
+                                p[pi].k.dot_direct(Wm.m.data, dts[wd], Wm.m.ld, nv, D, hp, hpk, B, Dp, out,
+                                                   ldo, scratch);
+                                free(hpk);
+                            } else if (wd == 0)
                                 p[pi].k.dot_f32(wp, nv, hp, B, Dp, out, ldo);
                             else
                                 continue;
@@ -239,7 +251,10 @@ Test(kernels, dots_match_canonical_order, .timeout = 60)
                                             cr_assert_fail(
                                                 "%s %s W %s D %lld nv %lld B %lld: out[%lld][%lld] = %a, "
                                                 "canonical %a",
-                                                fls_simd_name(p[pi].simd), kind ? "dot_f32" : "dot_direct",
+                                                fls_simd_name(p[pi].simd),
+                                                kind == 1   ? "dot_f32"
+                                                : kind == 2 ? "dot_direct (packed H)"
+                                                            : "dot_direct",
                                                 fls_dtype_name(dts[wd]), (long long)D, (long long)nv,
                                                 (long long)B, (long long)b, (long long)i, (double)got,
                                                 (double)cl[b * nvmax + i]);
