@@ -324,10 +324,12 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
  * lie 16 KiB apart at D = 4096: every one in the same L1 set). Between
  * ranges each (token, row) pair's lanes wait in acc, stored and reloaded
  * unchanged: the canonical order. */
-#define ROW_COLS 512 /* RB x ROW_COLS floats of packed H stay in L1; 1024 was 1.6-1.9x slower at RB = 16 */
-#define ROW_AHEAD                                                                                            \
-    4 /* tokens: a tile prefetches the W lines of the token this far ahead (1: 0.90-0.97x the panels,        \
-         2: 0.79-0.80, 4: 0.72-0.79, 8: no better) */
+/* RB x ROW_COLS floats of packed H stay in L1 (1024 columns: 1.6-1.9x
+ * slower at RB = 16). A tile prefetches the W lines of the token ROW_AHEAD
+ * tokens on (against the panels: 1 ahead 0.90-0.97x, 2 0.79-0.80, 4
+ * 0.72-0.79, 8 no better). */
+#define ROW_COLS  512
+#define ROW_AHEAD 4
 
 _Static_assert(16 * ROW_COLS + FLS_PANEL_TOKENS * 16 * FLS_LANES + FLS_LANES <= FLS_CPU_SCRATCH_FLOATS,
                "the row tiles' packed H, accumulators and tail fit the scratch");
@@ -448,7 +450,9 @@ static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
 /* B = 1: the direct kernel, one pass over W with 4 row streams (bound by
  * the read of W); up to NB rows: the stream tiles (at B = 2 the direct
  * kernel's second pass over each row group left memory idle: 1.4x the
- * floor against 1.2x); up to 16: the row tiles; more: the panels. */
+ * floor against 1.2x); up to 16: the row tiles (measured faster than the
+ * panels at every B on the 2-core development machine; on a 16-thread
+ * host of the same model only at B <= 8: docs/PERF.md); more: the panels. */
 static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int64_t D, const float *h,
                        const float *hp, int64_t B, int64_t Dp, float *out, int64_t ldo, float *scratch)
 {
