@@ -311,7 +311,7 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
     }
 }
 
-/* ---- the row tiles (NB < B <= 16) ----
+/* ---- the row tiles (NB < B <= ROW_MAX) ----
  *
  * A register tile is one token x RB rows of H (RB = 8, 12 or 16
  * accumulators): per 16 columns one W vector, loaded and converted once,
@@ -330,8 +330,10 @@ static void dot_panel_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t n
  * 0.72-0.79, 8 no better). */
 #define ROW_COLS  512
 #define ROW_AHEAD 4
+#define ROW_MAX   16 /* the largest B (and RB) of the row tiles */
 
-_Static_assert(16 * ROW_COLS + FLS_PANEL_TOKENS * 16 * FLS_LANES + FLS_LANES <= FLS_CPU_SCRATCH_FLOATS,
+_Static_assert(ROW_MAX *ROW_COLS + FLS_PANEL_TOKENS * ROW_MAX * FLS_LANES + FLS_LANES <=
+                   FLS_CPU_SCRATCH_FLOATS,
                "the row tiles' packed H, accumulators and tail fit the scratch");
 
 static inline __attribute__((always_inline)) void rows_tile(const fls_dtype dt, const int RB, const int first,
@@ -340,7 +342,7 @@ static inline __attribute__((always_inline)) void rows_tile(const fls_dtype dt, 
                                                             float *acc, float *out, int64_t ldo, int bv)
 {
     const int es = dt == FLS_DTYPE_F32 ? 4 : 2;
-    __m512 a[16];
+    __m512 a[ROW_MAX];
     for (int r = 0; r < RB; r++)
         a[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * FLS_LANES);
     for (int64_t d = 0; d < nfull; d += FLS_LANES) {
@@ -388,7 +390,7 @@ static void run_rows_tile(fls_dtype dt, int RB, int mode, const char *w, const f
 
 static inline int rows_rb(int64_t B)
 {
-    return B <= 8 ? 8 : B <= 12 ? 12 : 16;
+    return B <= 8 ? 8 : B <= 12 ? 12 : ROW_MAX;
 }
 
 /* H's range [k0, k0 + n) packed as [16-column chunk][row][16] (RB rows,
@@ -404,7 +406,7 @@ static void pack_range(const float *h, int64_t B, int64_t Dp, int RB, int64_t k0
 /* The row tiles' whole H: range k0 at hp + k0 * RB. */
 static int64_t packed_h_floats_avx512(int64_t B, int64_t Dp)
 {
-    return B > NB && B <= 16 ? rows_rb(B) * Dp : 0;
+    return B > NB && B <= ROW_MAX ? rows_rb(B) * Dp : 0;
 }
 
 static void pack_h_avx512(const float *h, int64_t B, int64_t Dp, float *hp)
@@ -421,7 +423,8 @@ static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
     const size_t es = fls_dtype_bytes(wd);
     const int RB = rows_rb(B);
     const int64_t Dfull = D / FLS_LANES * FLS_LANES;
-    float *hp = scratch, *acc = scratch + 16 * ROW_COLS, *tail = acc + FLS_PANEL_TOKENS * 16 * FLS_LANES;
+    float *hp = scratch, *acc = scratch + ROW_MAX * ROW_COLS,
+          *tail = acc + FLS_PANEL_TOKENS * ROW_MAX * FLS_LANES;
     for (int64_t t0 = 0; t0 < nv; t0 += FLS_PANEL_TOKENS) {
         const int64_t nt = nv - t0 < FLS_PANEL_TOKENS ? nv - t0 : FLS_PANEL_TOKENS;
         const char *wt = (const char *)w + (size_t)(t0 * ldw) * es;
@@ -441,7 +444,7 @@ static void dot_rows_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv
                               kp = t + ROW_AHEAD < nt ? k0 : k0 + n;
                 const char *wpf = tp < nt && kp < Dfull ? wt + (size_t)(tp * ldw + kp) * es : wr;
                 run_rows_tile(wd, RB, mode, wr, nfull < n ? tail : NULL, nfull, wpf, hr,
-                              acc + t * 16 * FLS_LANES, out + t0 + t, ldo, (int)B);
+                              acc + t * ROW_MAX * FLS_LANES, out + t0 + t, ldo, (int)B);
             }
         }
     }
@@ -460,7 +463,7 @@ static void dot_avx512(const void *w, fls_dtype wd, int64_t ldw, int64_t nv, int
         dot_direct_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo);
     else if (B <= NB)
         dot_stream_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
-    else if (B <= 16)
+    else if (B <= ROW_MAX)
         dot_rows_avx512(w, wd, ldw, nv, D, h, hp, B, Dp, out, ldo, scratch);
     else
         dot_panel_avx512(w, wd, ldw, nv, D, h, B, Dp, out, ldo, scratch);
