@@ -189,7 +189,8 @@ int cli_parse_simd(const char *s, fls_simd *out)
     } known[] = {{"auto", FLS_SIMD_AUTO},
                  {"portable", FLS_SIMD_PORTABLE},
                  {"avx2", FLS_SIMD_AVX2},
-                 {"avx512", FLS_SIMD_AVX512}};
+                 {"avx512", FLS_SIMD_AVX512},
+                 {"amx", FLS_SIMD_AMX}};
     if (!s) {
         *out = FLS_SIMD_AUTO;
         return 0;
@@ -199,7 +200,7 @@ int cli_parse_simd(const char *s, fls_simd *out)
             *out = known[k].simd;
             return 0;
         }
-    cli_error("--simd: expected auto, portable, avx2 or avx512, got '%s'", s);
+    cli_error("--simd: expected auto, portable, avx2, avx512 or amx, got '%s'", s);
     return -1;
 }
 

@@ -76,6 +76,19 @@ int fls_cpu_simd_supported(fls_simd simd)
         return 0;
 #endif
     }
+    case FLS_SIMD_AMX: {
+#if defined(FLS_X86_SIMD) && defined(__linux__)
+        unsigned a, b, c, d;
+        if (!fls_cpu_simd_supported(FLS_SIMD_AVX512) || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+            return 0;
+        int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+        if (!amx_bf16 || !amx_tile || (xgetbv0() & 0x60000) != 0x60000)
+            return 0;
+        return fls_cpu_amx_permit();
+#else
+        return 0;
+#endif
+    }
     }
     return 0;
 }
@@ -104,6 +117,8 @@ void fls_cpu_select_kernels(fls_simd simd, fls_cpu_kernels *k)
         fls_cpu_kernels_avx2(k);
     else if (simd == FLS_SIMD_AVX512)
         fls_cpu_kernels_avx512(k);
+    else if (simd == FLS_SIMD_AMX)
+        fls_cpu_kernels_amx(k);
 #else
     (void)simd;
 #endif

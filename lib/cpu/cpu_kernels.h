@@ -13,7 +13,9 @@
  * when no partial sum can be subnormal (it flushes them), but on Sapphire
  * Rapids it issues once per two cycles: half the multiply-adds per cycle
  * of vfmadd231ps, so slower in the register tiles than fma. AMX cannot
- * keep the order at all (a tile sums over k inside one accumulator).
+ * keep the order at all (a tile sums over k inside one accumulator): the
+ * opt-in AMX path (cpu_amx.c, FLS_SIMD_AMX) has an order of its own, and
+ * AUTO never picks it.
  */
 #ifndef FLS_CPU_KERNELS_H
 #define FLS_CPU_KERNELS_H
@@ -75,6 +77,10 @@ void fls_cpu_kernels_portable(fls_cpu_kernels *k);
 void fls_cpu_select_kernels(fls_simd simd, fls_cpu_kernels *k);
 void fls_cpu_kernels_avx2(fls_cpu_kernels *k);
 void fls_cpu_kernels_avx512(fls_cpu_kernels *k);
+void fls_cpu_kernels_amx(fls_cpu_kernels *k);
+/* Asks Linux for the tile registers' state (1: granted); only after the
+ * processor's AMX-TILE and AMX-BF16 bits and XCR0's tile bits are checked. */
+int fls_cpu_amx_permit(void);
 
 /* The canonical lane reduction (see above), shared by every path. */
 static inline float fls_reduce16(const float a[FLS_LANES])

@@ -89,6 +89,8 @@ const char *fls_simd_name(fls_simd simd)
         return "avx2";
     case FLS_SIMD_AVX512:
         return "avx512";
+    case FLS_SIMD_AMX:
+        return "amx";
     }
     return "unknown";
 }
@@ -164,7 +166,7 @@ fls_status fls_context_create(fls_context_t **ctx, const fls_context_config *con
         return FLS_ERR_PARAM;
     if (cfg.threads < 0 || cfg.threads > 1024 || cfg.tile_v < 0 || cfg.tile_v > ((int64_t)1 << 32))
         return FLS_ERR_PARAM;
-    if (cfg.simd < FLS_SIMD_AUTO || cfg.simd > FLS_SIMD_AVX512)
+    if (cfg.simd < FLS_SIMD_AUTO || cfg.simd > FLS_SIMD_AMX)
         return FLS_ERR_PARAM;
     fls_simd simd = cfg.simd == FLS_SIMD_AUTO ? fls_cpu_best_simd() : cfg.simd;
     if (!fls_cpu_simd_supported(simd))

@@ -74,8 +74,13 @@ typedef enum fls_engine {
 typedef enum fls_simd {
     FLS_SIMD_AUTO = 0,
     FLS_SIMD_PORTABLE = 1,
-    FLS_SIMD_AVX2 = 2,  /* AVX2 + FMA + F16C */
-    FLS_SIMD_AVX512 = 3 /* AVX-512F/BW/VL (+ BF16 where present) */
+    FLS_SIMD_AVX2 = 2,   /* AVX2 + FMA + F16C */
+    FLS_SIMD_AVX512 = 3, /* AVX-512F/BW/VL */
+    /* AVX-512 with bf16 W through AMX tiles (AMX-TILE, AMX-BF16). Its logits
+     * are summed in the tile unit's order, not the canonical one, so its
+     * tokens agree with the other paths' except at near-ties (docs/CONTRACTS.md);
+     * AUTO never picks it. */
+    FLS_SIMD_AMX = 4
 } fls_simd;
 
 /* Which algorithm computes the tokens. FUSED is the product; the others are

@@ -46,6 +46,7 @@ _SIMDS = {
     "portable": _capi.SIMD_PORTABLE,
     "avx2": _capi.SIMD_AVX2,
     "avx512": _capi.SIMD_AVX512,
+    "amx": _capi.SIMD_AMX,
 }
 METHODS = {
     "fused": _capi.METHOD_FUSED,
@@ -584,7 +585,8 @@ class Context:
 
     Context(engine="cpu", threads=0, simd="auto", tile_v=0, device=0, stream="auto",
     workspace_bytes=0). threads: CPU threads (0 = one per online core); simd: "auto",
-    "portable", "avx2" or "avx512" (every path gives the same tokens); tile_v: vocabulary rows per
+    "portable", "avx2" or "avx512" (they give the same tokens), or "amx" (bf16 W through AMX tiles:
+    the same tokens except at near-ties; never the "auto" choice); tile_v: vocabulary rows per
     tile (0 = the engine's choice; never changes tokens). CUDA engine: device (ordinal) and stream:
     "auto" (the default: torch's current stream on that device when torch is installed, else the
     default stream), None (the default stream), a torch.cuda.Stream, an object with .ptr (cupy)

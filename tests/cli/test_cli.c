@@ -1120,7 +1120,7 @@ Test(cli, simd_option)
     free(ta);
     free(tp);
     cr_expect_eq(run_tool("sample", "--weights", wp, "--hidden", hp, "--simd", "sse9", NULL), 2);
-    cr_expect(strstr(err_text, "auto, portable, avx2 or avx512"), "%s", err_text);
+    cr_expect(strstr(err_text, "auto, portable, avx2, avx512 or amx"), "%s", err_text);
     cr_expect_eq(run_tool("bench", "--simd", "sse9", NULL), 2);
     cr_expect_eq(run_tool("audit", "--simd", "sse9", NULL), 2);
     /* bench names the path it timed */

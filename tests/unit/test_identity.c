@@ -6,6 +6,7 @@
  * docs/NOISE.md; logsumexp and logprobs against a double reference.
  */
 #include "tests/unit/common.h"
+#include "lib/base/fls_noise.h"
 
 #include <criterion/criterion.h>
 
@@ -465,4 +466,97 @@ Test(identity, wide_rows, .timeout = 60)
     free(w);
     free(h);
     free(l);
+}
+
+/* The AMX path (FLS_SIMD_AMX: bf16 W summed in the tile unit's order) on
+ * random inputs: its tokens do not depend on the tile size, the thread count
+ * or the batch position (a row alone gives the row's tokens), and they are
+ * the canonical logits' reference tokens except at near-ties: where they
+ * differ, the two tokens' keys under the canonical logits are within what
+ * the two sums' rounding (2 (D + 32) 2^-24 sum |w h| each, tools/simd_check)
+ * can move them, and at most 1 % of the draws differ. */
+Test(identity, amx_path, .timeout = 120)
+{
+    if (!fls_cpu_simd_supported(FLS_SIMD_AMX))
+        cr_skip_test("AMX path not tested: the processor (or the kernel) lacks AMX-TILE/AMX-BF16");
+    const int64_t V = 3001, D = 200, B = 37, draws = 4;
+    float *w = random_floats(V * D, 71), *h = random_floats(B * D, 72);
+    tmat Wm = tmat_make_rounded(FLS_DTYPE_BF16, V, D, D + 5, w);
+    tmat Hm = tmat_make(FLS_DTYPE_F32, B, D, D, h);
+    float *cl = canonical_logits(&Wm, &Hm);
+    fls_params p;
+    fls_params_default(&p);
+    p.seed = 0xA11CE;
+    p.offset = 7;
+    p.draws = draws;
+    p.temperature_value =
+        0.05f; /* low: keys far apart relative to the noise, so near-ties are rare and real */
+    tout first = tout_make(B, draws, 0), o = tout_make(B, draws, 0);
+    const int64_t tiles[] = {2, 64, 1000, V};
+    const int threads[] = {1, 3};
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t th = 0; th < 2; th++) {
+            fls_context_t *ctx = ctx_make(threads[th], FLS_SIMD_AMX, tiles[ti]);
+            cr_assert_eq(fls_context_simd(ctx), FLS_SIMD_AMX);
+            run_fused(ctx, &Wm.m, &Hm.m, &p, ti || th ? &o : &first);
+            if (ti || th)
+                expect_tokens_equal(&first, &o, "amx: tile/threads");
+            fls_context_destroy(ctx);
+        }
+    /* each row alone, with its own seed */
+    fls_context_t *ctx = ctx_make(2, FLS_SIMD_AMX, 0);
+    for (int64_t b = 0; b < B; b += 9) {
+        tmat Hr = tmat_make(FLS_DTYPE_F32, 1, D, D, h + b * D);
+        fls_params q = p;
+        const uint64_t rs = fls_row_seed(p.seed, (uint64_t)b);
+        q.row_seeds = &rs;
+        tout one = tout_make(1, draws, 0);
+        run_fused(ctx, &Wm.m, &Hr.m, &q, &one);
+        for (int64_t d = 0; d < draws; d++)
+            cr_assert_eq(one.tokens[d], first.tokens[b * draws + d], "amx: row %lld alone, draw %lld",
+                         (long long)b, (long long)d);
+        tout_free(&one);
+        tmat_free(&Hr);
+    }
+    fls_context_destroy(ctx);
+    /* against the canonical logits' tokens */
+    int64_t differ = 0;
+    for (int64_t b = 0; b < B; b++) {
+        double amax = 0.0; /* the largest sum |w h| of the row */
+        for (int64_t i = 0; i < V; i++) {
+            double a = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                a += fabs((double)tmat_get(&Wm, i, d) * (double)h[b * D + d]);
+            amax = a > amax ? a : amax;
+        }
+        const uint64_t seed = fls_row_seed(p.seed, (uint64_t)b);
+        for (int64_t d = 0; d < draws; d++) {
+            const int64_t want = ref_token(cl + b * V, V, p.temperature_value, seed, p.offset, (uint32_t)d),
+                          got = first.tokens[b * draws + d];
+            if (got == want)
+                continue;
+            differ++;
+            const double kw = (double)cl[b * V + want] / p.temperature_value +
+                              (double)fls_gumbel(seed, p.offset, (uint32_t)d, (uint64_t)want),
+                         kg = (double)cl[b * V + got] / p.temperature_value +
+                              (double)fls_gumbel(seed, p.offset, (uint32_t)d, (uint64_t)got);
+            const double gap =
+                4.0 * (double)(D + 32) * 0x1p-24 * amax / p.temperature_value + 8.0 * 0x1p-24 * fabs(kw);
+            cr_assert(kw - kg <= gap,
+                      "amx: row %lld draw %lld: token %lld, canonical %lld: keys %.9g and %.9g, "
+                      "farther apart than the sums' rounding (%.3g)",
+                      (long long)b, (long long)d, (long long)got, (long long)want, kg, kw, gap);
+        }
+    }
+    cr_log_info("amx: %lld of %lld draws differ from the canonical logits' tokens (near-ties)",
+                (long long)differ, (long long)(B * draws));
+    cr_assert(differ * 100 <= B * draws, "amx: %lld of %lld draws differ", (long long)differ,
+              (long long)(B * draws));
+    tout_free(&first);
+    tout_free(&o);
+    free(cl);
+    tmat_free(&Wm);
+    tmat_free(&Hm);
+    free(w);
+    free(h);
 }
