@@ -25,6 +25,20 @@ static float unit_float(void)
     return (float)(next() >> 40) * 0x1p-24f - 0.5f;
 }
 
+/* n random weights in dtype dt */
+static void fill_w(char *w, fls_dtype dt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = unit_float();
+        if (dt == FLS_DTYPE_F32)
+            ((float *)w)[i] = x;
+        else if (dt == FLS_DTYPE_F16)
+            ((uint16_t *)w)[i] = fls_f32_to_f16(x);
+        else
+            ((uint16_t *)w)[i] = fls_f32_to_bf16(x);
+    }
+}
+
 static int check_path(fls_simd simd, const char *name)
 {
     fls_cpu_kernels ref, k;
@@ -52,15 +66,7 @@ static int check_path(fls_simd simd, const char *name)
                 float *h = calloc((size_t)(B * Dp), sizeof(float));
                 float *o1 = malloc((size_t)(B * nv) * sizeof(float)),
                       *o2 = malloc((size_t)(B * nv) * sizeof(float));
-                for (int64_t i = 0; i < nv * ldw; i++) {
-                    float x = unit_float();
-                    if (dt == FLS_DTYPE_F32)
-                        ((float *)w)[i] = x;
-                    else if (dt == FLS_DTYPE_F16)
-                        ((uint16_t *)w)[i] = fls_f32_to_f16(x);
-                    else
-                        ((uint16_t *)w)[i] = fls_f32_to_bf16(x);
-                }
+                fill_w(w, dt, nv * ldw);
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t d = 0; d < D; d++)
                         h[b * Dp + d] = unit_float();
@@ -126,21 +132,13 @@ static int check_amx(void)
                 const int64_t D = Ds[di], B = Bs[bi], nv = nvs[ti / 3], Dp = (D + 15) / 16 * 16, ldw = D + 3;
                 const fls_dtype dt = dts[ti % 3];
                 const size_t es = fls_dtype_size(dt);
-                /* one spare row: the kernel must not read past nv rows or D columns */
+                /* exactly nv rows: a read past them or past D is for the sanitizers to catch */
                 char *w = malloc((size_t)(nv * ldw) * es);
                 float *h = calloc((size_t)(B * Dp), sizeof(float));
                 float *o1 = malloc((size_t)(B * nv) * sizeof(float)),
                       *o2 = malloc((size_t)(B * nv) * sizeof(float)),
                       *o3 = malloc((size_t)(B * nv) * sizeof(float));
-                for (int64_t i = 0; i < nv * ldw; i++) {
-                    float x = unit_float();
-                    if (dt == FLS_DTYPE_F32)
-                        ((float *)w)[i] = x;
-                    else if (dt == FLS_DTYPE_F16)
-                        ((uint16_t *)w)[i] = fls_f32_to_f16(x);
-                    else
-                        ((uint16_t *)w)[i] = fls_f32_to_bf16(x);
-                }
+                fill_w(w, dt, nv * ldw);
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t d = 0; d < D; d++) /* bf16-exact rows (one part) and full f32 rows (three) */
                         h[b * Dp + d] =
