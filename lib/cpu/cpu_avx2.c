@@ -8,6 +8,7 @@
 #include "lib/ref/rule_ref.h"
 #include "lib/base/fls_dtype.h"
 #include "lib/base/fls_noise.h"
+#include "lib/base/fls_gumbel_bound.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -319,8 +320,10 @@ static inline __m256 gumbel8(__m256i khi, __m256i klo)
     return _mm256_xor_ps(logf8(e), sign);
 }
 
-/* 16 tokens starting at the even token index v (8 Philox blocks) into g[0..15] */
-static inline void gumbel16(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v, float *g)
+/* The 8 Philox blocks of tokens v .. v + 15 (v even): lane p of r0..r3 is
+ * block p's outputs (bits of token v + 2p: r1:r0, of v + 2p + 1: r3:r2). */
+static inline void philox8(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v, __m256i *r0,
+                           __m256i *r1, __m256i *r2, __m256i *r3)
 {
     const __m256i M0 = _mm256_set1_epi32((int)FLS_PHILOX_M0), M1 = _mm256_set1_epi32((int)FLS_PHILOX_M1);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -342,6 +345,17 @@ static inline void gumbel16(uint64_t seed, uint64_t offset, uint32_t draw, uint6
         k0 += FLS_PHILOX_W0;
         k1 += FLS_PHILOX_W1;
     }
+    *r0 = c0;
+    *r1 = c1;
+    *r2 = c2;
+    *r3 = c3;
+}
+
+/* 16 tokens starting at the even token index v (8 Philox blocks) into g[0..15] */
+static inline void gumbel16(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v, float *g)
+{
+    __m256i c0, c1, c2, c3;
+    philox8(seed, offset, draw, v, &c0, &c1, &c2, &c3);
     __m256 ge = gumbel8(c1, c0); /* even tokens: bits r1:r0 */
     __m256 go = gumbel8(c3, c2); /* odd tokens: bits r3:r2 */
     /* interleave: g[2p] = ge[p], g[2p+1] = go[p] */
@@ -371,6 +385,49 @@ static void gumbel_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t 
     fls_ref_gumbel_span(seed, offset, draw, v0 + (uint64_t)i, n - i, g + i);
 }
 
+/* gumbel16 where a token's key may reach thr (cpu_kernels.h, gumbel_skip):
+ * the 8 even and the 8 odd tokens each run the transform only if one of
+ * them has fl(x + up[bucket]) >= thr (or NaN), else read -inf. */
+static inline void gumbel16_skip(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v, const float *x,
+                                 float thr, const float *up, float *g)
+{
+    __m256i c0, c1, c2, c3;
+    philox8(seed, offset, draw, v, &c0, &c1, &c2, &c3);
+    /* x of the even and the odd tokens */
+    const __m256 xa = _mm256_loadu_ps(x), xb = _mm256_loadu_ps(x + 8);
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6),
+                  odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+    const __m256 xe =
+        _mm256_blend_ps(_mm256_permutevar8x32_ps(xa, even), _mm256_permutevar8x32_ps(xb, even), 0xF0);
+    const __m256 xo =
+        _mm256_blend_ps(_mm256_permutevar8x32_ps(xa, odd), _mm256_permutevar8x32_ps(xb, odd), 0xF0);
+    const __m256 t = _mm256_set1_ps(thr), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 ue = _mm256_i32gather_ps(up, _mm256_srli_epi32(c1, 32 - FLS_GB_BITS), 4);
+    const __m256 uo = _mm256_i32gather_ps(up, _mm256_srli_epi32(c3, 32 - FLS_GB_BITS), 4);
+    /* not (fl(x + up) < thr): NaN keeps the token */
+    const int need_e = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_add_ps(xe, ue), t, _CMP_NLT_UQ));
+    const int need_o = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_add_ps(xo, uo), t, _CMP_NLT_UQ));
+    __m256 ge = need_e ? gumbel8(c1, c0) : ninf;
+    __m256 go = need_o ? gumbel8(c3, c2) : ninf;
+    __m256 lo = _mm256_unpacklo_ps(ge, go), hi = _mm256_unpackhi_ps(ge, go);
+    _mm256_storeu_ps(g, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(g + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+static void gumbel_skip_avx2(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n,
+                             const float *x, float thr, const float *up, float *g)
+{
+    int64_t i = 0;
+    if ((v0 & 1) && n > 0) {
+        g[0] = fls_gumbel(seed, offset, draw, v0);
+        i = 1;
+    }
+    for (; i + 16 <= n && (uint32_t)((v0 + (uint64_t)i) >> 1) <= 0xFFFFFFFFu - 7u; i += 16)
+        gumbel16_skip(seed, offset, draw, v0 + (uint64_t)i, x + i, thr, up, g + i);
+    if (i < n)
+        gumbel_avx2(seed, offset, draw, v0 + (uint64_t)i, n - i, g + i);
+}
+
 static void convert_avx2(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad)
 {
     const size_t es = fls_dtype_bytes(dt);
@@ -386,4 +443,5 @@ void fls_cpu_kernels_avx2(fls_cpu_kernels *k)
     k->dot_direct = dot_avx2;
     k->dot_f32 = dot_f32_avx2;
     k->gumbel = gumbel_avx2;
+    k->gumbel_skip = gumbel_skip_avx2;
 }

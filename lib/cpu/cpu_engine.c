@@ -19,6 +19,7 @@
 #include "lib/cpu/cpu_kernels.h"
 #include "lib/base/fls_dtype.h"
 #include "lib/base/fls_noise.h"
+#include "lib/base/fls_gumbel_bound.h"
 #include "lib/cpu/cpu_rules.h"
 #include "variants/rule.h"
 #include "variants/stair.h"
@@ -221,7 +222,20 @@ typedef struct tile_job {
                             path at B > 2; the SIMD paths convert W inside dot_direct) */
     atomic_llong next;
     thread_state *ts;
+    /* the plain rule with the per-token noise: fls_gumbel_bound_table's up,
+     * with which the noise kernel skips the logs of tokens that cannot win
+     * (sample_row); NULL: every token's noise */
+    const float *gup;
 } tile_job;
+
+/* The Gumbel upper bounds per bucket, made once per process. */
+static float gb_up[FLS_GB_N];
+static pthread_once_t gb_once = PTHREAD_ONCE_INIT;
+static void gb_init(void)
+{
+    float lo[FLS_GB_N];
+    fls_gumbel_bound_table(gb_up, lo);
+}
 
 /* a * b elements of size es do not fit in memory (so never malloc them) */
 static int too_big(int64_t a, int64_t b, size_t es)
@@ -302,8 +316,14 @@ static void sample_row(tile_job *j, thread_state *s, int64_t b, float *x, int64_
         return;
     }
     for (int64_t d = d0; d < d1; d++) {
-        j->k.gumbel(rp->seed, rp->offset, j->req->first_draw + (uint32_t)d, (uint64_t)v0, nv, s->g);
-        j->rule.push_span(cand_at(j, s->cand, b, d), x, s->g, T, v0, nv, s->scratch);
+        void *c = cand_at(j, s->cand, b, d);
+        const uint32_t draw = j->req->first_draw + (uint32_t)d;
+        if (j->gup) /* this thread's best key of (row, draw) so far: an exact key */
+            j->k.gumbel_skip(rp->seed, rp->offset, draw, (uint64_t)v0, nv, x, ((const fls_cand *)c)->key,
+                             j->gup, s->g);
+        else
+            j->k.gumbel(rp->seed, rp->offset, draw, (uint64_t)v0, nv, s->g);
+        j->rule.push_span(c, x, s->g, T, v0, nv, s->scratch);
     }
 }
 
@@ -674,6 +694,14 @@ static void job_rule(tile_job *j, const fls_outputs *out)
     j->rule.row_size = j->rc.top_cap ? fls_topc_bytes(j->rc.top_cap) : 0;
     j->want_parts = want_lse || j->rule.needs_part;
     j->moments = (j->req->needs & FLS_NEED_MOMENTS) != 0;
+    /* skipping needs the argmax alone (the plain rule keeps one key per
+     * draw) and the per-token noise (the kernel skips per token) */
+    j->gup = NULL;
+    if (j->rule.push_span == cpu_rule_temperature.push_span && j->req->noise != FLS_NOISE_MIN_FIRST &&
+        j->k.gumbel_skip) {
+        pthread_once(&gb_once, gb_init);
+        j->gup = gb_up;
+    }
 }
 
 static fls_status materialize_rows(const fls_context_t *ctx, const tile_job *j, const int64_t *rows,

@@ -67,6 +67,14 @@ typedef struct fls_cpu_kernels {
     void (*convert)(const void *src, fls_dtype dt, int64_t n, float *dst, int64_t n_pad);
     /* g[i] = fls_gumbel(seed, offset, draw, v0 + i) for i < n. */
     void (*gumbel)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, float *g);
+    /* The same where token i's key may reach thr, else -inf: g[i] may be
+     * -inf only where fl(x[i] + up[bits >> FLS_GB_SHIFT]) < thr, which
+     * proves fl(x[i] + G) < thr (lib/base/fls_gumbel_bound.h; up is
+     * fls_gumbel_bound_table's). The Philox bits of every token, the two
+     * logs only where needed: with thr an exact key of the row, the argmax
+     * of x + g is unchanged (portable: per token; AVX2: per 8 tokens). */
+    void (*gumbel_skip)(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n, const float *x,
+                        float thr, const float *up, float *g);
 } fls_cpu_kernels;
 
 /* n elements of dtype -> f32 (exact), then zeros up to n_pad. */

@@ -6,6 +6,7 @@
 #include "lib/ref/rule_ref.h"
 #include "lib/base/fls_dtype.h"
 #include "lib/base/fls_noise.h"
+#include "lib/base/fls_gumbel_bound.h"
 
 #include <math.h>
 #include <string.h>
@@ -78,6 +79,15 @@ static void dot_direct_portable(const void *w, fls_dtype wd, int64_t ldw, int64_
     }
 }
 
+static void gumbel_skip_portable(uint64_t seed, uint64_t offset, uint32_t draw, uint64_t v0, int64_t n,
+                                 const float *x, float thr, const float *up, float *g)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t k = fls_noise_bits(seed, offset, draw, v0 + (uint64_t)i);
+        g[i] = x[i] + up[k >> FLS_GB_SHIFT] < thr ? -INFINITY : fls_gumbel_from_bits(k);
+    }
+}
+
 void fls_cpu_kernels_portable(fls_cpu_kernels *k)
 {
     k->dot_direct = dot_direct_portable;
@@ -85,5 +95,6 @@ void fls_cpu_kernels_portable(fls_cpu_kernels *k)
     k->packed_h_floats = NULL; /* reads H as it is */
     k->pack_h = NULL;
     k->gumbel = fls_ref_gumbel_span;
+    k->gumbel_skip = gumbel_skip_portable;
     k->convert = fls_convert_row;
 }

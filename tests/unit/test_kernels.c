@@ -8,6 +8,8 @@
  */
 #include "tests/unit/common.h"
 #include "lib/cpu/cpu_kernels.h"
+#include "lib/base/fls_gumbel_bound.h"
+#include "lib/base/fls_noise.h"
 
 #include <criterion/criterion.h>
 
@@ -79,6 +81,80 @@ Test(kernels, gumbel_matches_contract)
                                      fls_simd_name(p[pi].simd), (long long)n);
                 }
     free(g);
+}
+
+/* gumbel_skip on every path against its contract: each g[i] is the
+ * token's noise bit for bit, or -inf where fl(x + up[bucket]) < thr; the
+ * argmax of x + g (the engine's winner, lowest index on ties) is the one of
+ * the full noise whenever thr is a key of the span; and some -inf happens
+ * (a kernel that never skips would pass the rest). Thresholds: -inf (skip
+ * nothing), every token's own key (as the engine passes: its best so far),
+ * and above every key (skip where the bound allows). */
+Test(kernels, gumbel_skip_contract)
+{
+    path p[3];
+    int np = kernel_paths(p);
+    float up[FLS_GB_N], lo[FLS_GB_N];
+    fls_gumbel_bound_table(up, lo);
+    const uint64_t starts[] = {0, 1, 2, 15, 1001, 0xfffffffeull, (1ull << 33) - 200};
+    const int64_t lens[] = {0, 1, 3, 15, 16, 17, 33, 64, 199};
+    float *g = malloc(256 * sizeof *g), *full = malloc(256 * sizeof *full), *x = malloc(256 * sizeof *x);
+    uint64_t s = 7;
+    long skipped = 0;
+    for (int pi = 0; pi < np; pi++)
+        for (size_t si = 0; si < sizeof starts / sizeof starts[0]; si++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                for (int rep = 0; rep < 4; rep++) {
+                    const uint64_t seed = trng_next(&s), off = trng_next(&s) % 5, v0 = starts[si];
+                    const uint32_t draw = (uint32_t)(trng_next(&s) % 3);
+                    const int64_t n = lens[li];
+                    /* logits spread over 0.5 (rep 0-1) or 20 (rep 2-3) */
+                    for (int64_t i = 0; i < n; i++)
+                        x[i] = (trng_float(&s) - 0.5f) * (rep < 2 ? 0.5f : 20.0f);
+                    for (int64_t i = 0; i < n; i++)
+                        full[i] = fls_gumbel(seed, off, draw, v0 + (uint64_t)i);
+                    int64_t arg = -1;
+                    float top = -INFINITY;
+                    for (int64_t i = 0; i < n; i++)
+                        if (x[i] + full[i] > top)
+                            top = x[i] + full[i], arg = i;
+                    const float thrs[] = {-INFINITY, n ? x[n / 2] + full[n / 2] : 0.0f, top, top + 30.0f};
+                    for (int ti = 0; ti < 4; ti++) {
+                        const float thr = thrs[ti];
+                        for (int i = 0; i < 256; i++)
+                            g[i] = u2f(GUARD_F32_BITS);
+                        p[pi].k.gumbel_skip(seed, off, draw, v0, n, x, thr, up, g);
+                        int64_t got = -1;
+                        float gk = -INFINITY;
+                        for (int64_t i = 0; i < n; i++) {
+                            const uint64_t bits = fls_noise_bits(seed, off, draw, v0 + (uint64_t)i);
+                            const int may_skip = x[i] + up[bits >> FLS_GB_SHIFT] < thr;
+                            if (g[i] == -INFINITY && may_skip) {
+                                skipped++;
+                            } else if (f2u(g[i]) != f2u(full[i])) {
+                                cr_assert_fail("%s gumbel_skip(v0 %llu, n %lld, thr %a): token %lld: %a, "
+                                               "noise %a, skippable %d",
+                                               fls_simd_name(p[pi].simd), (unsigned long long)v0,
+                                               (long long)n, (double)thr, (long long)i, (double)g[i],
+                                               (double)full[i], may_skip);
+                            }
+                            if (x[i] + g[i] > gk)
+                                gk = x[i] + g[i], got = i;
+                        }
+                        if (ti == 1 || ti == 2)
+                            cr_assert_eq(got, arg,
+                                         "%s gumbel_skip (thr a key of the span): winner %lld, full "
+                                         "noise %lld",
+                                         fls_simd_name(p[pi].simd), (long long)got, (long long)arg);
+                        for (int i = (int)n; i < 256; i++)
+                            cr_assert_eq(f2u(g[i]), GUARD_F32_BITS, "%s gumbel_skip wrote past n = %lld",
+                                         fls_simd_name(p[pi].simd), (long long)n);
+                    }
+                }
+    cr_assert(skipped > 0, "gumbel_skip never skipped a token");
+    free(g);
+    free(full);
+    free(x);
 }
 
 /* Many noise values per path, to reach rare branches of a vectorized log
