@@ -562,9 +562,9 @@ static void bench_usage(void)
            "rows, std about 4.5, the top token's probability about one half at T = 0.7).\n"
            "--cuda-opt NAME=VALUE (repeatable) sets an experiment's field of fls_cuda_opts for every\n"
            "engine (rule_matmul (the rule_* engines but the _blas ones), rule_top_cap,\n"
-           "rule_stair_cap, rule_cf, rule_path, rule_keys, rule_pdl,\n"
-           "rule_list_draw, logits_warps, no_skip; docs/GPU.md, developer options): an A/B of\n"
-           "one switch is two runs, with and without it. Every value gives the same tokens.\n"
+           "rule_stair_cap, rule_cf, rule_path, rule_keys, rule_pdl, rule_list_draw,\n"
+           "logits_warps, no_skip, tile_b, wg_epi_warps; docs/GPU.md, developer options): an A/B\n"
+           "of one switch is two runs, with and without it. Every value gives the same tokens.\n"
            "CSV columns: device,engine,dtype,B,V,D,median_ms,gbps,tflops,min_ms,reps,date,gpu\n");
 }
 
@@ -588,6 +588,8 @@ static const struct {
     {"rule_list_draw", offsetof(fls_cuda_opts, rule_list_draw), 0},
     {"logits_warps", offsetof(fls_cuda_opts, logits_warps), 0},
     {"no_skip", offsetof(fls_cuda_opts, no_skip), 0},
+    {"tile_b", offsetof(fls_cuda_opts, tile_b), 0},
+    {"wg_epi_warps", offsetof(fls_cuda_opts, wg_epi_warps), 0},
 };
 
 /* NAME=VALUE into g_base_opts; 0, or -1 after a message. */
