@@ -25,8 +25,8 @@
  * Layout: C[token][row] += A[token][k] B[k/2][row][k%2] per chunk of 32
  * columns, A read from W's rows as they are (16 tokens x 64 bytes), B the
  * chunk of one part of 16 H rows in the tile's pair layout (pack_h_amx).
- * Four accumulator tiles take 64 tokens; the H tiles of a chunk are loaded
- * once for the four.
+ * One A tile at a time runs its whole D against up to four row blocks of H
+ * in four accumulators (dot_amx).
  */
 #define _GNU_SOURCE /* syscall */
 #include "lib/cpu/cpu_kernels.h"
