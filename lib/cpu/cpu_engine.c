@@ -694,10 +694,10 @@ static void job_rule(tile_job *j, const fls_outputs *out)
     j->rule.row_size = j->rc.top_cap ? fls_topc_bytes(j->rc.top_cap) : 0;
     j->want_parts = want_lse || j->rule.needs_part;
     j->moments = (j->req->needs & FLS_NEED_MOMENTS) != 0;
-    /* skipping needs the argmax alone (the plain rule keeps one key per
-     * draw) and the per-token noise (the kernel skips per token) */
+    /* skipping needs a rule that keeps the argmax alone and the per-token
+     * noise (the kernel skips per token) */
     j->gup = NULL;
-    if (j->rule.push_span == cpu_rule_temperature.push_span && j->req->noise != FLS_NOISE_MIN_FIRST &&
+    if (j->rule.argmax_only && !j->rule.push_tile && j->req->noise != FLS_NOISE_MIN_FIRST &&
         j->k.gumbel_skip) {
         pthread_once(&gb_once, gb_init);
         j->gup = gb_up;

@@ -57,6 +57,7 @@ static int temp_finalize(const fls_ref_ctx *rc, int64_t b, void *row, const fls_
 
 const cpu_rule cpu_rule_temperature = {
     .cand_size = sizeof(fls_cand),
+    .argmax_only = 1,
     .cand_init = temp_cand_init,
     .push_span = temp_push_span,
     .cand_merge = temp_merge,

@@ -19,6 +19,11 @@ typedef struct cpu_rule {
     size_t cand_size; /* per (row, draw) */
     size_t row_size;  /* per row, draw-independent (0: none) */
     int needs_part;   /* the per-tile partials are needed even without logsumexp outputs */
+    /* The state of a (row, draw) is an fls_cand holding the best key so far
+     * and push_span keeps only the argmax of x + g: the engine may then give
+     * -inf noise to tokens whose key provably stays below that key
+     * (cpu_kernels.h, gumbel_skip) */
+    int argmax_only;
     void (*cand_init)(const fls_ref_ctx *rc, void *c);
     void (*row_init)(const fls_ref_ctx *rc, void *r);
     /* a tile of row statistics (tempered logits x of tokens v0..) */
