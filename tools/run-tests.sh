@@ -129,12 +129,13 @@ meson test -C "$prefix-ci" --print-errorlogs --num-processes 1 --suite stats --v
 skip_reasons "$prefix-ci"
 
 stage "AddressSanitizer + UBSan build, suite unit ($prefix-asan)"
-# CPU-only build (ASan and the CUDA runtime do not mix).
+# CPU-only build (ASan and the CUDA runtime do not mix); unoptimised and
+# instrumented, the kernels suite takes 30x its release time, hence the multiplier.
 [ -f "$prefix-asan/build.ninja" ] || meson setup "$prefix-asan" --buildtype=debug -Dcuda=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false --werror
 ninja -C "$prefix-asan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C "$prefix-asan" --print-errorlogs --num-processes 2 --suite unit
+    meson test -C "$prefix-asan" --print-errorlogs --num-processes 2 --suite unit --timeout-multiplier 2
 skip_reasons "$prefix-asan"
 
 stage "valgrind memcheck, suite unit ($prefix-vg)"
